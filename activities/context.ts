@@ -1,0 +1,58 @@
+// What every activity of a worker process shares: its database pool and who it is.
+import { Context } from '@temporalio/activity';
+import type { Pool } from 'pg';
+import type { Role } from '../config/task-queues';
+import { recordEvent } from '../store/events';
+
+export interface WorkerContext {
+  pool: Pool;
+  role: Role;
+  /** "cpu" or "cuda:N" */
+  device: string;
+  /** Unique per process: role, device, host and pid. */
+  identity: string;
+  /** The queue only this process polls (stateful work is pinned here). */
+  instanceQueue: string;
+}
+
+/** Returned by each role's `workerInfo` activity: where to pin work that needs this process's state. */
+export interface WorkerInfo {
+  role: Role;
+  device: string;
+  identity: string;
+  instanceQueue: string;
+  pid: number;
+}
+
+export function workerInfoActivity(ctx: WorkerContext): () => Promise<WorkerInfo> {
+  return async () => ({
+    role: ctx.role,
+    device: ctx.device,
+    identity: ctx.identity,
+    instanceQueue: ctx.instanceQueue,
+    pid: process.pid,
+  });
+}
+
+/** Records a stage's start or end in run_events, with the task queue it actually ran on. */
+export async function recordStageEvent(ctx: WorkerContext, runId: string, kind: string, detail: Record<string, unknown> = {}): Promise<void> {
+  const info = Context.current().info;
+  await recordEvent(ctx.pool, {
+    runId,
+    kind,
+    role: ctx.role,
+    taskQueue: info.taskQueue,
+    worker: ctx.identity,
+    detail: { activity: info.activityType, attempt: info.attempt, pid: process.pid, device: ctx.device, ...detail },
+  });
+}
+
+/** Sleeps `ms` while heartbeating, so a dead worker is noticed within the heartbeat timeout. */
+export async function sleepWithHeartbeats(ms: number, everyMs = 250): Promise<void> {
+  const ctx = Context.current();
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    ctx.heartbeat({ remainingMs: end - Date.now() });
+    await ctx.sleep(Math.min(everyMs, Math.max(0, end - Date.now())));
+  }
+}

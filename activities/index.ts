@@ -1,0 +1,20 @@
+import type { Role } from '../config/task-queues';
+import type { WorkerContext } from './context';
+import { createControlActivities } from './control';
+import { createReferenceActivities } from './reference';
+import { createRolloutActivities } from './rollout';
+import { createTrainActivities } from './train';
+
+/** The activities a worker of `role` registers (on its role queue and on its instance queue). */
+export function activitiesForRole(role: Role, ctx: WorkerContext): object {
+  switch (role) {
+    case 'control':
+      return createControlActivities(ctx);
+    case 'rollout':
+      return createRolloutActivities(ctx);
+    case 'reference':
+      return createReferenceActivities(ctx);
+    case 'train':
+      return createTrainActivities(ctx);
+  }
+}

@@ -1,0 +1,75 @@
+// The typed client: how programs (and the CLI) start and watch Relax runs. A run's config is
+// validated here before anything is sent, and again by the workflow (for starts that bypass this
+// client, such as the Temporal Web UI form).
+import fs from 'node:fs';
+import path from 'node:path';
+import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import { parseRunConfig, type RunConfigInput } from '../config/run-config';
+import { roleTaskQueue } from '../config/task-queues';
+import { relaxEnvironment } from '../workers/environment';
+import type { SmokeResult } from '../workflows/smoke';
+
+/** What `relax dev` writes to <home>/stack.json while it runs, so other commands find the stack. */
+export interface StackFile {
+  temporalAddress: string;
+  uiUrl?: string;
+  databaseUrl: string;
+  pid: number;
+}
+
+export function stackFilePath(home: string): string {
+  return path.join(home, 'stack.json');
+}
+
+export function readStackFile(home: string): StackFile | undefined {
+  try {
+    return JSON.parse(fs.readFileSync(stackFilePath(home), 'utf8')) as StackFile;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Addresses from the environment, falling back to a running `relax dev` in the data directory. */
+export function resolveAddresses(env: NodeJS.ProcessEnv = process.env): { temporalAddress: string; namespace: string; databaseUrl?: string } {
+  const e = relaxEnvironment(env);
+  const stack = readStackFile(e.home);
+  return {
+    temporalAddress: env.TEMPORAL_ADDRESS || stack?.temporalAddress || e.temporalAddress,
+    namespace: e.namespace,
+    databaseUrl: e.databaseUrl ?? stack?.databaseUrl,
+  };
+}
+
+export class RelaxClient {
+  private constructor(
+    readonly client: Client,
+    private readonly connection: Connection,
+  ) {}
+
+  static async connect(address?: string, namespace?: string): Promise<RelaxClient> {
+    const resolved = resolveAddresses();
+    const target = address ?? resolved.temporalAddress;
+    let connection: Connection;
+    try {
+      connection = await Connection.connect({ address: target, connectTimeout: 5_000 });
+    } catch (err) {
+      throw new Error(`cannot reach Temporal at ${target}: ${(err as Error).message}\n  fix: start \`relax dev\` or set TEMPORAL_ADDRESS`);
+    }
+    return new RelaxClient(new Client({ connection, namespace: namespace ?? resolved.namespace }), connection);
+  }
+
+  /** Starts the plumbing smoke workflow; throws RunConfigError before sending an invalid config. */
+  async startSmoke(config: RunConfigInput, workflowId?: string): Promise<WorkflowHandle<(input: unknown) => Promise<SmokeResult>>> {
+    const parsed = parseRunConfig(config);
+    const id = workflowId ?? parsed.run_id ?? `smoke-${Date.now().toString(36)}`;
+    return this.client.workflow.start('smokeWorkflow', {
+      taskQueue: roleTaskQueue('control'),
+      workflowId: id,
+      args: [config],
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.connection.close();
+  }
+}

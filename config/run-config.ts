@@ -1,0 +1,182 @@
+// One training run's whole configuration: ONE JSON object, validated by this ONE schema, so the
+// Temporal Web UI's "Start Workflow" form, the temporal CLI, the TypeScript client and schedules
+// all start a run the same way. Keys are snake_case because users type them as JSON.
+//
+// Kept out of workflow modules on purpose: large zod schemas allocated per cached workflow have
+// caused worker out-of-memory crashes (see ENVIRONMENT.md); workflows validate through an activity.
+import { z } from 'zod';
+
+const positiveInt = z.number().int().positive();
+const nonNegativeInt = z.number().int().nonnegative();
+const probability = z.number().min(0).max(1);
+
+const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+export const ModelConfigSchema = z
+  .object({
+    d_model: positiveInt.default(64),
+    n_layers: positiveInt.max(48).default(2),
+    n_heads: positiveInt.default(4),
+    d_ff: positiveInt.default(256),
+    context_length: positiveInt.max(8192).default(32),
+  })
+  .strict();
+
+export const AlgorithmConfigSchema = z
+  .object({
+    advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
+    policy_loss: z.enum(['ppo_clip', 'gspo']).default('ppo_clip'),
+    loss_aggregation: z.enum(['token_mean', 'sequence_mean']).default('token_mean'),
+    group_size: z.number().int().min(2).max(1024).default(8),
+    clip_low: z.number().positive().max(1).default(0.2),
+    clip_high: z.number().positive().max(10).default(0.28),
+    kl_coef: z.number().nonnegative().default(0),
+    kl_estimator: z.enum(['k1', 'k2', 'k3']).default('k3'),
+    kl_mode: z.enum(['loss', 'reward']).default('loss'),
+    entropy_coef: z.number().nonnegative().default(0),
+  })
+  .strict();
+
+export const RolloutConfigSchema = z
+  .object({
+    prompts_per_step: positiveInt.max(4096).default(32),
+    temperature: z.number().positive().max(10).default(1),
+    top_p: z.number().gt(0).max(1).default(1),
+    top_k: nonNegativeInt.default(0),
+    max_new_tokens: positiveInt.default(4),
+    parallelism: positiveInt.max(256).default(1),
+  })
+  .strict();
+
+export const TrainConfigSchema = z
+  .object({
+    steps: positiveInt.max(1_000_000).default(50),
+    lr: z.number().positive().max(1).default(1e-4),
+    warmup_steps: nonNegativeInt.default(0),
+    lr_decay: z.enum(['constant', 'linear', 'cosine']).default('constant'),
+    weight_decay: z.number().nonnegative().max(1).default(0),
+    grad_clip: z.number().positive().default(1),
+    micro_batch: positiveInt.default(64),
+  })
+  .strict();
+
+export const CheckpointConfigSchema = z
+  .object({
+    every: positiveInt.default(10),
+    dir: z.string().min(1).optional(),
+    init_from: z.string().min(1).optional(),
+    keep_last: positiveInt.default(5),
+  })
+  .strict();
+
+/** Knobs of the plumbing smoke workflow (foundation issue); ignored by training runs. */
+export const SmokeConfigSchema = z
+  .object({
+    samples: positiveInt.max(10_000).default(8),
+    rollout_delay_ms: nonNegativeInt.max(600_000).default(0),
+    hold_seconds: nonNegativeInt.max(86_400).default(0),
+    heartbeat_timeout_s: positiveInt.max(3600).default(10),
+  })
+  .strict();
+
+export const RunConfigSchema = z
+  .object({
+    run_id: z
+      .string()
+      .regex(IDENTIFIER, 'must be 1-64 characters of letters, digits, ".", "_" or "-", starting with a letter or digit')
+      .optional(),
+    task: z.string().min(1).default('add2'),
+    seed: nonNegativeInt.max(2 ** 31 - 1).default(0),
+    mode: z.enum(['sync', 'async']).default('sync'),
+    max_staleness: nonNegativeInt.max(64).default(0),
+    model: ModelConfigSchema.prefault({}),
+    algorithm: AlgorithmConfigSchema.prefault({}),
+    rollout: RolloutConfigSchema.prefault({}),
+    train: TrainConfigSchema.prefault({}),
+    checkpoint: CheckpointConfigSchema.prefault({}),
+    smoke: SmokeConfigSchema.prefault({}),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    if (c.model.d_model % c.model.n_heads !== 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['model', 'n_heads'],
+        message: `must divide model.d_model (${c.model.d_model}); got ${c.model.n_heads}`,
+      });
+    }
+    if (c.rollout.max_new_tokens >= c.model.context_length) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['rollout', 'max_new_tokens'],
+        message: `must be below model.context_length (${c.model.context_length}) to leave room for the prompt; got ${c.rollout.max_new_tokens}`,
+      });
+    }
+    if (c.algorithm.clip_high < c.algorithm.clip_low) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['algorithm', 'clip_high'],
+        message: `must be >= algorithm.clip_low (${c.algorithm.clip_low}); got ${c.algorithm.clip_high}`,
+      });
+    }
+    if (c.train.warmup_steps > c.train.steps) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['train', 'warmup_steps'],
+        message: `must be <= train.steps (${c.train.steps}); got ${c.train.warmup_steps}`,
+      });
+    }
+    if (c.mode === 'sync' && c.max_staleness !== 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['max_staleness'],
+        message: `must be 0 in mode "sync" (on-policy); set mode to "async" to train on samples up to ${c.max_staleness} versions old`,
+      });
+    }
+  });
+
+/** What a user writes: every field optional. */
+export type RunConfigInput = z.input<typeof RunConfigSchema>;
+/** What the system uses: defaults filled in. */
+export type RunConfig = z.output<typeof RunConfigSchema>;
+
+export class RunConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid run config: ${problems.join('; ')}`);
+    this.name = 'RunConfigError';
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  const json = JSON.stringify(value);
+  return json === undefined ? String(value) : json.length > 60 ? `${json.slice(0, 57)}...` : json;
+}
+
+function valueAt(input: unknown, path: PropertyKey[]): unknown {
+  let v: unknown = input;
+  for (const key of path) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<PropertyKey, unknown>)[key];
+  }
+  return v;
+}
+
+/** Parses a run config, filling defaults; throws RunConfigError whose lines each name a field. */
+export function parseRunConfig(input: unknown): RunConfig {
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
+    throw new RunConfigError([`config: expected one JSON object, got ${describe(input)}`]);
+  }
+  const result = RunConfigSchema.safeParse(input);
+  if (result.success) return result.data;
+  const problems = result.error.issues.map((issue) => {
+    if (issue.code === 'unrecognized_keys') {
+      const where = issue.path.length ? issue.path.join('.') + '.' : '';
+      return issue.keys.map((k) => `${where}${k}: unknown field (check the spelling; see docs/configuration.md)`).join('; ');
+    }
+    const field = issue.path.join('.') || 'config';
+    const got = issue.code === 'custom' ? '' : ` (got ${describe(valueAt(input, issue.path))})`;
+    return `${field}: ${issue.message}${got}`;
+  });
+  throw new RunConfigError(problems);
+}

@@ -1,0 +1,21 @@
+// Task-queue names: the contract between workflows (which schedule) and workers (which poll).
+// Plain constants with no imports, so deterministic workflow code can use them.
+
+export const ROLES = ['control', 'rollout', 'train', 'reference'] as const;
+export type Role = (typeof ROLES)[number];
+
+/** Roles whose activities need an accelerator; each worker of these pins itself to one device. */
+export const DEVICE_ROLES: readonly Role[] = ['rollout', 'train', 'reference'];
+
+/** The queue every worker of a role polls: work scheduled here goes to any live worker of the role. */
+export function roleTaskQueue(role: Role): string {
+  return `relax-${role}`;
+}
+
+/**
+ * The queue only ONE worker process polls (Temporal's worker-specific task queue pattern): work that
+ * needs that process's in-memory state (a trainer's weights and optimizer) is scheduled here.
+ */
+export function instanceTaskQueue(role: Role, instanceId: string): string {
+  return `relax-${role}@${instanceId}`;
+}

@@ -1,0 +1,129 @@
+// The data plane's schema. Migrations are append-only: never edit one that has shipped, add a new one.
+// Applied on start by every process that connects; idempotent and safe to race (advisory lock).
+import type { Pool } from 'pg';
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'runs, samples, checkpoints, metrics, run events',
+    sql: `
+      CREATE TABLE runs (
+        run_id       text PRIMARY KEY,
+        workflow_id  text NOT NULL,
+        kind         text NOT NULL,
+        config       jsonb NOT NULL,
+        status       text NOT NULL DEFAULT 'running',
+        created_at   timestamptz NOT NULL DEFAULT now(),
+        updated_at   timestamptz NOT NULL DEFAULT now()
+      );
+
+      -- The transfer queue: one row per sample (a whole trajectory), written by rollout and read by
+      -- reference, advantage and train. Keyed so a retried rollout overwrites instead of duplicating.
+      CREATE TABLE samples (
+        run_id           text NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+        iteration        integer NOT NULL,
+        group_index      integer NOT NULL,
+        sample_index     integer NOT NULL,
+        prompt_tokens    integer[] NOT NULL,
+        response_tokens  integer[] NOT NULL,
+        loss_mask        smallint[] NOT NULL,
+        rollout_logprobs real[],
+        ref_logprobs     real[],
+        reward           real,
+        rewards          jsonb,
+        advantage        real,
+        advantages       real[],
+        policy_version   integer NOT NULL,
+        token_versions   integer[],
+        status           text NOT NULL DEFAULT 'generated',
+        error            text,
+        consumed_by_step integer,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        updated_at       timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, iteration, group_index, sample_index)
+      );
+      CREATE INDEX samples_status ON samples (run_id, status);
+
+      CREATE TABLE checkpoints (
+        run_id          text NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+        policy_version  integer NOT NULL,
+        path            text NOT NULL,
+        sha256          text NOT NULL,
+        step            integer NOT NULL,
+        created_at      timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, policy_version)
+      );
+
+      CREATE TABLE metrics (
+        run_id      text NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+        step        integer NOT NULL,
+        name        text NOT NULL,
+        value       double precision NOT NULL,
+        created_at  timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, step, name)
+      );
+
+      CREATE TABLE run_events (
+        id          bigserial PRIMARY KEY,
+        run_id      text NOT NULL,
+        kind        text NOT NULL,
+        role        text,
+        task_queue  text,
+        worker      text,
+        detail      jsonb NOT NULL DEFAULT '{}'::jsonb,
+        created_at  timestamptz NOT NULL DEFAULT now()
+      );
+      CREATE INDEX run_events_run ON run_events (run_id, id);
+    `,
+  },
+];
+
+// An arbitrary constant shared by every Relax process: serializes concurrent migrators.
+const MIGRATION_LOCK_KEY = 7_261_991;
+
+/** Applies every pending migration in order; returns the versions it applied (empty when up to date). */
+export async function migrate(pool: Pool): Promise<number[]> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
+    await client.query(`
+      CREATE TABLE IF NOT EXISTS schema_migrations (
+        version     integer PRIMARY KEY,
+        name        text NOT NULL,
+        applied_at  timestamptz NOT NULL DEFAULT now()
+      )`);
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+    const done = new Set(rows.map((r) => r.version));
+    const applied: number[] = [];
+    for (const m of MIGRATIONS) {
+      if (done.has(m.version)) continue;
+      await client.query(m.sql);
+      await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+      applied.push(m.version);
+    }
+    await client.query('COMMIT');
+    return applied;
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+/** The newest migration version the database has, or 0 when none. */
+export async function schemaVersion(pool: Pool): Promise<number> {
+  const exists = await pool.query<{ t: string | null }>(`SELECT to_regclass('schema_migrations')::text AS t`);
+  if (!exists.rows[0]?.t) return 0;
+  const { rows } = await pool.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations');
+  return rows[0]?.v ?? 0;
+}
+
+export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1].version;

@@ -1,0 +1,136 @@
+// Shared by the tests: real processes, a real Temporal server (started once per test run by
+// scripts/test.js) and a fresh real database per test (embedded PGlite, or a new database on the
+// PostgreSQL server named by DATABASE_URL).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { Client, Connection } from '@temporalio/client';
+import { Pool } from 'pg';
+import type { Role } from '../config/task-queues';
+import { openStore } from '../store/db';
+import { startEmbeddedPostgres } from '../store/embedded';
+import { RELAX_BIN } from '../workers/local-stack';
+import { forwardLines } from '../workers/temporal-server';
+
+export function sharedTemporalAddress(): string {
+  const address = process.env.TEMPORAL_ADDRESS;
+  if (!address) throw new Error('TEMPORAL_ADDRESS is not set: run the tests with `npm test` (it starts one Temporal server)');
+  return address;
+}
+
+export interface TestDatabase {
+  url: string;
+  pool: Pool;
+  close(): Promise<void>;
+}
+
+/** A new, migrated, empty database. */
+export async function freshDatabase(): Promise<TestDatabase> {
+  const server = process.env.DATABASE_URL;
+  if (server) {
+    const name = `relax_test_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+    const admin = new Pool({ connectionString: server, max: 1 });
+    await admin.query(`CREATE DATABASE ${name}`);
+    await admin.end();
+    const u = new URL(server);
+    u.pathname = `/${name}`;
+    const url = u.toString();
+    const pool = await openStore({ url });
+    return {
+      url,
+      pool,
+      async close() {
+        await pool.end();
+        const a = new Pool({ connectionString: server, max: 1 });
+        await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+        await a.end();
+      },
+    };
+  }
+  const embedded = await startEmbeddedPostgres();
+  const pool = await openStore({ url: embedded.url, maxConnections: 2 });
+  return {
+    url: embedded.url,
+    pool,
+    async close() {
+      await pool.end();
+      await embedded.stop();
+    },
+  };
+}
+
+export interface TestProcess {
+  child: ChildProcess;
+  output: string[];
+  /** Resolves with the first output line matching `pattern`. */
+  waitForLine(pattern: RegExp, timeoutMs?: number): Promise<string>;
+  exited: Promise<number | null>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export function spawnRelax(args: string[], env: NodeJS.ProcessEnv): TestProcess {
+  const child = spawn(process.execPath, [RELAX_BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const output: string[] = [];
+  const waiters: Array<{ pattern: RegExp; resolve: (l: string) => void }> = [];
+  forwardLines(child, (line) => {
+    output.push(line);
+    if (process.env.RELAX_TEST_VERBOSE) console.log(`[${args.slice(0, 3).join(' ')}] ${line}`);
+    for (const w of waiters.filter((w) => w.pattern.test(line))) {
+      waiters.splice(waiters.indexOf(w), 1);
+      w.resolve(line);
+    }
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return {
+    child,
+    output,
+    exited,
+    waitForLine(pattern, timeoutMs = 60_000) {
+      const seen = output.find((l) => pattern.test(l));
+      if (seen) return Promise.resolve(seen);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no line matching ${pattern} within ${timeoutMs} ms; output:\n${output.slice(-30).join('\n')}`)), timeoutMs);
+        exited.then((code) => {
+          clearTimeout(timer);
+          reject(new Error(`relax ${args.join(' ')} exited (${code}) before printing ${pattern}; output:\n${output.slice(-30).join('\n')}`));
+        });
+        waiters.push({
+          pattern,
+          resolve: (l) => {
+            clearTimeout(timer);
+            resolve(l);
+          },
+        });
+      });
+    },
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+/** Starts one real `relax worker` process and waits until it polls. */
+export async function startWorkerProcess(role: Role, env: { TEMPORAL_ADDRESS: string; DATABASE_URL: string }): Promise<TestProcess> {
+  const p = spawnRelax(['worker', '--role', role, ...(role === 'control' ? [] : ['--device', 'cpu'])], env);
+  await p.waitForLine(/^relax worker ready/);
+  return p;
+}
+
+export async function temporalClient(address = sharedTemporalAddress()): Promise<{ client: Client; close(): Promise<void> }> {
+  const connection = await Connection.connect({ address });
+  return { client: new Client({ connection }), close: () => connection.close() };
+}
+
+export async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 60_000, everyMs = 200): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+export function uniqueId(prefix: string): string {
+  return `${prefix}-${randomUUID().slice(0, 8)}`;
+}

