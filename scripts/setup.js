@@ -17,6 +17,15 @@ function run(cmd, args, extraEnv = {}) {
   execFileSync(cmd, args, { cwd: root, stdio: 'inherit', env: { ...process.env, ...extraEnv } });
 }
 
+function step(what, fn) {
+  try {
+    fn();
+  } catch (err) {
+    console.error(`[setup] ${what} failed (${err.message.split('\n')[0]}); see the output above.`);
+    process.exit(1);
+  }
+}
+
 function mtime(file) {
   try {
     return fs.statSync(file).mtimeMs;
@@ -40,7 +49,7 @@ function onPath(name) {
 // may be unreachable; its bundled CPU binaries are enough (GPU hosts: see docs/engines.md).
 const installedLock = path.join(root, 'node_modules', '.package-lock.json');
 if (mtime(installedLock) < mtime(path.join(root, 'package-lock.json'))) {
-  run('npm', ['ci', '--no-audit', '--no-fund'], { ONNXRUNTIME_NODE_INSTALL: 'skip' });
+  step('installing dependencies', () => run('npm', ['ci', '--no-audit', '--no-fund'], { ONNXRUNTIME_NODE_INSTALL: 'skip' }));
 }
 
 // 2. The temporal binary.
@@ -58,4 +67,6 @@ if (!process.env.TEMPORAL_CLI_PATH && !onPath('temporal') && !fs.existsSync(venv
 }
 
 // 3. Build.
-run(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', path.join(root, 'tsconfig.json')]);
+step('the TypeScript build', () =>
+  run(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', path.join(root, 'tsconfig.json')]),
+);

@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { freePort } from '../workers/ports';
+import { freshDatabase, sharedTemporalAddress, spawnRelax, type TestDatabase } from './helpers';
+
+let db: TestDatabase;
+before(async () => {
+  db = await freshDatabase();
+});
+after(async () => {
+  await db.close();
+});
+
+async function doctor(env: NodeJS.ProcessEnv): Promise<{ code: number | null; text: string }> {
+  const p = spawnRelax(['doctor'], { RELAX_HOME: '/nonexistent-relax-home', ...env });
+  const code = await p.exited;
+  return { code, text: p.output.join('\n') };
+}
+
+test('doctor passes when Temporal and a migrated database are reachable', async () => {
+  const { code, text } = await doctor({ TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url });
+  assert.equal(code, 0, text);
+  for (const name of ['temporal binary', 'temporal server', 'postgres', 'tfjs backend', 'onnx runtime']) {
+    assert.match(text, new RegExp(`^ok\\s+${name}\\s`, 'm'), `${name} row:\n${text}`);
+  }
+  assert.match(text, /postgres .*schema v\d+/);
+  assert.match(text, /tfjs backend\s+(wasm|tensorflow)/);
+});
+
+test('doctor fails with a how-to-fix line for each missing service', async () => {
+  const closed = await freePort();
+  const { code, text } = await doctor({
+    TEMPORAL_ADDRESS: `127.0.0.1:${closed}`,
+    DATABASE_URL: `postgres://postgres:postgres@127.0.0.1:${closed}/postgres`,
+  });
+  assert.equal(code, 1, text);
+  assert.match(text, /^FAIL\s+temporal server/m);
+  assert.match(text, /^FAIL\s+postgres/m);
+  assert.match(text, /fix temporal server: start the stack with `relax dev`/);
+  assert.match(text, /fix postgres: /);
+  assert.match(text, /^ok\s+tfjs backend/m, 'local engine checks still run');
+});
+
+test('doctor names an unmigrated database', async () => {
+  await db.pool.query('DROP TABLE schema_migrations');
+  const { code, text } = await doctor({ TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url });
+  assert.equal(code, 1, text);
+  assert.match(text, /^FAIL\s+postgres\s+reachable, but schema version 0 < \d+: not migrated/m);
+});
