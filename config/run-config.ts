@@ -26,7 +26,7 @@ export const AlgorithmConfigSchema = z
   .object({
     advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
     policy_loss: z.enum(['ppo_clip', 'gspo']).default('ppo_clip'),
-    loss_aggregation: z.enum(['token_mean', 'sequence_mean']).default('token_mean'),
+    loss_aggregation: z.enum(['token_mean', 'sequence_mean', 'sequence_sum_norm']).default('token_mean'),
     group_size: z.number().int().min(2).max(1024).default(8),
     clip_low: z.number().positive().max(1).default(0.2),
     clip_high: z.number().positive().max(10).default(0.28),

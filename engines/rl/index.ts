@@ -1,0 +1,3 @@
+export * from './advantages';
+export * from './kl';
+export * from './losses';

@@ -1,0 +1,111 @@
+// Hugging Face tokenizer.json files, loaded locally with @huggingface/tokenizers (pure JS, no network).
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { Tokenizer as HfTokenizerModel } from '@huggingface/tokenizers' with { 'resolution-mode': 'import' };
+import type { Tokenizer } from './tokenizer';
+
+// The package is an ES module whose CommonJS build (its "require" export) this CommonJS project
+// loads synchronously; TypeScript under node16 only lets a CommonJS file take its types.
+const { Tokenizer: HfTokenizerClass } = require('@huggingface/tokenizers') as { Tokenizer: typeof HfTokenizerModel };
+
+export interface HfSpecialTokens {
+  /** Token strings, e.g. '<pad>' or '<|endoftext|>'. Unset ones come from tokenizer_config.json next to the file. */
+  padToken?: string;
+  bosToken?: string;
+  eosToken?: string;
+}
+
+type Role = 'pad' | 'bos' | 'eos';
+
+/** tokenizer_config.json writes a special token either as a string or as an AddedToken object. */
+function tokenString(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value !== null && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string') {
+    return (value as { content: string }).content;
+  }
+  return undefined;
+}
+
+function readJson(path: string, what: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`cannot read ${what} ${path}: ${(err as Error).message}`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${what} ${path} does not parse as JSON: ${(err as Error).message}`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new Error(`${what} ${path} is not a JSON object`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+export class HfTokenizer implements Tokenizer {
+  readonly vocabSize: number;
+  readonly padId: number;
+  readonly bosId: number;
+  readonly eosId: number;
+
+  private constructor(
+    private readonly model: HfTokenizerModel,
+    ids: Record<Role, number>,
+  ) {
+    this.padId = ids.pad;
+    this.bosId = ids.bos;
+    this.eosId = ids.eos;
+    let maxId = -1;
+    for (const id of model.get_vocab(true).values()) maxId = Math.max(maxId, id);
+    this.vocabSize = maxId + 1;
+  }
+
+  /**
+   * Loads `path` (a tokenizer.json) and, when present, the tokenizer_config.json beside it; special
+   * tokens given in `special` win over the config's pad_token/bos_token/eos_token.
+   */
+  static fromFile(path: string, special: HfSpecialTokens = {}): HfTokenizer {
+    const json = readJson(path, 'tokenizer file');
+    const configPath = join(dirname(path), 'tokenizer_config.json');
+    const config = existsSync(configPath) ? readJson(configPath, 'tokenizer config') : {};
+    let model: HfTokenizerModel;
+    try {
+      model = new HfTokenizerClass(json, config);
+    } catch (err) {
+      throw new Error(`tokenizer file ${path} is not a usable Hugging Face tokenizer.json: ${(err as Error).message}`);
+    }
+    const names: Record<Role, string | undefined> = {
+      pad: special.padToken ?? tokenString(config.pad_token),
+      bos: special.bosToken ?? tokenString(config.bos_token),
+      eos: special.eosToken ?? tokenString(config.eos_token),
+    };
+    const option: Record<Role, string> = { pad: 'padToken', bos: 'bosToken', eos: 'eosToken' };
+    const ids = {} as Record<Role, number>;
+    for (const role of ['pad', 'bos', 'eos'] as const) {
+      const name = names[role];
+      if (name === undefined) {
+        throw new Error(`tokenizer ${path}: no ${role} token is named; pass ${option[role]} (e.g. the eos token string) or set ${role}_token in ${configPath}`);
+      }
+      const id = model.token_to_id(name);
+      if (id === undefined) {
+        throw new Error(`tokenizer ${path}: the ${role} token ${JSON.stringify(name)} is not in its vocabulary; pass an existing token string as ${option[role]}`);
+      }
+      ids[role] = id;
+    }
+    return new HfTokenizer(model, ids);
+  }
+
+  encode(text: string): number[] {
+    return this.model.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  decode(ids: readonly number[], opts: { skipSpecial?: boolean } = {}): string {
+    const skipSpecial = opts.skipSpecial ?? false;
+    // pad/bos/eos are chosen by name and need not be flagged special in the file, so drop them here too.
+    const kept = skipSpecial ? ids.filter((id) => id !== this.padId && id !== this.bosId && id !== this.eosId) : [...ids];
+    return this.model.decode(kept, { skip_special_tokens: skipSpecial });
+  }
+}

@@ -1,0 +1,29 @@
+// What a task gives the RL loop: a tokenizer, prompts to train on, a fixed held-out set to measure
+// on, and a reward. New tasks implement this interface and register in ./registry.
+import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+
+export interface TaskPrompt {
+  /** What the policy is conditioned on, e.g. "17+25=". */
+  text: string;
+  /** The reference answer the reward compares with, e.g. "42" (task-defined; without eos). */
+  answer: string;
+}
+
+export interface Task {
+  readonly name: string;
+  tokenizer(): Tokenizer;
+  /** n prompts drawn with `seed`: the same (seed, n) always gives the same list. */
+  trainPrompts(seed: number, n: number): TaskPrompt[];
+  /** The fixed evaluation set; identical on every call and every machine. */
+  heldOut(): TaskPrompt[];
+  /**
+   * Reward of one response. `responseText` is tokenizer().decode(responseIds) with special tokens
+   * KEPT (skipSpecial false), so the task can see whether and where the response emitted eos.
+   */
+  reward(prompt: TaskPrompt, responseText: string): number;
+}
+
+export function checkPromptCount(seed: number, n: number): void {
+  if (!Number.isInteger(seed)) throw new Error(`seed is ${seed}: pass an integer seed`);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`prompt count is ${n}: pass a non-negative integer`);
+}
