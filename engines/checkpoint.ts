@@ -1,0 +1,165 @@
+// Policy checkpoints: one directory per policy version holding model.safetensors (float32 weights,
+// the model config in its metadata) and config.json (format, version, model config, sha256 of the
+// weights file). Versions are immutable: publishing the same version again succeeds only with
+// identical bytes, which makes a retried publish idempotent.
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import { checkWeights, modelConfigDifference, modelConfigSchema, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';
+import { decodeSafetensors, encodeSafetensors } from './safetensors';
+
+export const CHECKPOINT_FORMAT = 'relax.policy-checkpoint/1';
+export const WEIGHTS_FILE = 'model.safetensors';
+export const CONFIG_FILE = 'config.json';
+const MODEL_CONFIG_METADATA_KEY = 'relax.model_config';
+
+const checkpointConfigSchema = z.object({
+  format: z.literal(CHECKPOINT_FORMAT),
+  policyVersion: z.number().int().min(0),
+  model: modelConfigSchema,
+  weightsFile: z.string(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  bytes: z.number().int().min(0),
+});
+
+export type CheckpointConfig = z.infer<typeof checkpointConfigSchema>;
+
+export interface CheckpointInfo extends CheckpointConfig {
+  dir: string;
+}
+
+export interface LoadedCheckpoint {
+  info: CheckpointInfo;
+  weights: PolicyWeights;
+}
+
+export function sha256Hex(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** The weights file's bytes: a pure function of config + weights, so equal weights hash equally. */
+export function encodeCheckpointWeights(model: ModelConfig, weights: PolicyWeights): Uint8Array {
+  checkWeights(model, weights);
+  return encodeSafetensors(
+    parameterSpec(model).map((p) => [p.name, { shape: p.shape, data: weights[p.name] }]),
+    { [MODEL_CONFIG_METADATA_KEY]: JSON.stringify(model) },
+  );
+}
+
+/** The sha256 a checkpoint of these weights will have. */
+export function weightsContentHash(model: ModelConfig, weights: PolicyWeights): string {
+  return sha256Hex(encodeCheckpointWeights(model, weights));
+}
+
+/** Directory of `policyVersion` under a run's checkpoint root. */
+export function checkpointDir(root: string, policyVersion: number): string {
+  if (!Number.isInteger(policyVersion) || policyVersion < 0) throw new Error(`policyVersion must be a non-negative integer, got ${policyVersion}`);
+  return path.join(root, `v${String(policyVersion).padStart(8, '0')}`);
+}
+
+async function readConfigFile(dir: string): Promise<CheckpointConfig> {
+  const file = path.join(dir, CONFIG_FILE);
+  let raw: string;
+  try {
+    raw = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new Error(`checkpoint ${dir}: cannot read ${CONFIG_FILE} (${(err as Error).message})`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch (err) {
+    throw new Error(`checkpoint ${file}: not valid JSON (${(err as Error).message})`);
+  }
+  const r = checkpointConfigSchema.safeParse(json);
+  if (!r.success) {
+    throw new Error(`checkpoint ${file}: ${r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`);
+  }
+  return r.data;
+}
+
+/**
+ * Writes version `policyVersion` to checkpointDir(root, policyVersion) atomically (a temporary
+ * directory renamed into place). If that version exists already with the same content hash, returns
+ * it; with a different hash, throws: published versions never change.
+ */
+export async function publishCheckpoint(root: string, policyVersion: number, model: ModelConfig, weights: PolicyWeights): Promise<CheckpointInfo> {
+  const dir = checkpointDir(root, policyVersion);
+  const bytes = encodeCheckpointWeights(model, weights);
+  const config: CheckpointConfig = { format: CHECKPOINT_FORMAT, policyVersion, model, weightsFile: WEIGHTS_FILE, sha256: sha256Hex(bytes), bytes: bytes.length };
+  const existing = await readConfigFile(dir).catch(() => undefined);
+  if (existing) return sameOrConflict(dir, existing, config);
+  await mkdir(root, { recursive: true });
+  const tmp = path.join(root, `.tmp-${path.basename(dir)}-${randomUUID().slice(0, 8)}`);
+  await mkdir(tmp);
+  try {
+    await writeFile(path.join(tmp, WEIGHTS_FILE), bytes);
+    await writeFile(path.join(tmp, CONFIG_FILE), `${JSON.stringify(config, null, 2)}\n`);
+    await rename(tmp, dir);
+  } catch (err) {
+    await rm(tmp, { recursive: true, force: true });
+    // A concurrent publisher may have won the rename; that is fine if it wrote the same bytes.
+    const raced = await readConfigFile(dir).catch(() => undefined);
+    if (raced) return sameOrConflict(dir, raced, config);
+    throw err;
+  }
+  return { ...config, dir };
+}
+
+function sameOrConflict(dir: string, existing: CheckpointConfig, wanted: CheckpointConfig): CheckpointInfo {
+  if (existing.sha256 !== wanted.sha256) {
+    throw new Error(`policy version ${wanted.policyVersion} is already published at ${dir} with sha256 ${existing.sha256}; refusing to overwrite it with different weights (sha256 ${wanted.sha256})`);
+  }
+  return { ...existing, dir };
+}
+
+export interface LoadCheckpointOptions {
+  /** The architecture the caller will run the weights with; a mismatch is an error naming the field. */
+  model?: ModelConfig;
+  /** The content hash recorded elsewhere (e.g. the checkpoint registry). */
+  sha256?: string;
+}
+
+/** Reads a checkpoint directory, verifying its content hash, its model config and every tensor's shape. */
+export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions = {}): Promise<LoadedCheckpoint> {
+  const config = await readConfigFile(dir);
+  const file = path.join(dir, config.weightsFile);
+  const bytes = new Uint8Array(await readFile(file));
+  const sha256 = sha256Hex(bytes);
+  if (sha256 !== config.sha256) throw new Error(`checkpoint ${file}: sha256 ${sha256} does not match ${config.sha256} recorded in ${CONFIG_FILE} (file corrupted or replaced)`);
+  if (options.sha256 !== undefined && options.sha256 !== sha256) {
+    throw new Error(`checkpoint ${file}: sha256 ${sha256} does not match the expected ${options.sha256}`);
+  }
+  const mismatch = options.model && modelConfigDifference(config.model, options.model);
+  if (mismatch) throw new Error(`checkpoint ${dir}: ${mismatch} by the caller's model config`);
+  const parsed = decodeSafetensors(bytes, file);
+  const stored = parsed.metadata[MODEL_CONFIG_METADATA_KEY];
+  const inner = stored === undefined ? undefined : modelConfigDifference(parseModelConfig(JSON.parse(stored)), config.model);
+  if (inner) throw new Error(`checkpoint ${dir}: the model config inside ${config.weightsFile} differs from ${CONFIG_FILE}: ${inner}`);
+  const weights: PolicyWeights = {};
+  const shapes: Record<string, number[]> = {};
+  for (const [name, t] of parsed.tensors) {
+    weights[name] = t.data;
+    shapes[name] = t.shape;
+  }
+  try {
+    checkWeights(config.model, weights, shapes);
+  } catch (err) {
+    throw new Error(`checkpoint ${file}: ${(err as Error).message}`);
+  }
+  return { info: { ...config, dir }, weights };
+}
+
+/** Policy versions published under `root`, ascending. */
+export async function listCheckpointVersions(root: string): Promise<number[]> {
+  const entries = await readdir(root).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return [] as string[];
+    throw err;
+  });
+  return entries
+    .map((e) => /^v(\d{8,})$/.exec(e))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+}

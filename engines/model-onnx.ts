@@ -1,0 +1,173 @@
+// The model's ops as an ONNX graph builder: running engines/model.ts's forward() with these ops
+// emits the generation graphs instead of computing. Weights are graph INPUTS, not initializers, so a
+// session built once serves every policy version: the next run simply feeds the new tensors.
+import { encodeOnnxModel, OnnxDataType, type OnnxAttributeValue, type OnnxGraph, type OnnxNode, type OnnxTensor, type OnnxValueInfo } from './onnx-proto';
+import { forward, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
+
+/** Opset 17: the first with LayerNormalization. */
+export const ONNX_OPSET = 17;
+
+function int64Tensor(values: number[]): OnnxTensor {
+  return { dims: [values.length], dataType: OnnxDataType.INT64, rawData: new Uint8Array(BigInt64Array.from(values.map(BigInt)).buffer) };
+}
+
+function floatScalar(value: number): OnnxTensor {
+  return { dims: [], dataType: OnnxDataType.FLOAT, rawData: new Uint8Array(Float32Array.of(value).buffer) };
+}
+
+/** Emits nodes; a tensor is the name of the graph value that holds it. */
+export class OnnxGraphBuilder implements TensorOps<string> {
+  readonly nodes: OnnxNode[] = [];
+  private counter = 0;
+  private readonly constants = new Map<string, string>();
+
+  private fresh(hint: string): string {
+    return `${hint}_${this.counter++}`;
+  }
+
+  node(opType: string, inputs: string[], attributes: Record<string, OnnxAttributeValue> = {}, outputCount = 1): string[] {
+    const name = this.fresh(opType);
+    const outputs = Array.from({ length: outputCount }, (_, i) => `${name}_out${i}`);
+    this.nodes.push({ opType, inputs, outputs, name, attributes });
+    return outputs;
+  }
+
+  private one(opType: string, inputs: string[], attributes: Record<string, OnnxAttributeValue> = {}): string {
+    return this.node(opType, inputs, attributes)[0];
+  }
+
+  private constant(key: string, value: OnnxTensor): string {
+    const existing = this.constants.get(key);
+    if (existing) return existing;
+    const out = this.one('Constant', [], { value: { kind: 'tensor', value } });
+    this.constants.set(key, out);
+    return out;
+  }
+
+  private ints(values: number[]): string {
+    return this.constant(`i64:${values.join(',')}`, int64Tensor(values));
+  }
+
+  private float(value: number): string {
+    return this.constant(`f32:${value}`, floatScalar(value));
+  }
+
+  /** Gives value `from` the graph-visible name `to` (for graph outputs). */
+  rename(from: string, to: string): void {
+    this.nodes.push({ opType: 'Identity', inputs: [from], outputs: [to], name: this.fresh('Identity'), attributes: {} });
+  }
+
+  embed(table: string, ids: string): string {
+    return this.one('Gather', [table, ids], { axis: { kind: 'int', value: 0 } });
+  }
+  linear(x: string, weight: string, bias?: string): string {
+    const y = this.one('MatMul', [x, weight]);
+    return bias ? this.one('Add', [y, bias]) : y;
+  }
+  matmul(a: string, b: string): string {
+    return this.one('MatMul', [a, b]);
+  }
+  add(a: string, b: string): string {
+    return this.one('Add', [a, b]);
+  }
+  mul(a: string, b: string): string {
+    return this.one('Mul', [a, b]);
+  }
+  scale(x: string, s: number): string {
+    return this.one('Mul', [x, this.float(s)]);
+  }
+  shift(x: string, s: number): string {
+    return this.one('Add', [x, this.float(s)]);
+  }
+  tanh(x: string): string {
+    return this.one('Tanh', [x]);
+  }
+  softmax(x: string): string {
+    return this.one('Softmax', [x], { axis: { kind: 'int', value: -1 } });
+  }
+  layerNorm(x: string, gamma: string, beta: string, eps: number): string {
+    return this.one('LayerNormalization', [x, gamma, beta], { axis: { kind: 'int', value: -1 }, epsilon: { kind: 'float', value: eps } });
+  }
+  split(x: string, parts: number): string[] {
+    // Opset 17's Split takes the chunk sizes as an input; the last axis size is only known at run
+    // time, so compute it: size = Shape(x)[-1] / parts.
+    const last = this.one('Slice', [this.one('Shape', [x]), this.ints([-1]), this.ints([Number.MAX_SAFE_INTEGER])]);
+    const chunk = this.one('Div', [last, this.ints([parts])]);
+    const sizes = this.one('Tile', [chunk, this.ints([parts])]);
+    return this.node('Split', [x, sizes], { axis: { kind: 'int', value: -1 } }, parts);
+  }
+  reshape(x: string, shape: number[]): string {
+    return this.one('Reshape', [x, this.ints(shape)]);
+  }
+  transpose(x: string, perm: number[]): string {
+    return this.one('Transpose', [x], { perm: { kind: 'ints', value: perm } });
+  }
+  concat(xs: string[], axis: number): string {
+    return this.one('Concat', xs, { axis: { kind: 'int', value: axis } });
+  }
+  lastPosition(x: string): string {
+    return this.one('Slice', [x, this.ints([-1]), this.ints([Number.MAX_SAFE_INTEGER]), this.ints([1])]);
+  }
+}
+
+/** Graph input/output names shared by the builder and the rollout engine. */
+export const GRAPH_NAMES = {
+  tokens: 'tokens',
+  positions: 'positions',
+  attentionBias: 'attention_bias',
+  logits: 'logits',
+  pastKey: (l: number) => `past_key_${l}`,
+  pastValue: (l: number) => `past_value_${l}`,
+  presentKey: (l: number) => `present_key_${l}`,
+  presentValue: (l: number) => `present_value_${l}`,
+};
+
+/**
+ * The generation graph. Inputs: every weight (by parameter name), tokens and positions [batch, new]
+ * int32, attention_bias [batch, 1, new, past + new] float, and with `withPast` the cache
+ * past_key_l [batch, H, Dh, past] / past_value_l [batch, H, past, Dh]. Outputs: logits of the last
+ * position [batch, 1, V] and present_key_l / present_value_l covering past + new positions.
+ * Prefill is withPast = false (the prompt), decode is withPast = true (one token per step).
+ */
+export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxGraph {
+  const b = new OnnxGraphBuilder();
+  const H = cfg.nHeads;
+  const Dh = cfg.dModel / H;
+  const F = OnnxDataType.FLOAT;
+  const inputs: OnnxValueInfo[] = parameterSpec(cfg).map((p) => ({ name: p.name, dataType: F, shape: p.shape }));
+  inputs.push(
+    { name: GRAPH_NAMES.tokens, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] },
+    { name: GRAPH_NAMES.positions, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] },
+    { name: GRAPH_NAMES.attentionBias, dataType: F, shape: ['batch', 1, 'new', 'total'] },
+  );
+  let past: LayerCache<string>[] | undefined;
+  if (withPast) {
+    past = [];
+    for (let l = 0; l < cfg.nLayers; l++) {
+      inputs.push({ name: GRAPH_NAMES.pastKey(l), dataType: F, shape: ['batch', H, Dh, 'past'] });
+      inputs.push({ name: GRAPH_NAMES.pastValue(l), dataType: F, shape: ['batch', H, 'past', Dh] });
+      past.push({ k: GRAPH_NAMES.pastKey(l), v: GRAPH_NAMES.pastValue(l) });
+    }
+  }
+  const weights = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.name]));
+  const out = forward(b, cfg, weights, {
+    tokens: GRAPH_NAMES.tokens,
+    positions: GRAPH_NAMES.positions,
+    attentionBias: GRAPH_NAMES.attentionBias,
+    past,
+    lastPositionOnly: true,
+  });
+  b.rename(out.logits, GRAPH_NAMES.logits);
+  const outputs: OnnxValueInfo[] = [{ name: GRAPH_NAMES.logits, dataType: F, shape: ['batch', 1, cfg.vocabSize] }];
+  out.present.forEach((c, l) => {
+    b.rename(c.k, GRAPH_NAMES.presentKey(l));
+    b.rename(c.v, GRAPH_NAMES.presentValue(l));
+    outputs.push({ name: GRAPH_NAMES.presentKey(l), dataType: F, shape: ['batch', H, Dh, 'total'] });
+    outputs.push({ name: GRAPH_NAMES.presentValue(l), dataType: F, shape: ['batch', H, 'total', Dh] });
+  });
+  return { name: withPast ? 'relax_policy_decode' : 'relax_policy_prefill', nodes: b.nodes, inputs, outputs };
+}
+
+export function buildGenerationModel(cfg: ModelConfig, withPast: boolean): Uint8Array {
+  return encodeOnnxModel(buildGenerationGraph(cfg, withPast), ONNX_OPSET);
+}

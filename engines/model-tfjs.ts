@@ -1,0 +1,63 @@
+// The model's ops on tfjs eager tensors: what the trainer differentiates. Works on every tfjs
+// backend; on wasm it avoids the slow paths measured there (see ENVIRONMENT.md): matmul gradients
+// use explicit transposes instead of BatchMatMul's transpose flags, no transpose exceeds rank 4, and
+// the embedding gradient needs the UnsortedSegmentSum kernel from engines/wasm-kernels.ts.
+import * as tf from '@tensorflow/tfjs';
+import type { TensorOps } from './model';
+
+function swapLastTwo(x: tf.Tensor): tf.Tensor {
+  const perm = x.shape.map((_, i) => i);
+  const r = perm.length;
+  [perm[r - 2], perm[r - 1]] = [perm[r - 1], perm[r - 2]];
+  return tf.transpose(x, perm);
+}
+
+/** a @ b whose gradient uses explicit transposes + plain matmuls (10x faster than transpose flags on wasm). */
+const matmulExplicitGrad = tf.customGrad((a, b, save) => {
+  (save as tf.GradSaveFunc)([a as tf.Tensor, b as tf.Tensor]);
+  return {
+    value: tf.matMul(a as tf.Tensor, b as tf.Tensor),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => [tf.matMul(dy, swapLastTwo(saved[1])), tf.matMul(swapLastTwo(saved[0]), dy)],
+  };
+}) as (a: tf.Tensor, b: tf.Tensor) => tf.Tensor;
+
+function resolveShape(x: tf.Tensor, shape: number[]): number[] {
+  return shape.map((d, i) => (d === 0 ? x.shape[i] : d));
+}
+
+export interface TfjsOpsOptions {
+  /** Differentiate matmuls through explicit transposes (faster on wasm, slower on native TensorFlow). */
+  explicitTransposeGrad: boolean;
+}
+
+export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
+  const matmul = options.explicitTransposeGrad ? matmulExplicitGrad : (a: tf.Tensor, b: tf.Tensor) => tf.matMul(a, b);
+  return {
+    embed: (table, ids) => tf.gather(table, ids),
+    linear(x, weight, bias) {
+      const lead = x.shape.slice(0, -1);
+      const inDim = x.shape[x.shape.length - 1];
+      let y = matmul(tf.reshape(x, [-1, inDim]), weight);
+      if (bias) y = tf.add(y, bias);
+      return tf.reshape(y, [...lead, weight.shape[1] as number]);
+    },
+    matmul,
+    add: (a, b) => tf.add(a, b),
+    mul: (a, b) => tf.mul(a, b),
+    scale: (x, s) => tf.mul(x, tf.scalar(s)),
+    shift: (x, s) => tf.add(x, tf.scalar(s)),
+    tanh: (x) => tf.tanh(x),
+    softmax: (x) => tf.softmax(x),
+    layerNorm(x, gamma, beta, eps) {
+      const mean = tf.mean(x, -1, true);
+      const centered = tf.sub(x, mean);
+      const variance = tf.mean(tf.square(centered), -1, true);
+      return tf.add(tf.mul(tf.mul(centered, tf.rsqrt(tf.add(variance, tf.scalar(eps)))), gamma), beta);
+    },
+    split: (x, parts) => tf.split(x, parts, -1),
+    reshape: (x, shape) => tf.reshape(x, resolveShape(x, shape)),
+    transpose: (x, perm) => tf.transpose(x, perm),
+    concat: (xs, axis) => tf.concat(xs, axis),
+    lastPosition: (x) => tf.slice(x, [0, x.shape[1]! - 1, 0], [-1, 1, -1]),
+  };
+}

@@ -1,0 +1,311 @@
+// The rollout engine: batched generation with ONNX Runtime from the policy graphs that
+// engines/model-onnx.ts builds out of the shared model definition. A prefill graph runs the prompts,
+// a KV-cache decode graph adds one token per step. Weights are graph inputs, so switching to a new
+// policy version is a pointer swap before the next generate() (no session rebuild).
+//
+// Log-probs: every sample carries `logprobs`, the log-probability of each generated token under the
+// policy itself (softmax of the logits at temperature 1, no top-p/top-k truncation). That is what the
+// trainer computes (Trainer.logprobs) and what RL ratios and KL need. Temperature, top-p and top-k
+// only shape exploration; the log-probs of the distribution actually sampled from are returned
+// separately as `samplingLogprobs` for anyone who wants to correct for that.
+import * as ort from 'onnxruntime-node';
+import { onnxRuntimeInfo } from './backends';
+import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
+import type { Device } from './device';
+import { attentionBias, checkWeights, mixSeed, parameterSpec, parseModelConfig, seededRandom, type ModelConfig, type PolicyWeights } from './model';
+import { buildGenerationModel, GRAPH_NAMES } from './model-onnx';
+
+export interface SamplingParams {
+  /** Stop after this many new tokens (finish reason 'length'). */
+  maxNewTokens: number;
+  /** Softmax temperature for sampling; 0 means greedy. Default 1. */
+  temperature?: number;
+  /** Nucleus sampling: keep the smallest set of most likely tokens whose mass reaches topP. Default 1 (off). */
+  topP?: number;
+  /** Keep only the topK most likely tokens. Default 0 (off). */
+  topK?: number;
+  /** Tokens that end a sample (included in its tokens; finish reason 'stop'). */
+  stopTokens?: number[];
+  /** Seeds the sampler; sample i of a call draws from its own stream, independent of batching. Default 0. */
+  seed?: number;
+  /** Always pick the most likely token (evaluation). Same as temperature 0. */
+  greedy?: boolean;
+}
+
+export type FinishReason = 'stop' | 'length';
+
+export interface GeneratedSample {
+  /** Generated tokens (the prompt excluded), including the stop token if one ended the sample. */
+  tokens: number[];
+  /** log pi(token | prefix) under the policy at temperature 1, one per generated token. */
+  logprobs: number[];
+  /** log q(token | prefix) under the distribution actually sampled from (0 when greedy). */
+  samplingLogprobs: number[];
+  finishReason: FinishReason;
+  /** The policy version whose weights generated every token of this sample. */
+  policyVersion: number;
+}
+
+export interface RolloutEngineOptions {
+  /** Picks the execution providers for this device (CUDA when onnxruntime-node supports it here). Default cpu. */
+  device?: Device;
+  /** ONNX Runtime execution providers, best first; overrides `device`. */
+  executionProviders?: string[];
+  /**
+   * Threads per session for one operator; default: ONNX Runtime's choice (all cores). For models as
+   * small as the add2 policy, 1 thread decoded ~2x faster than 2 on a 2-core machine (thread sync
+   * costs more than these tiny matmuls).
+   */
+  intraOpNumThreads?: number;
+  /** Prompts per prefill/decode batch; longer prompt lists are generated in chunks. Default 64. */
+  maxBatchSize?: number;
+}
+
+interface LoadedPolicy {
+  version: number;
+  feeds: Record<string, ort.Tensor>;
+}
+
+interface Row {
+  /** Index into the caller's prompt list. */
+  sample: number;
+  promptLength: number;
+  /** Left padding in the batch's cache slots. */
+  padding: number;
+  generated: number[];
+  logprobs: number[];
+  samplingLogprobs: number[];
+  rand: () => number;
+}
+
+function checkSamplingParams(p: SamplingParams, vocabSize: number): void {
+  const fail = (field: string, why: string) => {
+    throw new Error(`sampling params: ${field} ${why}`);
+  };
+  if (!Number.isInteger(p.maxNewTokens) || p.maxNewTokens < 1) fail('maxNewTokens', `must be an integer >= 1, got ${p.maxNewTokens}`);
+  if (p.temperature !== undefined && !(p.temperature >= 0 && Number.isFinite(p.temperature))) fail('temperature', `must be a finite number >= 0, got ${p.temperature}`);
+  if (p.topP !== undefined && !(p.topP > 0 && p.topP <= 1)) fail('topP', `must be in (0, 1], got ${p.topP}`);
+  if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) fail('topK', `must be an integer >= 0, got ${p.topK}`);
+  for (const t of p.stopTokens ?? []) {
+    if (!Number.isInteger(t) || t < 0 || t >= vocabSize) fail('stopTokens', `contains ${t}, not a token id of this ${vocabSize}-token vocabulary`);
+  }
+  if (p.seed !== undefined && !Number.isInteger(p.seed)) fail('seed', `must be an integer, got ${p.seed}`);
+}
+
+/** log-softmax of one row of logits, in float64. */
+function logSoftmax(logits: Float32Array, offset: number, V: number, temperature = 1): Float64Array {
+  const out = new Float64Array(V);
+  let max = -Infinity;
+  for (let v = 0; v < V; v++) max = Math.max(max, logits[offset + v] / temperature);
+  let sum = 0;
+  for (let v = 0; v < V; v++) sum += Math.exp(logits[offset + v] / temperature - max);
+  const logSum = Math.log(sum) + max;
+  for (let v = 0; v < V; v++) out[v] = logits[offset + v] / temperature - logSum;
+  return out;
+}
+
+function argmax(logits: Float32Array, offset: number, V: number): number {
+  let best = 0;
+  for (let v = 1; v < V; v++) if (logits[offset + v] > logits[offset + best]) best = v;
+  return best;
+}
+
+/**
+ * Draws a token from softmax(logits / temperature) restricted to the top-k tokens, then to the
+ * nucleus (smallest most-likely prefix whose renormalized mass reaches topP); returns it with its
+ * log-probability under that restricted distribution. topK 0 / topP 1 disable the restrictions.
+ */
+export function sampleToken(logits: Float32Array, offset: number, V: number, temperature: number, topK: number, topP: number, rand: () => number): { token: number; logq: number } {
+  const logq = logSoftmax(logits, offset, V, temperature);
+  let order = Array.from({ length: V }, (_, v) => v);
+  if (topK > 0 || topP < 1) {
+    order.sort((a, b) => logq[b] - logq[a] || a - b);
+    if (topK > 0) order = order.slice(0, topK);
+    if (topP < 1) {
+      // Nucleus over the top-k survivors, renormalized (top-k first, then top-p, as HF does).
+      const survivors = order.reduce((m, v) => m + Math.exp(logq[v]), 0);
+      let mass = 0;
+      let keep = 0;
+      while (keep < order.length && mass < topP * survivors) mass += Math.exp(logq[order[keep++]]);
+      order = order.slice(0, Math.max(1, keep));
+    }
+  }
+  let total = 0;
+  for (const v of order) total += Math.exp(logq[v]);
+  let u = rand() * total;
+  let token = order[order.length - 1];
+  for (const v of order) {
+    u -= Math.exp(logq[v]);
+    if (u < 0) {
+      token = v;
+      break;
+    }
+  }
+  return { token, logq: logq[token] - Math.log(total) };
+}
+
+/** Keeps the rows `keep` (indices into the batch) of a [B, ...] float tensor. */
+function selectRows(t: ort.Tensor, keep: number[]): ort.Tensor {
+  const dims = t.dims as number[];
+  const rowSize = dims.slice(1).reduce((a, b) => a * b, 1);
+  const src = t.data as Float32Array;
+  const out = new Float32Array(keep.length * rowSize);
+  keep.forEach((r, i) => out.set(src.subarray(r * rowSize, (r + 1) * rowSize), i * rowSize));
+  return new ort.Tensor('float32', out, [keep.length, ...dims.slice(1)]);
+}
+
+export class RolloutEngine {
+  private policy: LoadedPolicy | undefined;
+
+  private constructor(
+    readonly model: ModelConfig,
+    private readonly prefill: ort.InferenceSession,
+    private readonly decode: ort.InferenceSession,
+    private readonly maxBatchSize: number,
+  ) {}
+
+  /** Builds the prefill and decode graphs for `model` and opens one ONNX Runtime session for each. */
+  static async create(model: ModelConfig, options: RolloutEngineOptions = {}): Promise<RolloutEngine> {
+    parseModelConfig(model);
+    const executionProviders = options.executionProviders ?? (options.device ? (await onnxRuntimeInfo(options.device)).executionProviders : ['cpu']);
+    const sessionOptions: ort.InferenceSession.SessionOptions = {
+      executionProviders,
+      graphOptimizationLevel: 'all',
+      logSeverityLevel: 3,
+      ...(options.intraOpNumThreads ? { intraOpNumThreads: options.intraOpNumThreads } : {}),
+    };
+    const [prefill, decode] = await Promise.all([
+      ort.InferenceSession.create(buildGenerationModel(model, false), sessionOptions),
+      ort.InferenceSession.create(buildGenerationModel(model, true), sessionOptions),
+    ]);
+    return new RolloutEngine(model, prefill, decode, options.maxBatchSize ?? 64);
+  }
+
+  /** The policy version generate() will use, or undefined before any weights are loaded. */
+  get policyVersion(): number | undefined {
+    return this.policy?.version;
+  }
+
+  /**
+   * Switches to `weights` as policy version `version` (in-process weight sync). The engine keeps
+   * references to the arrays: do not modify them afterwards. Generations already running finish
+   * with the version they started with.
+   */
+  setWeights(version: number, weights: PolicyWeights): void {
+    if (!Number.isInteger(version) || version < 0) throw new Error(`policy version must be a non-negative integer, got ${version}`);
+    checkWeights(this.model, weights);
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const p of parameterSpec(this.model)) feeds[p.name] = new ort.Tensor('float32', weights[p.name], p.shape);
+    this.policy = { version, feeds };
+  }
+
+  /** Loads a published checkpoint (verifying hash and shapes) and switches to its version. */
+  async loadCheckpoint(dir: string, options: { sha256?: string } = {}): Promise<CheckpointInfo> {
+    const { info, weights } = await loadCheckpoint(dir, { model: this.model, sha256: options.sha256 });
+    this.setWeights(info.policyVersion, weights);
+    return info;
+  }
+
+  /** Generates one sample per prompt (token ids), in prompt order. */
+  async generate(prompts: ReadonlyArray<readonly number[]>, params: SamplingParams): Promise<GeneratedSample[]> {
+    const policy = this.policy;
+    if (!policy) throw new Error('rollout engine has no policy weights: call setWeights() or loadCheckpoint() first');
+    checkSamplingParams(params, this.model.vocabSize);
+    const C = this.model.contextLength;
+    prompts.forEach((p, i) => {
+      if (p.length === 0) throw new Error(`prompt ${i} is empty: generation needs at least one token (e.g. BOS)`);
+      if (p.length >= C) throw new Error(`prompt ${i} has ${p.length} tokens, but the model's context is ${C} tokens and generation needs room for at least one new token (prompt length must be <= ${C - 1})`);
+      const bad = p.find((t) => !Number.isInteger(t) || t < 0 || t >= this.model.vocabSize);
+      if (bad !== undefined) throw new Error(`prompt ${i} contains token ${bad}, outside the vocabulary [0, ${this.model.vocabSize})`);
+    });
+    const results: GeneratedSample[] = [];
+    for (let start = 0; start < prompts.length; start += this.maxBatchSize) {
+      const chunk = prompts.slice(start, start + this.maxBatchSize);
+      results.push(...(await this.generateBatch(policy, chunk, start, params)));
+    }
+    return results;
+  }
+
+  private async generateBatch(policy: LoadedPolicy, prompts: ReadonlyArray<readonly number[]>, firstIndex: number, params: SamplingParams): Promise<GeneratedSample[]> {
+    const V = this.model.vocabSize;
+    const C = this.model.contextLength;
+    const greedy = params.greedy === true || params.temperature === 0;
+    const temperature = params.temperature ?? 1;
+    const stop = new Set(params.stopTokens ?? []);
+    const seed = params.seed ?? 0;
+    const width = Math.max(...prompts.map((p) => p.length));
+    const done: Array<GeneratedSample | undefined> = new Array(prompts.length);
+    let rows: Row[] = prompts.map((p, i) => ({
+      sample: i,
+      promptLength: p.length,
+      padding: width - p.length,
+      generated: [],
+      logprobs: [],
+      samplingLogprobs: [],
+      rand: seededRandom(mixSeed(seed, `sample:${firstIndex + i}`)),
+    }));
+
+    // Prefill: prompts left-padded to a common width; pad slots are masked out as keys.
+    const B = rows.length;
+    const tokens = new Int32Array(B * width);
+    const positions = new Int32Array(B * width);
+    rows.forEach((r, b) => {
+      prompts[r.sample].forEach((t, j) => (tokens[b * width + r.padding + j] = t));
+      for (let s = r.padding; s < width; s++) positions[b * width + s] = s - r.padding;
+    });
+    let out = await this.prefill.run({
+      ...policy.feeds,
+      [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [B, width]),
+      [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [B, width]),
+      [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(B, width, 0, (b, s) => s < rows[b].padding), [B, 1, width, width]),
+    });
+    let cacheLength = width;
+
+    for (;;) {
+      // Pick the next token of every row from the last position's logits.
+      const logits = out[GRAPH_NAMES.logits].data as Float32Array;
+      const keep: number[] = [];
+      rows.forEach((r, b) => {
+        const offset = b * V;
+        const policyLogq = logSoftmax(logits, offset, V);
+        let token: number;
+        let logq = 0;
+        if (greedy) token = argmax(logits, offset, V);
+        else ({ token, logq } = sampleToken(logits, offset, V, temperature, params.topK ?? 0, params.topP ?? 1, r.rand));
+        r.generated.push(token);
+        r.logprobs.push(policyLogq[token]);
+        r.samplingLogprobs.push(logq);
+        let finish: FinishReason | undefined;
+        if (stop.has(token)) finish = 'stop';
+        else if (r.generated.length >= params.maxNewTokens || r.promptLength + r.generated.length >= C) finish = 'length';
+        if (finish) done[r.sample] = { tokens: r.generated, logprobs: r.logprobs, samplingLogprobs: r.samplingLogprobs, finishReason: finish, policyVersion: policy.version };
+        else keep.push(b);
+      });
+      if (keep.length === 0) break;
+
+      // Drop finished rows from the batch and its cache, then decode one step for the rest.
+      const feeds: Record<string, ort.Tensor> = { ...policy.feeds };
+      for (let l = 0; l < this.model.nLayers; l++) {
+        const k = out[GRAPH_NAMES.presentKey(l)];
+        const v = out[GRAPH_NAMES.presentValue(l)];
+        feeds[GRAPH_NAMES.pastKey(l)] = keep.length === rows.length ? k : selectRows(k, keep);
+        feeds[GRAPH_NAMES.pastValue(l)] = keep.length === rows.length ? v : selectRows(v, keep);
+      }
+      rows = keep.map((b) => rows[b]);
+      const n = rows.length;
+      feeds[GRAPH_NAMES.tokens] = new ort.Tensor('int32', Int32Array.from(rows, (r) => r.generated[r.generated.length - 1]), [n, 1]);
+      feeds[GRAPH_NAMES.positions] = new ort.Tensor('int32', Int32Array.from(rows, (r) => r.promptLength + r.generated.length - 1), [n, 1]);
+      feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, cacheLength, (b, s) => s < rows[b].padding), [n, 1, 1, cacheLength + 1]);
+      out = await this.decode.run(feeds);
+      cacheLength += 1;
+    }
+    return done.map((s, i) => {
+      if (!s) throw new Error(`internal error: prompt ${firstIndex + i} finished without a result`);
+      return s;
+    });
+  }
+
+  async release(): Promise<void> {
+    await Promise.all([this.prefill.release(), this.decode.release()]);
+  }
+}

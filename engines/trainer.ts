@@ -1,0 +1,566 @@
+// The trainer: the policy (engines/model.ts) as tfjs variables, forward log-probs for any token
+// sequences, and a train step = micro-batched gradient accumulation of a pluggable loss, global-norm
+// clipping, AdamW with decoupled weight decay, and a warmup + decay learning-rate schedule.
+//
+// Conventions (shared with engines/rl/losses.ts): a sequence of n tokens has n - 1 TARGETS, target
+// t being tokens[t + 1] predicted from tokens[0..t]. Every per-token array of a TrainSequence
+// (lossMask, oldLogprobs, refLogprobs, token advantages) and every row returned by logprobs() has
+// n - 1 entries in that order. Log-probs are the policy's own, at temperature 1 (the rollout
+// engine's `logprobs` follow the same rule, so the two agree).
+//
+// The event loop: one micro-batch's forward + backward is synchronous tfjs work; between micro-batches
+// (and before the update) the trainer yields with setImmediate, so a Temporal worker in the same
+// process keeps heartbeating during a step. Pick microBatchSize to bound the longest blocking stretch.
+import * as tf from '@tensorflow/tfjs';
+import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
+import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';
+import { createTfjsOps } from './model-tfjs';
+import { registerWasmTrainingKernels } from './wasm-kernels';
+import { entropyFromLogits, klLoss, tokenLogprobs } from './rl/losses';
+import type { GeneratedSample } from './rollout';
+import { decodeSafetensors, encodeSafetensors, type NamedTensor } from './safetensors';
+
+/** One training sequence. Per-token arrays have tokens.length - 1 entries (see the file comment). */
+export interface TrainSequence {
+  /** The whole sequence: prompt, response and any interleaved environment tokens. */
+  tokens: ArrayLike<number>;
+  /** 1 where target t (tokens[t + 1]) carries loss, 0 on prompt, environment and padding tokens. */
+  lossMask: ArrayLike<number>;
+  /** One advantage for the whole sequence, or one per target. */
+  advantages?: number | ArrayLike<number>;
+  /** Log-probs of the targets under the policy that generated them (rollout `logprobs`). */
+  oldLogprobs?: ArrayLike<number>;
+  /** Log-probs of the targets under the frozen reference policy. */
+  refLogprobs?: ArrayLike<number>;
+}
+
+/**
+ * The TrainSequence of a rollout sample: prompt + generated tokens, loss on the generated targets,
+ * the rollout's policy log-probs as oldLogprobs. `refLogprobs` (if any) is a full Trainer.logprobs row.
+ */
+export function trainSequenceFromSample(
+  prompt: readonly number[],
+  sample: Pick<GeneratedSample, 'tokens' | 'logprobs'>,
+  extra: { advantage?: number; refLogprobs?: ArrayLike<number> } = {},
+): TrainSequence {
+  const tokens = [...prompt, ...sample.tokens];
+  const lossMask = new Float32Array(tokens.length - 1);
+  const oldLogprobs = new Float32Array(tokens.length - 1);
+  sample.tokens.forEach((_, j) => {
+    lossMask[prompt.length - 1 + j] = 1;
+    oldLogprobs[prompt.length - 1 + j] = sample.logprobs[j];
+  });
+  return { tokens, lossMask, oldLogprobs, ...(extra.advantage !== undefined ? { advantages: extra.advantage } : {}), ...(extra.refLogprobs ? { refLogprobs: extra.refLogprobs } : {}) };
+}
+
+/** What a loss sees for one micro-batch; all [B, T] tensors are aligned with the targets. */
+export interface LossInputs {
+  /** [B, T, V] */
+  logits: tf.Tensor3D;
+  /** [B, T] int32 */
+  targets: tf.Tensor2D;
+  /** [B, T] log pi(target), differentiable. */
+  logprobs: tf.Tensor2D;
+  /** [B, T] float 0/1 */
+  mask: tf.Tensor2D;
+  oldLogprobs?: tf.Tensor2D;
+  refLogprobs?: tf.Tensor2D;
+  /** [B, T]: a per-sequence advantage is broadcast over its targets. */
+  advantages?: tf.Tensor2D;
+}
+
+export interface LossOutput {
+  loss: tf.Scalar;
+  /** Extra scalars to report (e.g. clipFraction), averaged over micro-batches like the loss. */
+  metrics?: Record<string, tf.Scalar>;
+}
+
+export interface TrainingLoss {
+  name: string;
+  /**
+   * How micro-batch losses combine into the batch loss: weighted by their share of loss tokens
+   * (exact for token-mean losses) or of sequences (exact for sequence-mean losses).
+   */
+  microBatchWeighting: 'tokens' | 'sequences';
+  compute(inputs: LossInputs): LossOutput;
+}
+
+export interface AdamWOptions {
+  /** Peak learning rate. */
+  lr: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  /** Decoupled weight decay (Loshchilov & Hutter), applied to matrices and embeddings, not to biases or LayerNorm. */
+  weightDecay?: number;
+}
+
+export interface LrSchedule {
+  kind: 'constant' | 'linear' | 'cosine';
+  /** Linear warmup from lr / warmupSteps to lr over the first warmupSteps steps. */
+  warmupSteps?: number;
+  /** Steps over which linear/cosine decay from lr to lr * minLrRatio (after warmup). Required for those kinds. */
+  totalSteps?: number;
+  minLrRatio?: number;
+}
+
+export interface TrainerOptions {
+  model: ModelConfig;
+  /** Initial weights; default: initWeights(model, seed). */
+  weights?: PolicyWeights;
+  seed?: number;
+  optimizer: AdamWOptions;
+  schedule?: LrSchedule;
+  /** Global gradient-norm clip; default 1. Infinity disables clipping. */
+  maxGradNorm?: number;
+  /** Sequences per forward/backward pass; default 32. */
+  microBatchSize?: number;
+}
+
+export interface TrainStepMetrics {
+  loss: number;
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  /** Whether clipping scaled this step's gradient. */
+  gradClipped: boolean;
+  lr: number;
+  /** Optimizer steps applied so far, including this one. */
+  step: number;
+  sequences: number;
+  lossTokens: number;
+  /** Mean next-token entropy over loss tokens (nats). */
+  entropy: number;
+  /** KL(pi || ref), k3 estimate, mean over loss tokens; present when refLogprobs were given. */
+  kl?: number;
+  /** pi / pi_old over loss tokens; present when oldLogprobs were given. */
+  ratioMean?: number;
+  ratioMin?: number;
+  ratioMax?: number;
+  /** Fraction of loss tokens whose ratio was clipped; present when the loss reports it (ppo, gspo). */
+  clipFraction?: number;
+  /** Every scalar the loss reported (ppo/gspo: clipFraction, approxKl). */
+  lossMetrics: Record<string, number>;
+  /** Wall time of the step, ms. */
+  durationMs: number;
+}
+
+/** A train step refused to update because the loss or a gradient was NaN or infinite. */
+export class NonFiniteUpdateError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NonFiniteUpdateError';
+  }
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** The learning rate of optimizer step `step` (0-based). */
+export function learningRate(peak: number, schedule: LrSchedule, step: number): number {
+  const warmup = schedule.warmupSteps ?? 0;
+  if (step < warmup) return (peak * (step + 1)) / warmup;
+  if (schedule.kind === 'constant') return peak;
+  const total = schedule.totalSteps;
+  if (total === undefined) throw new Error(`schedule.totalSteps is required for a ${schedule.kind} schedule`);
+  const minLr = peak * (schedule.minLrRatio ?? 0);
+  const progress = Math.min(1, (step - warmup) / Math.max(1, total - warmup));
+  const factor = schedule.kind === 'linear' ? 1 - progress : 0.5 * (1 + Math.cos(Math.PI * progress));
+  return minLr + (peak - minLr) * factor;
+}
+
+function checkOptions(o: TrainerOptions): void {
+  const fail = (field: string, why: string) => {
+    throw new Error(`trainer options: ${field} ${why}`);
+  };
+  if (!(o.optimizer.lr > 0)) fail('optimizer.lr', `must be > 0, got ${o.optimizer.lr}`);
+  if (o.optimizer.weightDecay !== undefined && !(o.optimizer.weightDecay >= 0)) fail('optimizer.weightDecay', `must be >= 0, got ${o.optimizer.weightDecay}`);
+  if (o.maxGradNorm !== undefined && !(o.maxGradNorm > 0)) fail('maxGradNorm', `must be > 0, got ${o.maxGradNorm}`);
+  if (o.microBatchSize !== undefined && !(Number.isInteger(o.microBatchSize) && o.microBatchSize >= 1)) fail('microBatchSize', `must be an integer >= 1, got ${o.microBatchSize}`);
+  const s = o.schedule;
+  if (s) {
+    if (s.warmupSteps !== undefined && !(Number.isInteger(s.warmupSteps) && s.warmupSteps >= 0)) fail('schedule.warmupSteps', `must be an integer >= 0, got ${s.warmupSteps}`);
+    if (s.kind !== 'constant' && !(Number.isInteger(s.totalSteps) && (s.totalSteps ?? 0) >= 1)) fail('schedule.totalSteps', `is required (an integer >= 1) for a ${s.kind} schedule`);
+    if (s.minLrRatio !== undefined && !(s.minLrRatio >= 0 && s.minLrRatio <= 1)) fail('schedule.minLrRatio', `must be in [0, 1], got ${s.minLrRatio}`);
+  }
+}
+
+interface PaddedBatch {
+  B: number;
+  /** Padded input length = targets per row. */
+  T: number;
+  inputs: Int32Array;
+  targets: Int32Array;
+  mask: Float32Array;
+  oldLogprobs?: Float32Array;
+  refLogprobs?: Float32Array;
+  advantages?: Float32Array;
+  lossTokens: number;
+  sequencesWithLoss: number;
+}
+
+export class Trainer {
+  readonly model: ModelConfig;
+  private readonly variables: Map<string, tf.Variable>;
+  private readonly moments = new Map<string, { m: tf.Variable; v: tf.Variable }>();
+  private readonly ops: ReturnType<typeof createTfjsOps>;
+  private readonly optimizer: Required<AdamWOptions>;
+  private readonly schedule: LrSchedule;
+  private readonly maxGradNorm: number;
+  private readonly microBatchSize: number;
+  private stepsApplied = 0;
+  private busy = false;
+  /** tfjs variable names are process-global: each trainer prefixes its own. */
+  private static instances = 0;
+
+  private constructor(options: TrainerOptions, weights: PolicyWeights) {
+    this.model = options.model;
+    this.optimizer = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, ...options.optimizer };
+    this.schedule = options.schedule ?? { kind: 'constant' };
+    this.maxGradNorm = options.maxGradNorm ?? 1;
+    this.microBatchSize = options.microBatchSize ?? 32;
+    const backend = tf.getBackend();
+    if (backend === 'wasm') registerWasmTrainingKernels();
+    this.ops = createTfjsOps({ explicitTransposeGrad: backend === 'wasm' });
+    Trainer.instances += 1;
+    this.variables = new Map(
+      parameterSpec(this.model).map((p) => {
+        const initial = tf.tensor(weights[p.name], p.shape, 'float32');
+        const variable = tf.variable(initial, true, `trainer${Trainer.instances}/${p.name}`);
+        initial.dispose();
+        return [p.name, variable];
+      }),
+    );
+  }
+
+  /**
+   * A trainer on the current tfjs backend (load one first with engines/backends.ts loadTfjsBackend;
+   * on wasm the missing training kernels are registered here).
+   */
+  static create(options: TrainerOptions): Trainer {
+    parseModelConfig(options.model);
+    checkOptions(options);
+    const weights = options.weights ?? initWeights(options.model, options.seed ?? 0);
+    checkWeights(options.model, weights);
+    return new Trainer(options, weights);
+  }
+
+  /** Optimizer steps applied so far. */
+  get step(): number {
+    return this.stepsApplied;
+  }
+
+  /** A copy of the current weights (never aliasing backend storage, so callers may keep or modify it). */
+  async exportWeights(): Promise<PolicyWeights> {
+    const out: PolicyWeights = {};
+    for (const [name, v] of this.variables) out[name] = ((await v.data()) as Float32Array).slice();
+    return out;
+  }
+
+  /** Replaces the weights (e.g. from a checkpoint); optimizer state is kept. */
+  loadWeights(weights: PolicyWeights): void {
+    checkWeights(this.model, weights);
+    for (const p of parameterSpec(this.model)) {
+      tf.tidy(() => this.variables.get(p.name)!.assign(tf.tensor(weights[p.name], p.shape, 'float32')));
+    }
+  }
+
+  /** Publishes the current weights as `policyVersion` under a checkpoint root (see engines/checkpoint.ts). */
+  async publish(root: string, policyVersion: number): Promise<CheckpointInfo> {
+    return publishCheckpoint(root, policyVersion, this.model, await this.exportWeights());
+  }
+
+  private weightTensors(): Record<string, tf.Tensor> {
+    return Object.fromEntries(this.variables);
+  }
+
+  /** [B, T, V] logits for [B, T] int32 inputs, positions 0..T-1 and a causal mask. */
+  private logits(inputs: tf.Tensor2D): tf.Tensor3D {
+    const [B, T] = inputs.shape;
+    const positions = tf.tile(tf.range(0, T, 1, 'int32').reshape([1, T]), [B, 1]);
+    const bias = tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]);
+    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias }).logits as tf.Tensor3D;
+  }
+
+  private pad(sequences: readonly TrainSequence[], withLoss: boolean): PaddedBatch {
+    const C = this.model.contextLength;
+    sequences.forEach((s, i) => {
+      if (s.tokens.length < 2) throw new Error(`sequence ${i} has ${s.tokens.length} tokens: it needs at least 2 (one input, one target)`);
+      if (s.tokens.length > C) throw new Error(`sequence ${i} has ${s.tokens.length} tokens, more than the model's context of ${C}`);
+      for (let j = 0; j < s.tokens.length; j++) {
+        const t = s.tokens[j];
+        if (!Number.isInteger(t) || t < 0 || t >= this.model.vocabSize) throw new Error(`sequence ${i} token ${j} is ${t}, outside the vocabulary [0, ${this.model.vocabSize})`);
+      }
+      if (!withLoss) return;
+      const n = s.tokens.length - 1;
+      const fields: Array<[string, ArrayLike<number> | number | undefined]> = [['lossMask', s.lossMask], ['oldLogprobs', s.oldLogprobs], ['refLogprobs', s.refLogprobs], ['advantages', s.advantages]];
+      for (const [field, arr] of fields) {
+        if (arr !== undefined && typeof arr !== 'number' && arr.length !== n) {
+          throw new Error(`sequence ${i}: ${field} has ${arr.length} entries, expected ${n} (one per target = tokens.length - 1)`);
+        }
+      }
+      for (const field of ['oldLogprobs', 'refLogprobs', 'advantages'] as const) {
+        if ((s[field] === undefined) !== (sequences[0][field] === undefined)) {
+          throw new Error(`sequence ${i}: ${field} is ${s[field] === undefined ? 'missing' : 'present'} but sequence 0 ${sequences[0][field] === undefined ? 'lacks it' : 'has it'}; give it for all sequences or none`);
+        }
+      }
+    });
+    const B = sequences.length;
+    const T = Math.max(...sequences.map((s) => s.tokens.length)) - 1;
+    const first = sequences[0];
+    const batch: PaddedBatch = {
+      B,
+      T,
+      inputs: new Int32Array(B * T),
+      targets: new Int32Array(B * T),
+      mask: new Float32Array(B * T),
+      oldLogprobs: withLoss && first.oldLogprobs ? new Float32Array(B * T) : undefined,
+      refLogprobs: withLoss && first.refLogprobs ? new Float32Array(B * T) : undefined,
+      advantages: withLoss && first.advantages !== undefined ? new Float32Array(B * T) : undefined,
+      lossTokens: 0,
+      sequencesWithLoss: 0,
+    };
+    sequences.forEach((s, b) => {
+      const n = s.tokens.length - 1;
+      let tokensWithLoss = 0;
+      for (let t = 0; t < n; t++) {
+        const k = b * T + t;
+        batch.inputs[k] = s.tokens[t];
+        batch.targets[k] = s.tokens[t + 1];
+        if (!withLoss) continue;
+        const m = s.lossMask[t];
+        if (m !== 0 && m !== 1) throw new Error(`sequence ${b}: lossMask[${t}] is ${m}; the loss mask holds only 0 and 1`);
+        batch.mask[k] = m;
+        tokensWithLoss += m;
+        if (batch.oldLogprobs) batch.oldLogprobs[k] = s.oldLogprobs![t];
+        if (batch.refLogprobs) batch.refLogprobs[k] = s.refLogprobs![t];
+        if (batch.advantages) batch.advantages[k] = typeof s.advantages === 'number' ? s.advantages : s.advantages![t];
+      }
+      batch.lossTokens += tokensWithLoss;
+      if (tokensWithLoss > 0) batch.sequencesWithLoss += 1;
+    });
+    return batch;
+  }
+
+  /**
+   * Log-probs of every target of each sequence under the current weights (reference policy, old
+   * log-probs): row i has tokens.length - 1 entries.
+   */
+  async logprobs(sequences: ReadonlyArray<ArrayLike<number>>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
+    const size = options.microBatchSize ?? this.microBatchSize;
+    const out: Float32Array[] = [];
+    for (let start = 0; start < sequences.length; start += size) {
+      if (start > 0) await yieldToEventLoop();
+      const chunk = sequences.slice(start, start + size);
+      const batch = this.pad(chunk.map((tokens) => ({ tokens, lossMask: [] })), false);
+      const lp = tf.tidy(() => {
+        const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
+        const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
+        return tokenLogprobs(this.logits(inputs), targets);
+      });
+      const values = (await lp.data()) as Float32Array;
+      lp.dispose();
+      chunk.forEach((tokens, b) => out.push(values.slice(b * batch.T, b * batch.T + tokens.length - 1)));
+    }
+    return out;
+  }
+
+  /**
+   * One optimizer step on `sequences` with `loss`. The update is applied only if the loss and every
+   * gradient are finite; otherwise NonFiniteUpdateError names the culprit and the weights and
+   * optimizer state are untouched.
+   */
+  async trainStep(sequences: readonly TrainSequence[], loss: TrainingLoss): Promise<TrainStepMetrics> {
+    if (this.busy) throw new Error('trainStep is already running on this trainer: await the previous step first');
+    if (sequences.length === 0) throw new Error('trainStep needs at least one sequence');
+    this.busy = true;
+    try {
+      return await this.runStep(sequences, loss);
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private async runStep(sequences: readonly TrainSequence[], loss: TrainingLoss): Promise<TrainStepMetrics> {
+    const started = performance.now();
+    const full = this.pad(sequences, true);
+    if (full.lossTokens === 0) throw new Error('trainStep: no sequence has a loss token (every lossMask is all 0)');
+    const totalWeight = loss.microBatchWeighting === 'tokens' ? full.lossTokens : full.sequencesWithLoss;
+    const names = [...this.variables.keys()];
+    const varList = names.map((n) => this.variables.get(n)!);
+    let grads: tf.Tensor[] | undefined;
+    const sums: Record<string, number> = {};
+    const weightOf: Record<string, number> = {};
+    let ratioMin = Infinity;
+    let ratioMax = -Infinity;
+    const addMetric = (key: string, value: number, weight: number) => {
+      sums[key] = (sums[key] ?? 0) + value * weight;
+      weightOf[key] = (weightOf[key] ?? 0) + weight;
+    };
+    try {
+      for (let start = 0; start < sequences.length; start += this.microBatchSize) {
+        if (start > 0) await yieldToEventLoop();
+        const mb = this.pad(sequences.slice(start, start + this.microBatchSize), true);
+        const share = (loss.microBatchWeighting === 'tokens' ? mb.lossTokens : mb.sequencesWithLoss) / totalWeight;
+        if (share === 0) continue;
+        const kept: Record<string, tf.Scalar> = {};
+        let ratioStats: tf.Tensor | undefined;
+        const { value, grads: g } = tf.variableGrads(() => {
+          const shape: [number, number] = [mb.B, mb.T];
+          const inputs = tf.tensor2d(mb.inputs, shape, 'int32');
+          const targets = tf.tensor2d(mb.targets, shape, 'int32');
+          const mask = tf.tensor2d(mb.mask, shape);
+          const logits = this.logits(inputs);
+          const logprobs = tokenLogprobs(logits, targets);
+          const lossInputs: LossInputs = {
+            logits,
+            targets,
+            logprobs,
+            mask,
+            oldLogprobs: mb.oldLogprobs && tf.tensor2d(mb.oldLogprobs, shape),
+            refLogprobs: mb.refLogprobs && tf.tensor2d(mb.refLogprobs, shape),
+            advantages: mb.advantages && tf.tensor2d(mb.advantages, shape),
+          };
+          const out = loss.compute(lossInputs);
+          for (const [k, v] of Object.entries(out.metrics ?? {})) kept[`loss.${k}`] = tf.keep(v);
+          kept.entropy = tf.keep(entropyFromLogits(logits, mask));
+          if (lossInputs.refLogprobs) kept.kl = tf.keep(klLoss(logprobs, lossInputs.refLogprobs, mask, 'k3'));
+          if (lossInputs.oldLogprobs) {
+            const ratio = tf.exp(tf.sub(logprobs, lossInputs.oldLogprobs));
+            const valid = tf.cast(mask, 'bool');
+            kept.ratioMean = tf.keep(tf.div(tf.sum(tf.mul(ratio, mask)), tf.sum(mask)) as tf.Scalar);
+            ratioStats = tf.keep(tf.stack([tf.min(tf.where(valid, ratio, tf.fill(shape, Infinity))), tf.max(tf.where(valid, ratio, tf.fill(shape, -Infinity)))]));
+          }
+          return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
+        }, varList);
+        const lossValue = (await value.data())[0];
+        value.dispose();
+        const microGrads = varList.map((v) => g[v.name]);
+        if (!Number.isFinite(lossValue)) {
+          tf.dispose([...microGrads, ...Object.values(kept), ...(ratioStats ? [ratioStats] : [])]);
+          throw new NonFiniteUpdateError(
+            `${loss.name} loss is ${lossValue} on sequences ${start}..${start + mb.B - 1}; the update was not applied (check advantages, old log-probs and the learning rate)`,
+          );
+        }
+        addMetric('loss', lossValue / share, share);
+        for (const [k, v] of Object.entries(kept)) {
+          addMetric(k, (await v.data())[0], share);
+          v.dispose();
+        }
+        if (ratioStats) {
+          const [lo, hi] = await ratioStats.data();
+          (ratioStats as tf.Tensor).dispose();
+          ratioMin = Math.min(ratioMin, lo);
+          ratioMax = Math.max(ratioMax, hi);
+        }
+        if (!grads) grads = microGrads;
+        else {
+          const previous = grads;
+          grads = previous.map((acc, i) => tf.add(acc, microGrads[i]));
+          tf.dispose([...previous, ...microGrads]);
+        }
+      }
+      await yieldToEventLoop();
+      const accumulated = grads!;
+      const sumsOfSquares = tf.tidy(() => tf.stack(accumulated.map((g) => tf.sum(tf.square(g)))));
+      const squares = (await sumsOfSquares.data()) as Float32Array;
+      sumsOfSquares.dispose();
+      const bad = names.find((_, i) => !Number.isFinite(squares[i]));
+      if (bad !== undefined) {
+        throw new NonFiniteUpdateError(`the gradient of "${bad}" is not finite (${loss.name} loss); the update was not applied`);
+      }
+      const gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
+      const clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;
+      const lr = learningRate(this.optimizer.lr, this.schedule, this.stepsApplied);
+      this.applyAdamW(names, accumulated, clipScale, lr);
+      this.stepsApplied += 1;
+      const mean = (k: string) => (weightOf[k] ? sums[k] / weightOf[k] : undefined);
+      const lossMetrics: Record<string, number> = {};
+      for (const k of Object.keys(sums)) if (k.startsWith('loss.')) lossMetrics[k.slice(5)] = mean(k)!;
+      return {
+        loss: mean('loss')!,
+        gradNorm,
+        gradClipped: clipScale < 1,
+        lr,
+        step: this.stepsApplied,
+        sequences: sequences.length,
+        lossTokens: full.lossTokens,
+        entropy: mean('entropy')!,
+        ...(mean('kl') !== undefined ? { kl: mean('kl') } : {}),
+        ...(mean('ratioMean') !== undefined ? { ratioMean: mean('ratioMean'), ratioMin, ratioMax } : {}),
+        ...(lossMetrics.clipFraction !== undefined ? { clipFraction: lossMetrics.clipFraction } : {}),
+        lossMetrics,
+        durationMs: performance.now() - started,
+      };
+    } finally {
+      if (grads) tf.dispose(grads);
+    }
+  }
+
+  private applyAdamW(names: string[], grads: tf.Tensor[], clipScale: number, lr: number): void {
+    const { beta1, beta2, eps, weightDecay } = this.optimizer;
+    const t = this.stepsApplied + 1;
+    const correction1 = 1 - beta1 ** t;
+    const correction2 = 1 - beta2 ** t;
+    const decayed = new Set(parameterSpec(this.model).filter((p) => p.shape.length >= 2).map((p) => p.name));
+    tf.tidy(() => {
+      names.forEach((name, i) => {
+        const param = this.variables.get(name)!;
+        let state = this.moments.get(name);
+        if (!state) {
+          state = { m: tf.variable(tf.zerosLike(param), false), v: tf.variable(tf.zerosLike(param), false) };
+          this.moments.set(name, state);
+        }
+        const g = clipScale === 1 ? grads[i] : tf.mul(grads[i], tf.scalar(clipScale));
+        const m = tf.add(tf.mul(state.m, tf.scalar(beta1)), tf.mul(g, tf.scalar(1 - beta1)));
+        const v = tf.add(tf.mul(state.v, tf.scalar(beta2)), tf.mul(tf.square(g), tf.scalar(1 - beta2)));
+        const update = tf.div(tf.div(m, tf.scalar(correction1)), tf.add(tf.sqrt(tf.div(v, tf.scalar(correction2))), tf.scalar(eps)));
+        let next = tf.sub(param, tf.mul(update, tf.scalar(lr)));
+        if (weightDecay > 0 && decayed.has(name)) next = tf.sub(next, tf.mul(param, tf.scalar(lr * weightDecay)));
+        state.m.assign(m);
+        state.v.assign(v);
+        param.assign(next);
+      });
+    });
+  }
+
+  /** Optimizer state (AdamW moments + step) as safetensors bytes, to resume training elsewhere. */
+  async exportOptimizerState(): Promise<Uint8Array> {
+    const tensors: Array<[string, NamedTensor]> = [];
+    for (const p of parameterSpec(this.model)) {
+      const s = this.moments.get(p.name);
+      if (!s) continue;
+      tensors.push([`m.${p.name}`, { shape: p.shape, data: (await s.m.data()) as Float32Array }]);
+      tensors.push([`v.${p.name}`, { shape: p.shape, data: (await s.v.data()) as Float32Array }]);
+    }
+    return encodeSafetensors(tensors, { 'relax.optimizer': 'adamw', 'relax.step': String(this.stepsApplied) });
+  }
+
+  /** Restores exportOptimizerState() output; shapes must match this trainer's model. */
+  importOptimizerState(bytes: Uint8Array): void {
+    const file = decodeSafetensors(bytes, 'optimizer state');
+    const step = Number(file.metadata['relax.step']);
+    if (!Number.isInteger(step) || step < 0) throw new Error(`optimizer state: metadata relax.step is ${file.metadata['relax.step']}, expected a step count`);
+    const restored = new Map<string, { m: tf.Variable; v: tf.Variable }>();
+    for (const p of parameterSpec(this.model)) {
+      const m = file.tensors.get(`m.${p.name}`);
+      const v = file.tensors.get(`v.${p.name}`);
+      if (!m && !v) continue;
+      for (const [key, t] of [[`m.${p.name}`, m], [`v.${p.name}`, v]] as const) {
+        if (!t) throw new Error(`optimizer state: tensor "${key}" is missing`);
+        if (t.shape.join(',') !== p.shape.join(',')) throw new Error(`optimizer state: tensor "${key}" has shape [${t.shape}], expected [${p.shape}]`);
+      }
+      restored.set(p.name, { m: tf.variable(tf.tensor(m!.data, p.shape), false), v: tf.variable(tf.tensor(v!.data, p.shape), false) });
+    }
+    for (const s of this.moments.values()) tf.dispose([s.m, s.v]);
+    this.moments.clear();
+    for (const [k, s] of restored) this.moments.set(k, s);
+    this.stepsApplied = step;
+  }
+
+  /** Frees every tensor this trainer holds. */
+  dispose(): void {
+    for (const v of this.variables.values()) v.dispose();
+    for (const s of this.moments.values()) tf.dispose([s.m, s.v]);
+    this.moments.clear();
+  }
+}
+

@@ -1,0 +1,175 @@
+// The rollout engine's sampling contract on real ONNX Runtime sessions.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { initWeights, seededRandom, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { RolloutEngine, sampleToken, type SamplingParams } from '../engines/rollout';
+
+const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
+let engine: RolloutEngine;
+let weights: PolicyWeights;
+
+before(async () => {
+  engine = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1, maxBatchSize: 16 });
+  // Larger-than-init weights give a peaked, non-uniform next-token distribution.
+  weights = initWeights(MODEL, 21);
+  for (const [name, values] of Object.entries(weights)) if (name.endsWith('.weight') && !name.includes('ln')) values.forEach((v, i) => (values[i] = v * 8));
+  engine.setWeights(3, weights);
+});
+
+after(async () => {
+  await engine.release();
+});
+
+const prompts = [[1, 4, 5], [1], [1, 7, 7, 7, 7, 8], [3, 3]];
+
+test('the same seed reproduces samples; another seed changes them', async () => {
+  const params: SamplingParams = { maxNewTokens: 8, seed: 42 };
+  const a = await engine.generate(prompts, params);
+  const b = await engine.generate(prompts, params);
+  const c = await engine.generate(prompts, { ...params, seed: 43 });
+  assert.deepEqual(a, b);
+  assert.notDeepEqual(a.map((s) => s.tokens), c.map((s) => s.tokens));
+  assert.ok(a.every((s) => s.policyVersion === 3));
+});
+
+test('a sample does not depend on how prompts are batched', async () => {
+  const params: SamplingParams = { maxNewTokens: 8, seed: 7 };
+  const batched = await engine.generate(prompts, params);
+  const one = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1, maxBatchSize: 1 });
+  try {
+    one.setWeights(3, weights);
+    const single = await one.generate(prompts, params);
+    single.forEach((s, i) => {
+      assert.deepEqual(s.tokens, batched[i].tokens, `prompt ${i}`);
+      s.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - batched[i].logprobs[j]) < 1e-5, `prompt ${i} token ${j}`));
+    });
+  } finally {
+    await one.release();
+  }
+});
+
+test('greedy: temperature 0, the greedy flag, top-k 1 and a tiny top-p all pick the argmax', async () => {
+  const base: SamplingParams = { maxNewTokens: 10 };
+  const greedy = await engine.generate(prompts, { ...base, greedy: true, seed: 1 });
+  const t0 = await engine.generate(prompts, { ...base, temperature: 0, seed: 2 });
+  const k1 = await engine.generate(prompts, { ...base, topK: 1, seed: 3 });
+  const p0 = await engine.generate(prompts, { ...base, topP: 1e-6, seed: 4 });
+  for (const other of [t0, k1, p0]) assert.deepEqual(other.map((s) => s.tokens), greedy.map((s) => s.tokens));
+  // The argmax is the most likely token, so its probability is at least 1/V.
+  assert.ok(greedy.every((s) => s.logprobs.every((lp) => lp >= Math.log(1 / MODEL.vocabSize))));
+  assert.ok(greedy.every((s) => s.samplingLogprobs.every((lp) => lp === 0)));
+  assert.ok(k1.every((s) => s.samplingLogprobs.every((lp) => Math.abs(lp) < 1e-12)), 'top-k 1 samples with probability 1');
+});
+
+test('at temperature 1 without truncation the sampling log-probs are the policy log-probs; with it they are larger', async () => {
+  const plain = await engine.generate(prompts, { maxNewTokens: 8, seed: 5 });
+  plain.forEach((s) => s.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - s.samplingLogprobs[j]) < 1e-9)));
+  const truncated = await engine.generate(prompts, { maxNewTokens: 8, seed: 5, topK: 3, topP: 0.9 });
+  truncated.forEach((s) => s.logprobs.forEach((lp, j) => assert.ok(s.samplingLogprobs[j] >= lp - 1e-9, 'renormalized over fewer tokens')));
+  const cold = await engine.generate(prompts, { maxNewTokens: 8, seed: 5, temperature: 0.5 });
+  assert.ok(cold.some((s) => s.logprobs.some((lp, j) => Math.abs(lp - s.samplingLogprobs[j]) > 1e-3)), 'temperature changes the sampling distribution only');
+});
+
+test('first tokens are distributed as the policy says (empirical frequencies vs exp(logprob))', async () => {
+  const N = 3000;
+  const samples = await engine.generate(Array.from({ length: N }, () => [1, 4]), { maxNewTokens: 1, seed: 11 });
+  const counts = new Map<number, number>();
+  const prob = new Map<number, number>();
+  for (const s of samples) {
+    counts.set(s.tokens[0], (counts.get(s.tokens[0]) ?? 0) + 1);
+    prob.set(s.tokens[0], Math.exp(s.logprobs[0]));
+  }
+  assert.ok(counts.size >= 2, 'the distribution is not degenerate');
+  for (const [token, count] of counts) {
+    const p = prob.get(token)!;
+    const sd = Math.sqrt((p * (1 - p)) / N);
+    assert.ok(Math.abs(count / N - p) < 5 * sd + 1e-3, `token ${token}: frequency ${count / N} vs probability ${p}`);
+  }
+});
+
+test('top-k then top-p: samples come from the renormalized survivors only', async () => {
+  const N = 2000;
+  for (const params of [{ topK: 3 }, { topK: 4, topP: 0.6 }]) {
+    const samples = await engine.generate(Array.from({ length: N }, () => [1, 4]), { maxNewTokens: 1, seed: 12, ...params });
+    const prob = new Map<number, number>();
+    const counts = new Map<number, number>();
+    for (const s of samples) {
+      prob.set(s.tokens[0], Math.exp(s.logprobs[0]));
+      counts.set(s.tokens[0], (counts.get(s.tokens[0]) ?? 0) + 1);
+    }
+    assert.ok(prob.size <= params.topK, `${prob.size} distinct tokens with ${JSON.stringify(params)}`);
+    const kept = [...prob.values()].reduce((a, b) => a + b, 0);
+    for (const s of samples) assert.ok(Math.abs(s.samplingLogprobs[0] - (s.logprobs[0] - Math.log(kept))) < 1e-6);
+    for (const [token, count] of counts) {
+      const q = prob.get(token)! / kept;
+      assert.ok(Math.abs(count / N - q) < 5 * Math.sqrt((q * (1 - q)) / N) + 1e-3, `token ${token}: ${count / N} vs ${q}`);
+    }
+  }
+});
+
+test('the sampler keeps exactly the top-k, then the nucleus, renormalized', () => {
+  const probs = [0.05, 0.5, 0.15, 0.3];
+  const logits = Float32Array.from(probs, (p) => Math.log(p));
+  const draw = (topK: number, topP: number) => {
+    const rand = seededRandom(1);
+    const seen = new Map<number, number>();
+    for (let i = 0; i < 4000; i++) {
+      const { token, logq } = sampleToken(logits, 0, 4, 1, topK, topP, rand);
+      seen.set(token, logq);
+    }
+    return seen;
+  };
+  const expectKept = (seen: Map<number, number>, kept: number[]) => {
+    assert.deepEqual([...seen.keys()].sort(), [...kept].sort());
+    const mass = kept.reduce((m, t) => m + probs[t], 0);
+    for (const t of kept) assert.ok(Math.abs(seen.get(t)! - Math.log(probs[t] / mass)) < 1e-6, `token ${t}`);
+  };
+  expectKept(draw(0, 1), [0, 1, 2, 3]);
+  expectKept(draw(2, 1), [1, 3]);
+  expectKept(draw(0, 0.7), [1, 3]); // 0.5 < 0.7 <= 0.8
+  expectKept(draw(0, 0.81), [1, 2, 3]);
+  expectKept(draw(3, 0.9), [1, 2, 3]); // survivors 0.95: threshold 0.855 is reached at 0.95
+  expectKept(draw(3, 0.84), [1, 3]); // threshold 0.798 is reached at 0.8
+  // Temperature 0.5 squares and renormalizes the probabilities.
+  const rand = seededRandom(2);
+  const { token, logq } = sampleToken(logits, 0, 4, 0.5, 0, 1, rand);
+  const z = probs.reduce((m, p) => m + p * p, 0);
+  assert.ok(Math.abs(logq - Math.log(probs[token] ** 2 / z)) < 1e-6);
+});
+
+test('stop tokens end a sample with reason stop; maxNewTokens and the context end it with reason length', async () => {
+  const free = await engine.generate(prompts, { maxNewTokens: 6, seed: 9 });
+  const stopToken = free[0].tokens[2];
+  const stopped = await engine.generate(prompts, { maxNewTokens: 6, seed: 9, stopTokens: [stopToken] });
+  const cut = stopped[0].tokens.indexOf(stopToken);
+  assert.ok(cut >= 0 && cut <= 2);
+  assert.equal(stopped[0].finishReason, 'stop');
+  assert.equal(stopped[0].tokens.length, cut + 1, 'the stop token is the last token');
+  assert.deepEqual(stopped[0].tokens, free[0].tokens.slice(0, cut + 1));
+  for (const s of free) {
+    assert.equal(s.finishReason, 'length');
+    assert.equal(s.tokens.length, 6);
+  }
+  const long = await engine.generate([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [1]], { maxNewTokens: 50 });
+  assert.equal(long[0].tokens.length, MODEL.contextLength - 10, 'prompt + response fills the context');
+  assert.equal(long[1].tokens.length, MODEL.contextLength - 1);
+  assert.ok(long.every((s) => s.finishReason === 'length'));
+});
+
+test('bad input gets an error naming what is wrong', async () => {
+  const tooLong = Array.from({ length: MODEL.contextLength }, () => 1);
+  await assert.rejects(engine.generate([[1], tooLong], { maxNewTokens: 1 }), /prompt 1 has 16 tokens, but the model's context is 16 tokens/);
+  await assert.rejects(engine.generate([[1], []], { maxNewTokens: 1 }), /prompt 1 is empty/);
+  await assert.rejects(engine.generate([[1, 99]], { maxNewTokens: 1 }), /prompt 0 contains token 99/);
+  await assert.rejects(engine.generate([[1]], { maxNewTokens: 0 }), /maxNewTokens/);
+  await assert.rejects(engine.generate([[1]], { maxNewTokens: 1, topP: 0 }), /topP/);
+  await assert.rejects(engine.generate([[1]], { maxNewTokens: 1, stopTokens: [16] }), /stopTokens/);
+  const fresh = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1 });
+  try {
+    await assert.rejects(fresh.generate([[1]], { maxNewTokens: 1 }), /no policy weights/);
+    const { ['lm_head.weight']: _dropped, ...partial } = weights;
+    assert.throws(() => fresh.setWeights(1, partial), /missing tensor "lm_head.weight"/);
+  } finally {
+    await fresh.release();
+  }
+});

@@ -1,0 +1,240 @@
+// The trainer on the tfjs backend this machine loads (wasm here): optimizer math, schedules,
+// clipping, refusal of non-finite updates, micro-batching, optimizer-state resume, event-loop yields.
+import assert from 'node:assert/strict';
+import { before, test } from 'node:test';
+import * as tf from '@tensorflow/tfjs';
+import { loadTfjsBackend } from '../engines/backends';
+import { initWeights, parameterSpec, seededRandom, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { decodeSafetensors } from '../engines/safetensors';
+import { learningRate, NonFiniteUpdateError, Trainer, type TrainSequence, type TrainingLoss } from '../engines/trainer';
+import { policyLoss, sftLoss } from '../engines/trainer-losses';
+
+const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
+
+before(async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+});
+
+function batch(seed: number, count: number, length = 12): Array<TrainSequence & { tokens: number[]; lossMask: number[] }> {
+  const rand = seededRandom(seed);
+  return Array.from({ length: count }, () => {
+    const n = 4 + Math.floor(rand() * (length - 3));
+    const tokens = Array.from({ length: n }, () => Math.floor(rand() * MODEL.vocabSize));
+    return { tokens, lossMask: tokens.slice(1).map((_, t) => (t >= 2 ? 1 : 0)) };
+  });
+}
+
+function maxAbsDiff(a: PolicyWeights, b: PolicyWeights, names = Object.keys(a)): number {
+  let worst = 0;
+  for (const n of names) a[n].forEach((v, i) => (worst = Math.max(worst, Math.abs(v - b[n][i]))));
+  return worst;
+}
+
+test('learning-rate schedules: warmup, then constant / linear / cosine decay to the floor', () => {
+  const peak = 1e-3;
+  assert.equal(learningRate(peak, { kind: 'constant', warmupSteps: 4 }, 0), peak / 4);
+  assert.equal(learningRate(peak, { kind: 'constant', warmupSteps: 4 }, 3), peak);
+  assert.equal(learningRate(peak, { kind: 'constant', warmupSteps: 4 }, 100), peak);
+  const linear = { kind: 'linear' as const, warmupSteps: 10, totalSteps: 110, minLrRatio: 0.1 };
+  assert.equal(learningRate(peak, linear, 10), peak);
+  assert.ok(Math.abs(learningRate(peak, linear, 60) - 0.55 * peak) < 1e-12);
+  assert.ok(Math.abs(learningRate(peak, linear, 500) - 0.1 * peak) < 1e-12);
+  const cosine = { kind: 'cosine' as const, totalSteps: 100 };
+  assert.ok(Math.abs(learningRate(peak, cosine, 50) - 0.5 * peak) < 1e-12);
+  assert.ok(learningRate(peak, cosine, 100) < 1e-12);
+  assert.throws(() => Trainer.create({ model: MODEL, optimizer: { lr: 1e-3 }, schedule: { kind: 'cosine' } }), /schedule.totalSteps is required/);
+  assert.throws(() => Trainer.create({ model: MODEL, optimizer: { lr: 0 } }), /optimizer.lr/);
+});
+
+test('AdamW: the first step moves each parameter by ~lr, and weight decay is decoupled and skips biases and norms', async () => {
+  const lr = 1e-3;
+  const weights = initWeights(MODEL, 1);
+  const sequences = batch(1, 16);
+  const plain = Trainer.create({ model: MODEL, weights, optimizer: { lr }, maxGradNorm: Infinity });
+  const decayed = Trainer.create({ model: MODEL, weights, optimizer: { lr, weightDecay: 0.1 }, maxGradNorm: Infinity });
+  try {
+    await plain.trainStep(sequences, sftLoss());
+    await decayed.trainStep(sequences, sftLoss());
+    const a = await plain.exportWeights();
+    const b = await decayed.exportWeights();
+    // Adam's first step is lr * g / (|g| + eps): magnitude lr wherever |g| >> eps.
+    let atLr = 0;
+    let total = 0;
+    for (const p of parameterSpec(MODEL)) {
+      a[p.name].forEach((v, i) => {
+        const step = Math.abs(v - weights[p.name][i]);
+        assert.ok(step <= lr * 1.0001, `${p.name}[${i}] moved ${step}`);
+        total += 1;
+        if (Math.abs(step - lr) < lr * 1e-3) atLr += 1;
+      });
+    }
+    assert.ok(atLr / total > 0.9, `${atLr}/${total} parameters moved by lr`);
+    for (const p of parameterSpec(MODEL)) {
+      const decays = p.shape.length >= 2;
+      b[p.name].forEach((v, i) => {
+        const expected = a[p.name][i] - (decays ? lr * 0.1 * weights[p.name][i] : 0);
+        assert.ok(Math.abs(v - expected) < 1e-8, `${p.name}[${i}]: ${v} vs ${expected}`);
+      });
+    }
+  } finally {
+    plain.dispose();
+    decayed.dispose();
+  }
+});
+
+test('global-norm clipping: reported norm is pre-clip; a tiny bound clips, a large one does not', async () => {
+  const sequences = batch(2, 8);
+  const tight = Trainer.create({ model: MODEL, seed: 2, optimizer: { lr: 1e-3 }, maxGradNorm: 1e-3 });
+  const loose = Trainer.create({ model: MODEL, seed: 2, optimizer: { lr: 1e-3 }, maxGradNorm: 1e6 });
+  try {
+    const t = await tight.trainStep(sequences, sftLoss());
+    const l = await loose.trainStep(sequences, sftLoss());
+    assert.equal(t.gradClipped, true);
+    assert.equal(l.gradClipped, false);
+    assert.ok(t.gradNorm > 1e-3);
+    assert.ok(Math.abs(t.gradNorm - l.gradNorm) < 1e-5 * l.gradNorm, 'same weights, same batch: same norm');
+    // Adam's first moment after one step is (1 - beta1) * the applied gradient: its global norm is
+    // the clip bound when clipped, the raw norm when not.
+    const applied = async (trainer: Trainer) => {
+      const state = decodeSafetensors(await trainer.exportOptimizerState());
+      let sq = 0;
+      for (const [name, t] of state.tensors) if (name.startsWith('m.')) t.data.forEach((v) => (sq += v * v));
+      return Math.sqrt(sq) / (1 - 0.9);
+    };
+    assert.ok(Math.abs((await applied(tight)) - 1e-3) < 1e-3 * 1e-4, `clipped norm ${await applied(tight)}`);
+    assert.ok(Math.abs((await applied(loose)) - l.gradNorm) < l.gradNorm * 1e-4, `unclipped norm ${await applied(loose)} vs ${l.gradNorm}`);
+  } finally {
+    tight.dispose();
+    loose.dispose();
+  }
+});
+
+test('a non-finite loss or gradient is refused: error names it, weights and step are untouched', async () => {
+  const trainer = Trainer.create({ model: MODEL, seed: 3, optimizer: { lr: 1e-3 } });
+  try {
+    const before = await trainer.exportWeights();
+    const sequences = batch(4, 4).map((s) => ({ ...s, oldLogprobs: s.lossMask.map(() => -1), advantages: Number.NaN }));
+    await assert.rejects(trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo' })), (err: Error) => err instanceof NonFiniteUpdateError && /ppo loss is NaN/.test(err.message));
+    // Finite loss (0) whose gradient is NaN: d sqrt(x)/dx at 0 is infinite, times 0.
+    const nanGradient: TrainingLoss = {
+      name: 'sqrt-at-zero',
+      microBatchWeighting: 'tokens',
+      compute: ({ logprobs }) => ({ loss: tf.sum(tf.sqrt(tf.mul(logprobs, tf.scalar(0)))) as tf.Scalar }),
+    };
+    await assert.rejects(trainer.trainStep(batch(4, 4), nanGradient), /the gradient of "[a-z_.0-9]+" is not finite \(sqrt-at-zero loss\); the update was not applied/);
+    assert.equal(trainer.step, 0);
+    assert.equal(maxAbsDiff(before, await trainer.exportWeights()), 0);
+    // The trainer still works afterwards.
+    const ok = await trainer.trainStep(batch(4, 4), sftLoss());
+    assert.equal(ok.step, 1);
+  } finally {
+    trainer.dispose();
+  }
+});
+
+test('micro-batching accumulates to the same update as one big batch', async () => {
+  const sequences = batch(5, 24);
+  const whole = Trainer.create({ model: MODEL, seed: 4, optimizer: { lr: 1e-3 }, microBatchSize: 24 });
+  const split = Trainer.create({ model: MODEL, seed: 4, optimizer: { lr: 1e-3 }, microBatchSize: 5 });
+  try {
+    const a = await whole.trainStep(sequences, sftLoss());
+    const b = await split.trainStep(sequences, sftLoss());
+    assert.ok(Math.abs(a.loss - b.loss) < 1e-5, `loss ${a.loss} vs ${b.loss}`);
+    assert.ok(Math.abs(a.gradNorm - b.gradNorm) < 1e-4 * a.gradNorm, `grad norm ${a.gradNorm} vs ${b.gradNorm}`);
+    assert.ok(Math.abs(a.entropy - b.entropy) < 1e-5);
+    // Parameters whose gradient is ~0 can flip Adam's sign, so compare the well-conditioned ones.
+    assert.ok(maxAbsDiff(await whole.exportWeights(), await split.exportWeights(), ['lm_head.weight', 'blocks.1.mlp.fc.weight']) < 1e-5);
+  } finally {
+    whole.dispose();
+    split.dispose();
+  }
+});
+
+test('PPO on-policy: ratio 1, no clipping, zero KL to an identical reference; the step reports every metric', async () => {
+  const trainer = Trainer.create({ model: MODEL, seed: 6, optimizer: { lr: 1e-3 } });
+  try {
+    const base = batch(6, 8);
+    const lp = await trainer.logprobs(base.map((s) => s.tokens));
+    base.forEach((s, i) => assert.equal(lp[i].length, s.tokens.length - 1));
+    const sequences = base.map((s, i) => ({ ...s, oldLogprobs: lp[i], refLogprobs: lp[i], advantages: i % 2 ? 1 : -1 }));
+    const m = await trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo', klCoef: 0.1 }));
+    assert.ok(Math.abs(m.ratioMean! - 1) < 1e-5 && Math.abs(m.ratioMin! - 1) < 1e-5 && Math.abs(m.ratioMax! - 1) < 1e-5);
+    assert.ok(Math.abs(m.kl!) < 1e-6);
+    assert.equal(m.clipFraction, 0);
+    assert.ok(m.entropy > 0 && m.entropy <= Math.log(MODEL.vocabSize) + 1e-5);
+    assert.ok(m.gradNorm > 0 && Number.isFinite(m.loss));
+    assert.equal(m.lossTokens, base.reduce((n, s) => n + s.lossMask.reduce((a, b) => a + b, 0), 0));
+    // After the update the same samples are off-policy: ratios spread around 1.
+    const m2 = await trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo', klCoef: 0.1 }));
+    assert.ok(m2.ratioMin! < 1 && m2.ratioMax! > 1 && m2.kl! > 0);
+  } finally {
+    trainer.dispose();
+  }
+});
+
+test('resuming from exported weights + optimizer state continues bit-identically', async () => {
+  const a = Trainer.create({ model: MODEL, seed: 7, optimizer: { lr: 1e-3, weightDecay: 0.01 }, schedule: { kind: 'cosine', warmupSteps: 1, totalSteps: 10 } });
+  try {
+    await a.trainStep(batch(7, 8), sftLoss());
+    await a.trainStep(batch(8, 8), sftLoss());
+    const b = Trainer.create({ model: MODEL, weights: await a.exportWeights(), optimizer: { lr: 1e-3, weightDecay: 0.01 }, schedule: { kind: 'cosine', warmupSteps: 1, totalSteps: 10 } });
+    try {
+      b.importOptimizerState(await a.exportOptimizerState());
+      assert.equal(b.step, 2);
+      const ma = await a.trainStep(batch(9, 8), sftLoss());
+      const mb = await b.trainStep(batch(9, 8), sftLoss());
+      assert.equal(ma.lr, mb.lr);
+      assert.equal(maxAbsDiff(await a.exportWeights(), await b.exportWeights()), 0);
+    } finally {
+      b.dispose();
+    }
+  } finally {
+    a.dispose();
+  }
+});
+
+test('the event loop keeps turning during a train step (timers fire between micro-batches)', async () => {
+  const trainer = Trainer.create({ model: MODEL, seed: 8, optimizer: { lr: 1e-3 }, microBatchSize: 4 });
+  try {
+    let ticks = 0;
+    const timer = setInterval(() => (ticks += 1), 0);
+    await trainer.trainStep(batch(10, 32), sftLoss());
+    clearInterval(timer);
+    assert.ok(ticks >= 4, `timer fired ${ticks} times during 8 micro-batches`);
+  } finally {
+    trainer.dispose();
+  }
+});
+
+test('bad batches get errors naming the sequence and field', async () => {
+  const trainer = Trainer.create({ model: MODEL, seed: 9, optimizer: { lr: 1e-3 } });
+  try {
+    const long = Array.from({ length: 17 }, () => 1);
+    await assert.rejects(trainer.logprobs([[1, 2], long]), /sequence 1 has 17 tokens, more than the model's context of 16/);
+    await assert.rejects(trainer.trainStep([{ tokens: [1, 2, 3], lossMask: [1] }], sftLoss()), /sequence 0: lossMask has 1 entries, expected 2/);
+    await assert.rejects(trainer.trainStep([{ tokens: [1, 2, 3], lossMask: [0, 0] }], sftLoss()), /no sequence has a loss token/);
+    await assert.rejects(trainer.trainStep([{ tokens: [1, 2, 3], lossMask: [1, 1] }], policyLoss({ algorithm: 'ppo' })), /ppo loss needs oldLogprobs/);
+    await assert.rejects(trainer.trainStep([{ tokens: [1, 20], lossMask: [1] }], sftLoss()), /sequence 0 token 1 is 20, outside the vocabulary/);
+    await assert.rejects(
+      trainer.trainStep([{ tokens: [1, 2], lossMask: [1], advantages: 1 }, { tokens: [1, 2], lossMask: [1] }], sftLoss()),
+      /sequence 1: advantages is missing but sequence 0 has it/,
+    );
+  } finally {
+    trainer.dispose();
+  }
+});
+
+test('no tensors leak across steps and log-prob passes', async () => {
+  const trainer = Trainer.create({ model: MODEL, seed: 10, optimizer: { lr: 1e-3 }, microBatchSize: 3 });
+  try {
+    const sequences = batch(11, 7).map((s) => ({ ...s, oldLogprobs: s.lossMask.map(() => -2), refLogprobs: s.lossMask.map(() => -2), advantages: 1 }));
+    await trainer.trainStep(sequences, policyLoss({ algorithm: 'gspo', klCoef: 0.1, entropyCoef: 0.01 }));
+    const count = tf.memory().numTensors;
+    await trainer.trainStep(sequences, policyLoss({ algorithm: 'gspo', klCoef: 0.1, entropyCoef: 0.01 }));
+    await trainer.logprobs(sequences.map((s) => s.tokens));
+    await assert.rejects(trainer.trainStep(sequences.map((s) => ({ ...s, advantages: Number.NaN })), policyLoss({ algorithm: 'ppo' })));
+    assert.equal(tf.memory().numTensors, count);
+  } finally {
+    trainer.dispose();
+  }
+});
