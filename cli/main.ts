@@ -11,6 +11,7 @@ import { relaxEnvironment } from '../workers/environment';
 import { startLocalStack, type LocalStack } from '../workers/local-stack';
 import { freePort } from '../workers/ports';
 import { startWorker } from '../workers/worker';
+import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
 
 function intOption(name: string, min = 0) {
@@ -191,6 +192,25 @@ export function buildProgram(): Command {
       } finally {
         await stack.stop();
       }
+    });
+
+  program
+    .command('bench <name>')
+    .description(`run a benchmark; names:\n${describeBenches()}`)
+    .option('--json', 'print one JSON object as the last line')
+    .option('--set <key=value...>', 'benchmark-specific options')
+    .action(async (name: string, o: { json?: boolean; set?: string[] }) => {
+      const bench = await loadBench(name);
+      const options = Object.fromEntries(
+        (o.set ?? []).map((kv) => {
+          const eq = kv.indexOf('=');
+          if (eq <= 0) throw new Error(`--set: expected key=value, got "${kv}"`);
+          return [kv.slice(0, eq), kv.slice(eq + 1)];
+        }),
+      );
+      const json = Boolean(o.json);
+      const result = await bench({ json, options, log: json ? () => undefined : (line) => console.log(line) });
+      console.log(json ? JSON.stringify(result) : JSON.stringify(result, null, 2));
     });
 
   return program;

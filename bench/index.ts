@@ -1,0 +1,39 @@
+// `relax bench <name> [--json]`: benchmarks print ratios measured side by side in one run (these
+// machines are noisy; absolute times do not compare across runs). With --json the last line
+// printed is one JSON object.
+
+export interface BenchContext {
+  json: boolean;
+  /** Human-readable progress; silent in --json mode except for the final object. */
+  log: (line: string) => void;
+  options: Record<string, string>;
+}
+
+export type Bench = (ctx: BenchContext) => Promise<Record<string, unknown>>;
+
+const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> = {
+  engines: {
+    describe: 'rollout tokens/s by batch, train tokens/s, weight sync ms, roofline, logprob agreement',
+    load: async () => (await import('./engines.js')).enginesBench,
+  },
+  grpo: {
+    describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
+    load: async () => (await import('./grpo.js')).grpoBench,
+  },
+};
+
+export function benchNames(): string[] {
+  return Object.keys(BENCHES);
+}
+
+export function describeBenches(): string {
+  return Object.entries(BENCHES)
+    .map(([name, b]) => `  ${name.padEnd(12)} ${b.describe}`)
+    .join('\n');
+}
+
+export async function loadBench(name: string): Promise<Bench> {
+  const entry = BENCHES[name];
+  if (!entry) throw new Error(`unknown benchmark "${name}": known benchmarks are ${benchNames().join(', ')}`);
+  return entry.load();
+}
