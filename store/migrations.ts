@@ -82,6 +82,62 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX run_events_run ON run_events (run_id, id);
     `,
   },
+  {
+    version: 2,
+    name: 'train steps with their recorded sample sets; failed samples; transfer-queue indexes',
+    sql: `
+      -- 'failed': a reward function or environment threw; the sample keeps its error and is never trained on.
+      ALTER TABLE samples ADD CONSTRAINT samples_status_known
+        CHECK (status IN ('generated', 'scored', 'consumed', 'failed'));
+      ALTER TABLE samples ADD CONSTRAINT samples_failed_has_error
+        CHECK (status <> 'failed' OR error IS NOT NULL);
+      ALTER TABLE samples ADD CONSTRAINT samples_consumed_by_a_step
+        CHECK ((status = 'consumed') = (consumed_by_step IS NOT NULL));
+      -- Per-token arrays cover the response tokens one for one.
+      ALTER TABLE samples ADD CONSTRAINT samples_per_token_lengths CHECK (
+        cardinality(loss_mask) = cardinality(response_tokens)
+        AND (rollout_logprobs IS NULL OR cardinality(rollout_logprobs) = cardinality(response_tokens))
+        AND (ref_logprobs IS NULL OR cardinality(ref_logprobs) = cardinality(response_tokens))
+        AND (advantages IS NULL OR cardinality(advantages) = cardinality(response_tokens))
+        AND (token_versions IS NULL OR cardinality(token_versions) = cardinality(response_tokens)));
+
+      -- Selecting a train batch scans ready samples of a run oldest iteration first; this index covers
+      -- (run_id, status) too, so it replaces migration 1's.
+      DROP INDEX samples_status;
+      CREATE INDEX samples_queue ON samples (run_id, status, iteration, group_index, sample_index);
+      CREATE INDEX samples_consumed ON samples (run_id, consumed_by_step) WHERE consumed_by_step IS NOT NULL;
+
+      -- One row per train step, written when its sample set is chosen (before the update) and marked
+      -- applied once the update produced its policy version: the idempotency key of an update is (run, step).
+      CREATE TABLE train_steps (
+        run_id          text NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+        step            integer NOT NULL,
+        status          text NOT NULL DEFAULT 'selected' CHECK (status IN ('selected', 'applied')),
+        sample_count    integer NOT NULL,
+        policy_version  integer,
+        metrics         jsonb,
+        selected_at     timestamptz NOT NULL DEFAULT now(),
+        applied_at      timestamptz,
+        PRIMARY KEY (run_id, step),
+        CHECK ((status = 'applied') = (policy_version IS NOT NULL AND applied_at IS NOT NULL))
+      );
+      -- Every update produces a new policy version: two steps can never claim the same one.
+      CREATE UNIQUE INDEX train_steps_policy_version ON train_steps (run_id, policy_version) WHERE policy_version IS NOT NULL;
+
+      -- The sample set of each step, kept after its samples are pruned. A sample key appears at most
+      -- once per run, so no sample is ever trained on twice, even if a late rollout retry re-inserts it.
+      CREATE TABLE train_step_samples (
+        run_id        text NOT NULL,
+        step          integer NOT NULL,
+        iteration     integer NOT NULL,
+        group_index   integer NOT NULL,
+        sample_index  integer NOT NULL,
+        PRIMARY KEY (run_id, iteration, group_index, sample_index),
+        FOREIGN KEY (run_id, step) REFERENCES train_steps (run_id, step) ON DELETE CASCADE
+      );
+      CREATE INDEX train_step_samples_step ON train_step_samples (run_id, step);
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

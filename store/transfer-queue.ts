@@ -1,0 +1,712 @@
+// The transfer queue: every stage meets here, never in the controller. Rollout writes samples,
+// reference / reward / advantage stages fill in their columns, and a train step claims a batch.
+//
+// Exactly-once training rests on three things: a train step's sample set is chosen and recorded
+// (train_steps + train_step_samples) in one transaction before the update runs; a retried step gets
+// that recorded set back unchanged; and an update is marked applied once, with the policy version it
+// produced. Every write is batched into one statement per chunk: the embedded database pays about a
+// millisecond per statement, whatever its size.
+import type { Pool } from 'pg';
+
+/** A pool or a checked-out client: anything that runs one statement. */
+export type Queryable = Pick<Pool, 'query'>;
+
+export const SAMPLE_STATUSES = ['generated', 'scored', 'consumed', 'failed'] as const;
+/**
+ * generated: written by rollout. scored: reward and advantage are in, ready to train on.
+ * consumed: claimed by a train step (consumed_by_step). failed: its reward function or environment
+ * threw; `error` says why, and it is never trained on.
+ */
+export type SampleStatus = (typeof SAMPLE_STATUSES)[number];
+
+/** A sample's identity within its run; a retried rollout writes the same keys again. */
+export interface SampleKey {
+  iteration: number;
+  groupIndex: number;
+  sampleIndex: number;
+}
+
+/** A sample as rollout writes it. Per-token arrays cover the response tokens one for one. */
+export interface NewSample extends SampleKey {
+  promptTokens: ArrayLike<number>;
+  responseTokens: ArrayLike<number>;
+  /** 1 where the token is the policy's own (trained on), 0 for tool or environment output. */
+  lossMask: ArrayLike<number>;
+  rolloutLogprobs?: ArrayLike<number> | null;
+  refLogprobs?: ArrayLike<number> | null;
+  reward?: number | null;
+  /** Named reward components, when the reward is a combination. */
+  rewards?: Record<string, number> | null;
+  advantage?: number | null;
+  advantages?: ArrayLike<number> | null;
+  /** The oldest policy version that generated any of its tokens: staleness is measured from it. */
+  policyVersion: number;
+  /** The policy version of each response token, when a sample spans a weight sync. */
+  tokenVersions?: ArrayLike<number> | null;
+  /** Defaults to 'generated'. */
+  status?: Exclude<SampleStatus, 'consumed'>;
+  /** Required with status 'failed'. */
+  error?: string | null;
+}
+
+/** A stored sample, numbers as numbers. Log-probs, rewards and advantages are stored as float32 (real). */
+export interface SampleRow extends SampleKey {
+  runId: string;
+  promptTokens: number[];
+  responseTokens: number[];
+  lossMask: number[];
+  rolloutLogprobs: number[] | null;
+  refLogprobs: number[] | null;
+  reward: number | null;
+  rewards: Record<string, number> | null;
+  advantage: number | null;
+  advantages: number[] | null;
+  policyVersion: number;
+  tokenVersions: number[] | null;
+  status: SampleStatus;
+  error: string | null;
+  consumedByStep: number | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export interface TrainStep {
+  runId: string;
+  step: number;
+  /** selected: its sample set is recorded; applied: the update ran and produced `policyVersion`. */
+  status: 'selected' | 'applied';
+  sampleCount: number;
+  policyVersion: number | null;
+  metrics: Record<string, number> | null;
+  selectedAt: Date;
+  appliedAt: Date | null;
+}
+
+/** A conflicting write to a train step (its update applied with another version, a version reused, samples gone). */
+export class TrainStepConflictError extends Error {
+  override readonly name = 'TrainStepConflictError';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows in and out
+
+interface SampleDbRow {
+  run_id: string;
+  iteration: number;
+  group_index: number;
+  sample_index: number;
+  prompt_tokens: number[];
+  response_tokens: number[];
+  loss_mask: number[];
+  rollout_logprobs: number[] | null;
+  ref_logprobs: number[] | null;
+  reward: number | null;
+  rewards: Record<string, number> | null;
+  advantage: number | null;
+  advantages: number[] | null;
+  policy_version: number;
+  token_versions: number[] | null;
+  status: SampleStatus;
+  error: string | null;
+  consumed_by_step: number | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const SAMPLE_COLUMNS = `run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask,
+  rollout_logprobs, ref_logprobs, reward, rewards, advantage, advantages, policy_version, token_versions,
+  status, error, consumed_by_step, created_at, updated_at`;
+
+function sampleFromDb(r: SampleDbRow): SampleRow {
+  return {
+    runId: r.run_id,
+    iteration: r.iteration,
+    groupIndex: r.group_index,
+    sampleIndex: r.sample_index,
+    promptTokens: r.prompt_tokens,
+    responseTokens: r.response_tokens,
+    lossMask: r.loss_mask,
+    rolloutLogprobs: r.rollout_logprobs,
+    refLogprobs: r.ref_logprobs,
+    reward: r.reward,
+    rewards: r.rewards,
+    advantage: r.advantage,
+    advantages: r.advantages,
+    policyVersion: r.policy_version,
+    tokenVersions: r.token_versions,
+    status: r.status,
+    error: r.error,
+    consumedByStep: r.consumed_by_step,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+interface TrainStepDbRow {
+  run_id: string;
+  step: number;
+  status: 'selected' | 'applied';
+  sample_count: number;
+  policy_version: number | null;
+  metrics: Record<string, number> | null;
+  selected_at: Date;
+  applied_at: Date | null;
+}
+
+function trainStepFromDb(r: TrainStepDbRow): TrainStep {
+  return {
+    runId: r.run_id,
+    step: r.step,
+    status: r.status,
+    sampleCount: r.sample_count,
+    policyVersion: r.policy_version,
+    metrics: r.metrics,
+    selectedAt: r.selected_at,
+    appliedAt: r.applied_at,
+  };
+}
+
+function describeKey(k: SampleKey): string {
+  return `(iteration ${k.iteration}, group ${k.groupIndex}, index ${k.sampleIndex})`;
+}
+
+// Ragged per-sample arrays travel as one text[] of Postgres array literals (cast server-side), so a
+// batch of any size is a fixed handful of parameters. String(-Infinity) and 'NaN' are valid literals.
+function arrayLiteral(values: ArrayLike<number> | null | undefined): string | null {
+  if (values == null) return null;
+  const parts = new Array<string>(values.length);
+  for (let i = 0; i < values.length; i++) parts[i] = String(values[i]);
+  return `{${parts.join(',')}}`;
+}
+
+function keyColumns(keys: readonly SampleKey[]): [number[], number[], number[]] {
+  return [keys.map((k) => k.iteration), keys.map((k) => k.groupIndex), keys.map((k) => k.sampleIndex)];
+}
+
+function checkNonNegativeInteger(value: number, what: string): void {
+  if (!Number.isInteger(value) || value < 0) throw new Error(`${what} must be a non-negative integer, got ${value}`);
+}
+
+function checkKeys(keys: readonly SampleKey[], what: string): void {
+  const seen = new Set<string>();
+  keys.forEach((k, i) => {
+    checkNonNegativeInteger(k.iteration, `${what}[${i}].iteration`);
+    checkNonNegativeInteger(k.groupIndex, `${what}[${i}].groupIndex`);
+    checkNonNegativeInteger(k.sampleIndex, `${what}[${i}].sampleIndex`);
+    const id = `${k.iteration}/${k.groupIndex}/${k.sampleIndex}`;
+    if (seen.has(id)) throw new Error(`${what}[${i}] ${describeKey(k)} appears twice in one batch; each sample is written once per call`);
+    seen.add(id);
+  });
+}
+
+function checkFinite(value: number | null | undefined, what: string): void {
+  if (value != null && !Number.isFinite(value)) throw new Error(`${what} must be a finite number, got ${value}`);
+}
+
+function checkPerToken(values: ArrayLike<number> | null | undefined, responseLength: number, what: string): void {
+  if (values != null && values.length !== responseLength) {
+    throw new Error(`${what} has ${values.length} entries but the response has ${responseLength} tokens: per-token arrays cover the response tokens one for one`);
+  }
+}
+
+function checkIntegers(values: ArrayLike<number>, what: string): void {
+  for (let i = 0; i < values.length; i++) {
+    if (!Number.isInteger(values[i])) throw new Error(`${what}[${i}] must be an integer, got ${values[i]}`);
+  }
+}
+
+function checkNewSample(s: NewSample, where: string): void {
+  checkIntegers(s.promptTokens, `${where}.promptTokens`);
+  checkIntegers(s.responseTokens, `${where}.responseTokens`);
+  const n = s.responseTokens.length;
+  checkPerToken(s.lossMask, n, `${where}.lossMask`);
+  for (let i = 0; i < s.lossMask.length; i++) {
+    if (s.lossMask[i] !== 0 && s.lossMask[i] !== 1) throw new Error(`${where}.lossMask[${i}] must be 0 or 1, got ${s.lossMask[i]}`);
+  }
+  checkPerToken(s.rolloutLogprobs, n, `${where}.rolloutLogprobs`);
+  checkPerToken(s.refLogprobs, n, `${where}.refLogprobs`);
+  checkPerToken(s.advantages, n, `${where}.advantages`);
+  checkPerToken(s.tokenVersions, n, `${where}.tokenVersions`);
+  if (s.tokenVersions != null) checkIntegers(s.tokenVersions, `${where}.tokenVersions`);
+  checkNonNegativeInteger(s.policyVersion, `${where}.policyVersion`);
+  checkFinite(s.reward, `${where}.reward`);
+  checkFinite(s.advantage, `${where}.advantage`);
+  const status = s.status ?? 'generated';
+  if (!(['generated', 'scored', 'failed'] as const).includes(status)) {
+    throw new Error(`${where}.status must be 'generated', 'scored' or 'failed', got ${JSON.stringify(status)} (samples become 'consumed' only through selectTrainBatch)`);
+  }
+  if (status === 'failed' && !s.error) throw new Error(`${where}.error is required when status is 'failed'`);
+}
+
+/** Splits `items` into runs whose total weight stays within `budget` (a single heavier item goes alone). */
+function chunkByWeight<T>(items: readonly T[], weight: (item: T) => number, budget: number): T[][] {
+  const out: T[][] = [];
+  let current: T[] = [];
+  let total = 0;
+  for (const item of items) {
+    const w = weight(item);
+    if (current.length > 0 && total + w > budget) {
+      out.push(current);
+      current = [];
+      total = 0;
+    }
+    current.push(item);
+    total += w;
+  }
+  if (current.length > 0) out.push(current);
+  return out;
+}
+
+// About 8 bytes of text per array element: a 1M-element statement is ~8 MB on the wire.
+const DEFAULT_ELEMENTS_PER_STATEMENT = 1_000_000;
+// Scalars and keys of a row, counted as elements so a batch of tiny samples is still bounded.
+const ROW_OVERHEAD_ELEMENTS = 16;
+
+function sampleWeight(s: NewSample): number {
+  return (
+    ROW_OVERHEAD_ELEMENTS +
+    s.promptTokens.length +
+    s.responseTokens.length * 2 +
+    (s.rolloutLogprobs?.length ?? 0) +
+    (s.refLogprobs?.length ?? 0) +
+    (s.advantages?.length ?? 0) +
+    (s.tokenVersions?.length ?? 0)
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes by rollout and the scoring stages
+
+export interface InsertSamplesOptions {
+  /** Upper bound on array elements per INSERT statement; bounds statement size, not row count. */
+  maxElementsPerStatement?: number;
+}
+
+export interface InsertSamplesResult {
+  /** Rows inserted or overwritten. */
+  written: number;
+  /** Rows left untouched because a train step already consumed that key. */
+  skippedConsumed: number;
+}
+
+const INSERT_SAMPLES_SQL = `
+  INSERT INTO samples AS s (run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask,
+                            rollout_logprobs, ref_logprobs, reward, rewards, advantage, advantages, policy_version,
+                            token_versions, status, error)
+  SELECT $1::text, u.iteration, u.group_index, u.sample_index, u.prompt_tokens::integer[], u.response_tokens::integer[],
+         u.loss_mask::smallint[], u.rollout_logprobs::real[], u.ref_logprobs::real[], u.reward, u.rewards, u.advantage,
+         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error
+    FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+                $10::real[], $11::jsonb[], $12::real[], $13::text[], $14::integer[], $15::text[], $16::text[], $17::text[])
+         AS u(iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask, rollout_logprobs,
+              ref_logprobs, reward, rewards, advantage, advantages, policy_version, token_versions, status, error)
+   -- A key some train step consumed stays consumed, even after its row was pruned.
+   WHERE NOT EXISTS (SELECT 1 FROM train_step_samples t
+                      WHERE t.run_id = $1 AND t.iteration = u.iteration AND t.group_index = u.group_index
+                        AND t.sample_index = u.sample_index)
+  ON CONFLICT (run_id, iteration, group_index, sample_index) DO UPDATE SET
+    prompt_tokens = EXCLUDED.prompt_tokens, response_tokens = EXCLUDED.response_tokens, loss_mask = EXCLUDED.loss_mask,
+    rollout_logprobs = EXCLUDED.rollout_logprobs, ref_logprobs = EXCLUDED.ref_logprobs, reward = EXCLUDED.reward,
+    rewards = EXCLUDED.rewards, advantage = EXCLUDED.advantage, advantages = EXCLUDED.advantages,
+    policy_version = EXCLUDED.policy_version, token_versions = EXCLUDED.token_versions, status = EXCLUDED.status,
+    error = EXCLUDED.error, updated_at = now()
+  WHERE s.consumed_by_step IS NULL`;
+
+/**
+ * Writes samples of one run, one INSERT per chunk. Idempotent per key: a retried rollout overwrites
+ * its own rows entirely, but a sample a train step has consumed is never touched again.
+ */
+export async function insertSamples(db: Queryable, runId: string, samples: readonly NewSample[], options: InsertSamplesOptions = {}): Promise<InsertSamplesResult> {
+  checkKeys(samples, 'samples');
+  samples.forEach((s, i) => checkNewSample(s, `samples[${i}] ${describeKey(s)}`));
+  const budget = options.maxElementsPerStatement ?? DEFAULT_ELEMENTS_PER_STATEMENT;
+  let written = 0;
+  for (const chunk of chunkByWeight(samples, sampleWeight, budget)) {
+    const { rowCount } = await db.query(INSERT_SAMPLES_SQL, [
+      runId,
+      ...keyColumns(chunk),
+      chunk.map((s) => arrayLiteral(s.promptTokens)),
+      chunk.map((s) => arrayLiteral(s.responseTokens)),
+      chunk.map((s) => arrayLiteral(s.lossMask)),
+      chunk.map((s) => arrayLiteral(s.rolloutLogprobs)),
+      chunk.map((s) => arrayLiteral(s.refLogprobs)),
+      chunk.map((s) => s.reward ?? null),
+      chunk.map((s) => (s.rewards == null ? null : JSON.stringify(s.rewards))),
+      chunk.map((s) => s.advantage ?? null),
+      chunk.map((s) => arrayLiteral(s.advantages)),
+      chunk.map((s) => s.policyVersion),
+      chunk.map((s) => arrayLiteral(s.tokenVersions)),
+      chunk.map((s) => s.status ?? 'generated'),
+      chunk.map((s) => s.error ?? null),
+    ]);
+    written += rowCount ?? 0;
+  }
+  return { written, skippedConsumed: samples.length - written };
+}
+
+export interface SampleFilter {
+  iteration?: number | readonly number[];
+  status?: SampleStatus | readonly SampleStatus[];
+  keys?: readonly SampleKey[];
+  consumedByStep?: number;
+  /** At most this many rows, in key order. */
+  limit?: number;
+}
+
+/** Samples of one run matching every given filter, ordered by (iteration, group, index). */
+export async function readSamples(db: Queryable, runId: string, filter: SampleFilter = {}): Promise<SampleRow[]> {
+  const params: unknown[] = [runId];
+  const where = ['run_id = $1'];
+  const param = (v: unknown) => `$${params.push(v)}`;
+  if (filter.iteration !== undefined) {
+    where.push(`iteration = ANY(${param(typeof filter.iteration === 'number' ? [filter.iteration] : filter.iteration)}::integer[])`);
+  }
+  if (filter.status !== undefined) {
+    where.push(`status = ANY(${param(typeof filter.status === 'string' ? [filter.status] : filter.status)}::text[])`);
+  }
+  if (filter.keys !== undefined) {
+    const [it, g, i] = keyColumns(filter.keys);
+    where.push(`(iteration, group_index, sample_index) IN (SELECT * FROM unnest(${param(it)}::integer[], ${param(g)}::integer[], ${param(i)}::integer[]))`);
+  }
+  if (filter.consumedByStep !== undefined) where.push(`consumed_by_step = ${param(filter.consumedByStep)}`);
+  let sql = `SELECT ${SAMPLE_COLUMNS} FROM samples WHERE ${where.join(' AND ')} ORDER BY iteration, group_index, sample_index`;
+  if (filter.limit !== undefined) {
+    checkNonNegativeInteger(filter.limit, 'limit');
+    sql += ` LIMIT ${param(filter.limit)}`;
+  }
+  const { rows } = await db.query<SampleDbRow>(sql, params);
+  return rows.map(sampleFromDb);
+}
+
+// Scoring stages only touch samples still in flight: never a consumed or a failed one.
+const IN_FLIGHT = `s.status IN ('generated', 'scored')`;
+const KEY_JOIN = 's.run_id = $1 AND s.iteration = u.iteration AND s.group_index = u.group_index AND s.sample_index = u.sample_index';
+
+// A per-token array of the wrong length violates samples_per_token_lengths; name the sample instead.
+async function withLengthDiagnosis<T>(db: Queryable, runId: string, field: string, rows: ReadonlyArray<SampleKey & { values: ArrayLike<number> | null }>, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (err) {
+    if ((err as { code?: string; constraint?: string }).constraint !== 'samples_per_token_lengths') throw err;
+    const withValues = rows.filter((r) => r.values != null);
+    // Inside a caller's (now aborted) transaction this lookup fails too: then the original error stands.
+    const lengths = await db
+      .query<{ iteration: number; group_index: number; sample_index: number; n: number }>(
+        `SELECT iteration, group_index, sample_index, cardinality(response_tokens) AS n FROM samples
+          WHERE run_id = $1 AND (iteration, group_index, sample_index) IN (SELECT * FROM unnest($2::integer[], $3::integer[], $4::integer[]))`,
+        [runId, ...keyColumns(withValues)],
+      )
+      .then((r) => r.rows, () => []);
+    const responseLength = new Map(lengths.map((l) => [`${l.iteration}/${l.group_index}/${l.sample_index}`, l.n]));
+    for (const r of withValues) {
+      const n = responseLength.get(`${r.iteration}/${r.groupIndex}/${r.sampleIndex}`);
+      if (n !== undefined && r.values!.length !== n) checkPerToken(r.values, n, `${field} of sample ${describeKey(r)}`);
+    }
+    throw err;
+  }
+}
+
+export interface ScoreUpdate extends SampleKey {
+  reward: number;
+  rewards?: Record<string, number> | null;
+}
+
+/** Writes rewards in one statement per call; returns how many in-flight samples it updated. */
+export async function updateScores(db: Queryable, runId: string, scores: readonly ScoreUpdate[]): Promise<number> {
+  checkKeys(scores, 'scores');
+  scores.forEach((s, i) => {
+    checkFinite(s.reward, `scores[${i}].reward`);
+    if (s.reward == null) throw new Error(`scores[${i}].reward is required`);
+  });
+  const { rowCount } = await db.query(
+    `UPDATE samples s SET reward = u.reward, rewards = u.rewards, updated_at = now()
+       FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::real[], $6::jsonb[]) AS u(iteration, group_index, sample_index, reward, rewards)
+      WHERE ${KEY_JOIN} AND ${IN_FLIGHT}`,
+    [runId, ...keyColumns(scores), scores.map((s) => s.reward), scores.map((s) => (s.rewards == null ? null : JSON.stringify(s.rewards)))],
+  );
+  return rowCount ?? 0;
+}
+
+export interface ReferenceLogprobsUpdate extends SampleKey {
+  refLogprobs: ArrayLike<number>;
+}
+
+/** Writes the reference policy's per-token log-probs; returns how many in-flight samples it updated. */
+export async function setReferenceLogprobs(db: Queryable, runId: string, updates: readonly ReferenceLogprobsUpdate[]): Promise<number> {
+  checkKeys(updates, 'updates');
+  return withLengthDiagnosis(db, runId, 'refLogprobs', updates.map((u) => ({ ...u, values: u.refLogprobs })), async () => {
+    const { rowCount } = await db.query(
+      `UPDATE samples s SET ref_logprobs = u.ref_logprobs::real[], updated_at = now()
+         FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[]) AS u(iteration, group_index, sample_index, ref_logprobs)
+        WHERE ${KEY_JOIN} AND ${IN_FLIGHT}`,
+      [runId, ...keyColumns(updates), updates.map((u) => arrayLiteral(u.refLogprobs))],
+    );
+    return rowCount ?? 0;
+  });
+}
+
+export interface AdvantageUpdate extends SampleKey {
+  advantage: number;
+  /** Per-token advantages, for estimators that assign them (PPO with GAE). */
+  advantages?: ArrayLike<number> | null;
+}
+
+/**
+ * Writes advantages and marks the samples 'scored': the last stage before training, so this is
+ * what makes a sample eligible for selectTrainBatch. Returns how many in-flight samples it updated.
+ */
+export async function setAdvantages(db: Queryable, runId: string, updates: readonly AdvantageUpdate[]): Promise<number> {
+  checkKeys(updates, 'updates');
+  updates.forEach((u, i) => {
+    checkFinite(u.advantage, `updates[${i}].advantage`);
+    if (u.advantage == null) throw new Error(`updates[${i}].advantage is required`);
+  });
+  return withLengthDiagnosis(db, runId, 'advantages', updates.map((u) => ({ ...u, values: u.advantages ?? null })), async () => {
+    const { rowCount } = await db.query(
+      `UPDATE samples s SET advantage = u.advantage, advantages = u.advantages::real[], status = 'scored', updated_at = now()
+         FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::real[], $6::text[]) AS u(iteration, group_index, sample_index, advantage, advantages)
+        WHERE ${KEY_JOIN} AND ${IN_FLIGHT}`,
+      [runId, ...keyColumns(updates), updates.map((u) => u.advantage), updates.map((u) => arrayLiteral(u.advantages))],
+    );
+    return rowCount ?? 0;
+  });
+}
+
+export interface SampleFailure extends SampleKey {
+  error: string;
+}
+
+/** Marks samples failed, each with its own error (a reward function threw); consumed samples are left alone. */
+export async function markFailed(db: Queryable, runId: string, failures: readonly SampleFailure[]): Promise<number> {
+  checkKeys(failures, 'failures');
+  failures.forEach((f, i) => {
+    if (!f.error) throw new Error(`failures[${i}].error must say what went wrong`);
+  });
+  const { rowCount } = await db.query(
+    `UPDATE samples s SET status = 'failed', error = u.error, updated_at = now()
+       FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[]) AS u(iteration, group_index, sample_index, error)
+      WHERE ${KEY_JOIN} AND s.consumed_by_step IS NULL`,
+    [runId, ...keyColumns(failures), failures.map((f) => f.error)],
+  );
+  return rowCount ?? 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Train steps: exactly-once consumption
+
+export interface SelectTrainBatchOptions {
+  /** Take at most this many samples. */
+  size: number;
+  /** Record nothing and return null when fewer samples are ready. Default 1. */
+  minSize?: number;
+  /** Only samples generated by policy versions >= currentPolicyVersion - maxStaleness. */
+  maxStaleness?: number;
+  currentPolicyVersion?: number;
+}
+
+export interface TrainBatch {
+  step: TrainStep;
+  /** Ordered by (iteration, group, index). */
+  samples: SampleRow[];
+  /** True when the step had been selected before (a retry): these are the samples recorded then. */
+  reused: boolean;
+}
+
+/**
+ * Chooses and records the sample set of train step `step`, in one transaction, before any update runs.
+ * If the step was selected before, returns exactly that set again (whatever the options now say), and
+ * its status tells whether the update was already applied. Otherwise claims up to `size` ready samples,
+ * oldest iteration first, skipping rows another selector holds, so concurrent steps never overlap.
+ * Returns null, recording nothing, when fewer than `minSize` samples are ready.
+ */
+export async function selectTrainBatch(pool: Pool, runId: string, step: number, options: SelectTrainBatchOptions): Promise<TrainBatch | null> {
+  checkNonNegativeInteger(step, 'step');
+  const { size, minSize = 1, maxStaleness, currentPolicyVersion } = options;
+  if (!Number.isInteger(size) || size < 1) throw new Error(`size must be a positive integer, got ${size}`);
+  if (!Number.isInteger(minSize) || minSize < 1 || minSize > size) throw new Error(`minSize must be an integer in [1, size=${size}], got ${minSize}`);
+  if ((maxStaleness === undefined) !== (currentPolicyVersion === undefined)) {
+    throw new Error('maxStaleness and currentPolicyVersion go together: staleness is measured from the current policy version');
+  }
+  if (maxStaleness !== undefined) checkNonNegativeInteger(maxStaleness, 'maxStaleness');
+  if (currentPolicyVersion !== undefined) checkNonNegativeInteger(currentPolicyVersion, 'currentPolicyVersion');
+
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    // Claiming the step row first serializes two selectors of the same step: the second waits here
+    // for the first to commit, then finds the row and reads the recorded set.
+    const claimed = await client.query<TrainStepDbRow>(
+      `INSERT INTO train_steps (run_id, step, status, sample_count) VALUES ($1, $2, 'selected', 0)
+       ON CONFLICT (run_id, step) DO NOTHING RETURNING *`,
+      [runId, step],
+    );
+    if (claimed.rowCount === 0) {
+      const batch = await recordedBatch(client, runId, step);
+      await client.query('COMMIT');
+      return batch;
+    }
+    const params: unknown[] = [runId, step, size];
+    const fresh = maxStaleness === undefined ? '' : `AND policy_version >= $${params.push(currentPolicyVersion! - maxStaleness)}`;
+    const { rows } = await client.query<SampleDbRow>(
+      `WITH picked AS (
+         SELECT iteration, group_index, sample_index FROM samples
+          WHERE run_id = $1 AND status = 'scored' ${fresh}
+          ORDER BY iteration, group_index, sample_index
+          LIMIT $3
+          FOR UPDATE SKIP LOCKED
+       ), consumed AS (
+         UPDATE samples s SET status = 'consumed', consumed_by_step = $2, updated_at = now()
+           FROM picked p
+          WHERE s.run_id = $1 AND s.iteration = p.iteration AND s.group_index = p.group_index AND s.sample_index = p.sample_index
+         RETURNING s.*
+       ), recorded AS (
+         INSERT INTO train_step_samples (run_id, step, iteration, group_index, sample_index)
+         SELECT $1, $2, iteration, group_index, sample_index FROM consumed
+       )
+       SELECT ${SAMPLE_COLUMNS} FROM consumed ORDER BY iteration, group_index, sample_index`,
+      params,
+    );
+    if (rows.length < minSize) {
+      await client.query('ROLLBACK');
+      return null;
+    }
+    const stepRow = await client.query<TrainStepDbRow>('UPDATE train_steps SET sample_count = $3 WHERE run_id = $1 AND step = $2 RETURNING *', [runId, step, rows.length]);
+    await client.query('COMMIT');
+    return { step: trainStepFromDb(stepRow.rows[0]), samples: rows.map(sampleFromDb), reused: false };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
+}
+
+async function recordedBatch(db: Queryable, runId: string, step: number): Promise<TrainBatch> {
+  const stepRow = await db.query<TrainStepDbRow>('SELECT * FROM train_steps WHERE run_id = $1 AND step = $2', [runId, step]);
+  const { rows } = await db.query<SampleDbRow>(
+    `SELECT ${SAMPLE_COLUMNS} FROM samples
+      WHERE (run_id, iteration, group_index, sample_index) IN
+            (SELECT run_id, iteration, group_index, sample_index FROM train_step_samples WHERE run_id = $1 AND step = $2)
+      ORDER BY iteration, group_index, sample_index`,
+    [runId, step],
+  );
+  const trainStep = trainStepFromDb(stepRow.rows[0]);
+  if (rows.length !== trainStep.sampleCount) {
+    throw new TrainStepConflictError(
+      `train step ${step} of run ${runId} recorded ${trainStep.sampleCount} samples but only ${rows.length} are still stored (pruned?): ` +
+        'the step cannot be replayed; prune only steps that are applied (pruneConsumed does)',
+    );
+  }
+  return { step: trainStep, samples: rows.map(sampleFromDb), reused: true };
+}
+
+export async function getTrainStep(db: Queryable, runId: string, step: number): Promise<TrainStep | undefined> {
+  const { rows } = await db.query<TrainStepDbRow>('SELECT * FROM train_steps WHERE run_id = $1 AND step = $2', [runId, step]);
+  return rows[0] && trainStepFromDb(rows[0]);
+}
+
+export interface StepApplied {
+  /** The policy version this update produced. */
+  policyVersion: number;
+  metrics?: Record<string, number>;
+}
+
+/**
+ * Records that step `step`'s update ran and produced `policyVersion`. Idempotent: a repeat with the
+ * same version returns the step as first recorded; a different version, or a version another step
+ * already produced, throws TrainStepConflictError (an update is never applied twice).
+ */
+export async function markStepApplied(db: Queryable, runId: string, step: number, applied: StepApplied): Promise<TrainStep> {
+  checkNonNegativeInteger(step, 'step');
+  checkNonNegativeInteger(applied.policyVersion, 'policyVersion');
+  for (const [name, v] of Object.entries(applied.metrics ?? {})) checkFinite(v, `metrics.${name}`);
+  let updated;
+  try {
+    updated = await db.query<TrainStepDbRow>(
+      `UPDATE train_steps SET status = 'applied', policy_version = $3, metrics = $4, applied_at = now()
+        WHERE run_id = $1 AND step = $2 AND status = 'selected' RETURNING *`,
+      [runId, step, applied.policyVersion, applied.metrics === undefined ? null : JSON.stringify(applied.metrics)],
+    );
+  } catch (err) {
+    if ((err as { code?: string; constraint?: string }).constraint !== 'train_steps_policy_version') throw err;
+    const other = await db
+      .query<{ step: number }>('SELECT step FROM train_steps WHERE run_id = $1 AND policy_version = $2', [runId, applied.policyVersion])
+      .then((r) => `train step ${r.rows[0]?.step}`, () => 'another train step');
+    throw new TrainStepConflictError(`policy version ${applied.policyVersion} of run ${runId} was already produced by ${other}; train step ${step} must produce a new version`);
+  }
+  if (updated.rows[0]) return trainStepFromDb(updated.rows[0]);
+  const existing = await getTrainStep(db, runId, step);
+  if (!existing) throw new Error(`train step ${step} of run ${runId} was never selected: call selectTrainBatch before applying its update`);
+  if (existing.policyVersion !== applied.policyVersion) {
+    throw new TrainStepConflictError(
+      `train step ${step} of run ${runId} was already applied and produced policy version ${existing.policyVersion}; refusing to record it again as version ${applied.policyVersion} (an update is applied once)`,
+    );
+  }
+  return existing;
+}
+
+export interface PruneConsumedOptions {
+  /** Keep the consumed samples of this many newest steps (by step number). */
+  keepLastSteps: number;
+}
+
+/**
+ * Deletes consumed samples of applied steps older than the newest `keepLastSteps` steps. Samples
+ * of a step not yet applied are always kept (a retry needs them); train_steps and the recorded keys
+ * stay, so a pruned sample can never be re-inserted and trained on again. Returns rows deleted.
+ */
+export async function pruneConsumed(db: Queryable, runId: string, { keepLastSteps }: PruneConsumedOptions): Promise<number> {
+  checkNonNegativeInteger(keepLastSteps, 'keepLastSteps');
+  const { rowCount } = await db.query(
+    `DELETE FROM samples s USING train_steps t
+      WHERE s.run_id = $1 AND t.run_id = $1 AND s.consumed_by_step = t.step AND t.status = 'applied'
+        AND t.step <= (SELECT max(step) FROM train_steps WHERE run_id = $1) - $2`,
+    [runId, keepLastSteps],
+  );
+  return rowCount ?? 0;
+}
+
+export interface QueueStats {
+  /** Stored samples by status (pruned ones are gone). */
+  byStatus: Record<SampleStatus, number>;
+  /** Oldest iteration with a sample still to train on (not consumed, not failed); null when none. */
+  oldestUnconsumedIteration: number | null;
+  /** Newest policy version that generated a stored sample. */
+  newestSamplePolicyVersion: number | null;
+  lastSelectedStep: number | null;
+  lastAppliedStep: number | null;
+  /** The policy version the newest applied update produced. */
+  lastAppliedPolicyVersion: number | null;
+}
+
+/** One query summarizing a run's queue, for progress reports. */
+export async function queueStats(db: Queryable, runId: string): Promise<QueueStats> {
+  const { rows } = await db.query<{
+    by_status: Partial<Record<SampleStatus, number>>;
+    oldest_unconsumed_iteration: number | null;
+    newest_sample_policy_version: number | null;
+    last_selected_step: number | null;
+    last_applied_step: number | null;
+    last_applied_policy_version: number | null;
+  }>(
+    `SELECT
+       (SELECT coalesce(jsonb_object_agg(status, n), '{}'::jsonb)
+          FROM (SELECT status, count(*) AS n FROM samples WHERE run_id = $1 GROUP BY status) c) AS by_status,
+       (SELECT min(iteration) FROM samples WHERE run_id = $1 AND status IN ('generated', 'scored')) AS oldest_unconsumed_iteration,
+       (SELECT max(policy_version) FROM samples WHERE run_id = $1) AS newest_sample_policy_version,
+       (SELECT max(step) FROM train_steps WHERE run_id = $1) AS last_selected_step,
+       (SELECT max(step) FROM train_steps WHERE run_id = $1 AND status = 'applied') AS last_applied_step,
+       (SELECT policy_version FROM train_steps WHERE run_id = $1 AND status = 'applied' ORDER BY step DESC LIMIT 1) AS last_applied_policy_version`,
+    [runId],
+  );
+  const r = rows[0];
+  const byStatus = Object.fromEntries(SAMPLE_STATUSES.map((s) => [s, r.by_status[s] ?? 0])) as Record<SampleStatus, number>;
+  return {
+    byStatus,
+    oldestUnconsumedIteration: r.oldest_unconsumed_iteration,
+    newestSamplePolicyVersion: r.newest_sample_policy_version,
+    lastSelectedStep: r.last_selected_step,
+    lastAppliedStep: r.last_applied_step,
+    lastAppliedPolicyVersion: r.last_applied_policy_version,
+  };
+}
