@@ -1,7 +1,11 @@
 // CPU-only activities, hosted by the control worker next to the workflows.
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
+import { getTask } from '../envs/registry';
+import { readSamples, setAdvantages } from '../store/transfer-queue';
+import { advantagesFor } from '../training/grpo';
 import { recordStageEvent, type WorkerContext } from './context';
+import { runContext } from './run-context';
 
 export interface StartRunInput {
   input: unknown;
@@ -27,6 +31,13 @@ export function createControlActivities(ctx: WorkerContext) {
           throw ApplicationFailure.create({ message: err.message, type: INVALID_RUN_CONFIG, nonRetryable: true, details: err.problems });
         }
         throw err;
+      }
+      if (kind === 'training') {
+        try {
+          getTask(config.task);
+        } catch (err) {
+          throw ApplicationFailure.create({ message: `invalid run config: task: ${(err as Error).message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
+        }
       }
       config = { ...config, run_id: config.run_id ?? workflowId };
       const runId = config.run_id as string;
@@ -58,6 +69,38 @@ export function createControlActivities(ctx: WorkerContext) {
       );
       await recordStageEvent(ctx, runId, 'activity_completed', { samples: rowCount });
       return { samples: rowCount ?? 0 };
+    },
+
+    /**
+     * Advantage stage: group-relative advantages from the rewards of one iteration's samples. A group
+     * with a failed sample is left out (its samples stay unscored and are never trained on).
+     */
+    async computeAdvantages({ runId, iteration }: { runId: string; iteration: number }): Promise<{ scored: number; skippedGroups: number }> {
+      const run = await runContext(ctx.pool, runId);
+      const G = run.config.algorithm.group_size;
+      const rows = await readSamples(ctx.pool, runId, { iteration });
+      const groups = new Map<number, typeof rows>();
+      for (const r of rows) groups.set(r.groupIndex, [...(groups.get(r.groupIndex) ?? []), r]);
+      const complete = [...groups.values()].filter((g) => g.length === G && g.every((r) => r.status !== 'failed' && r.reward !== null));
+      const ordered = complete.flatMap((g) => [...g].sort((a, b) => a.sampleIndex - b.sampleIndex));
+      const advantages = ordered.length ? advantagesFor(run.config.algorithm.advantage, ordered.map((r) => r.reward as number), G) : [];
+      const scored = await setAdvantages(
+        ctx.pool,
+        runId,
+        ordered.map((r, i) => ({ iteration: r.iteration, groupIndex: r.groupIndex, sampleIndex: r.sampleIndex, advantage: advantages[i] })),
+      );
+      return { scored, skippedGroups: groups.size - complete.length };
+    },
+
+    async recordMetrics({ runId, step, metrics }: { runId: string; step: number; metrics: Record<string, number> }): Promise<void> {
+      const entries = Object.entries(metrics).filter(([, v]) => Number.isFinite(v));
+      if (!entries.length) return;
+      await ctx.pool.query(
+        `INSERT INTO metrics (run_id, step, name, value)
+         SELECT $1, $2, n, v FROM unnest($3::text[], $4::float8[]) AS m(n, v)
+         ON CONFLICT (run_id, step, name) DO UPDATE SET value = EXCLUDED.value`,
+        [runId, step, entries.map(([k]) => k), entries.map(([, v]) => v)],
+      );
     },
 
     async finishRun({ runId, status, summary }: { runId: string; status: string; summary: Record<string, unknown> }): Promise<void> {

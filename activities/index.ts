@@ -1,9 +1,9 @@
 import type { Role } from '../config/task-queues';
 import type { WorkerContext } from './context';
 import { createControlActivities } from './control';
-import { createReferenceActivities } from './reference';
-import { createRolloutActivities } from './rollout';
-import { createTrainActivities } from './train';
+import { createReferenceActivities, createReferenceTrainingActivities } from './reference';
+import { createRolloutActivities, createRolloutTrainingActivities } from './rollout';
+import { createTrainActivities, createTrainingRunActivities } from './train';
 
 /** The activities a worker of `role` registers (on its role queue and on its instance queue). */
 export function activitiesForRole(role: Role, ctx: WorkerContext): object {
@@ -11,10 +11,10 @@ export function activitiesForRole(role: Role, ctx: WorkerContext): object {
     case 'control':
       return createControlActivities(ctx);
     case 'rollout':
-      return createRolloutActivities(ctx);
+      return { ...createRolloutActivities(ctx), ...createRolloutTrainingActivities(ctx) };
     case 'reference':
-      return createReferenceActivities(ctx);
+      return { ...createReferenceActivities(ctx), ...createReferenceTrainingActivities(ctx) };
     case 'train':
-      return createTrainActivities(ctx);
+      return { ...createTrainActivities(ctx), ...createTrainingRunActivities(ctx) };
   }
 }

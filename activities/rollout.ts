@@ -1,5 +1,51 @@
 // Rollout stage activities: served by every rollout worker, on the shared rollout queue.
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import { RolloutEngine } from '../engines/rollout';
+import { getCheckpoint } from '../store/checkpoint-registry';
+import { insertSamples, type NewSample } from '../store/transfer-queue';
+import { evaluateGreedy } from '../training/evaluate';
+import { rolloutGroups, samplingParams } from '../training/grpo';
 import { recordStageEvent, sleepWithHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { runContext, type RunContext } from './run-context';
+
+export interface GenerateInput {
+  runId: string;
+  iteration: number;
+  /** This activity's slice of the iteration's prompt groups. */
+  firstGroup: number;
+  groups: number;
+  policyVersion: number;
+}
+
+export interface GenerateResult {
+  samples: number;
+  failed: number;
+  rewardSum: number;
+  worker: string;
+}
+
+/** The prompts of one iteration, the same on every rollout worker and every retry. */
+export function iterationPrompts(run: RunContext, iteration: number) {
+  return run.task.trainPrompts(run.config.seed * 1_000_003 + iteration + 1, run.config.rollout.prompts_per_step);
+}
+
+// One engine per run in this process, switched to new policy versions as the trainer publishes them
+// (weights are graph inputs, so a version switch is a file read, not a session rebuild).
+const engines = new Map<string, RolloutEngine>();
+
+async function engineAt(ctx: WorkerContext, run: RunContext, version: number): Promise<RolloutEngine> {
+  let engine = engines.get(run.runId);
+  if (!engine) {
+    engine = await RolloutEngine.create(run.model, { intraOpNumThreads: 1 });
+    engines.set(run.runId, engine);
+  }
+  if (engine.policyVersion !== version) {
+    const checkpoint = await getCheckpoint(ctx.pool, run.runId, version);
+    if (!checkpoint) throw ApplicationFailure.create({ message: `policy version ${version} of run ${run.runId} is not published`, type: 'MissingPolicyVersion' });
+    await engine.loadCheckpoint(checkpoint.path, { sha256: checkpoint.sha256 });
+  }
+  return engine;
+}
 
 export interface SmokeRolloutInput {
   runId: string;
@@ -54,5 +100,64 @@ export function createRolloutActivities(ctx: WorkerContext) {
     },
   };
 }
+
+export function createRolloutTrainingActivities(ctx: WorkerContext) {
+  return {
+    /**
+     * Rollout stage: generates group_size responses for each prompt of a slice of the iteration,
+     * scores them, and writes them to the transfer queue (a retry overwrites its own rows). A reward
+     * function that throws marks that sample failed with its error; the run goes on.
+     */
+    async generate(input: GenerateInput): Promise<GenerateResult> {
+      const run = await runContext(ctx.pool, input.runId);
+      const engine = await engineAt(ctx, run, input.policyVersion);
+      const G = run.config.algorithm.group_size;
+      const tokenizer = run.task.tokenizer();
+      const prompts = iterationPrompts(run, input.iteration).slice(input.firstGroup, input.firstGroup + input.groups);
+      const seed = run.config.seed * 7_919 + input.iteration * 1_009 + input.firstGroup;
+      const batch = await rolloutGroups(engine, run.task, prompts, G, samplingParams(run.config.rollout, tokenizer.eosId, seed)).catch((err: Error) => {
+        throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
+      });
+      Context.current().heartbeat();
+      const rows: NewSample[] = batch.samples.map((s, i) => {
+        const prompt = batch.prompts[Math.floor(i / G)];
+        let reward: number | null = null;
+        let error: string | null = null;
+        try {
+          reward = run.task.reward(prompt, tokenizer.decode(s.tokens));
+          if (!Number.isFinite(reward)) throw new Error(`reward is ${reward}, not a finite number`);
+        } catch (err) {
+          reward = null;
+          error = `reward function failed on prompt ${JSON.stringify(prompt.text)}: ${(err as Error).message}`;
+        }
+        return {
+          iteration: input.iteration,
+          groupIndex: input.firstGroup + Math.floor(i / G),
+          sampleIndex: i % G,
+          promptTokens: batch.contexts[i],
+          responseTokens: s.tokens,
+          lossMask: s.tokens.map(() => 1),
+          rolloutLogprobs: s.logprobs,
+          reward,
+          policyVersion: s.policyVersion,
+          ...(error ? { status: 'failed' as const, error } : {}),
+        };
+      });
+      await insertSamples(ctx.pool, input.runId, rows);
+      const ok = rows.filter((r) => r.reward !== null);
+      return { samples: rows.length, failed: rows.length - ok.length, rewardSum: ok.reduce((a, r) => a + (r.reward as number), 0), worker: ctx.identity };
+    },
+
+    /** Held-out greedy accuracy of one policy version. */
+    async evaluate({ runId, policyVersion }: { runId: string; policyVersion: number }): Promise<{ accuracy: number }> {
+      const run = await runContext(ctx.pool, runId);
+      const engine = await engineAt(ctx, run, policyVersion);
+      const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
+      return { accuracy };
+    },
+  };
+}
+
+export type RolloutTrainingActivities = ReturnType<typeof createRolloutTrainingActivities>;
 
 export type RolloutActivities = ReturnType<typeof createRolloutActivities>;

@@ -4,7 +4,10 @@ import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { DefaultLogger, Runtime, type LogLevel } from '@temporalio/worker';
 import { RelaxClient, readStackFile, resolveAddresses, stackFilePath } from '../client';
-import { RunConfigError } from '../config/run-config';
+import { parseRunConfig, RunConfigError } from '../config/run-config';
+import { loadTfjsBackend } from '../engines/backends';
+import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
+import { loadOrTrainWarmStart } from '../training/warm-start';
 import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
 import { relaxEnvironment } from '../workers/environment';
@@ -13,6 +16,7 @@ import { freePort } from '../workers/ports';
 import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
+import { renderCurves, watchRun } from './watch';
 
 function intOption(name: string, min = 0) {
   return (value: string): number => {
@@ -158,34 +162,99 @@ export function buildProgram(): Command {
     });
 
   program
-    .command('quickstart')
-    .description('start a local stack, run the main job end to end, print the result, stop')
-    .option('--data-dir <dir>', 'data directory', path.join(relaxEnvironment().home, 'quickstart'))
-    .option('--json', 'print one JSON object as the last line')
+    .command('train')
+    .description('start a training run on a running stack (one JSON config) and follow it')
+    .option('--config <file>', 'run config JSON file')
+    .option('--json <object>', 'run config as inline JSON')
+    .option('--id <workflowId>', 'workflow id (default: run_id, else generated)')
+    .option('--detach', 'print the workflow id and return at once')
     .action(async (o) => {
-      const started = Date.now();
-      const log = (line: string) => (o.json ? undefined : console.log(line));
-      log('[relax] starting the local stack (Temporal dev server, embedded PostgreSQL, 4 workers)...');
-      const stack = await startLocalStack({
-        home: path.resolve(o.dataDir),
-        temporalPort: await freePort(),
-        uiPort: 0,
-        dbPort: 0,
-        databaseUrl: relaxEnvironment().databaseUrl,
-        workers: { control: 1, rollout: 1, train: 1, reference: 1 },
-        device: 'cpu',
-        log: () => undefined,
+      const client = await RelaxClient.connect();
+      try {
+        const handle = await client.startTraining(readJsonConfig(o.config, o.json) as object, o.id);
+        console.log(`started training run ${handle.workflowId}`);
+        if (o.detach) return;
+        const result = await watchRun(handle, { bar: process.stdout.isTTY === true });
+        console.log(renderCurves(result));
+        console.log(JSON.stringify({ run_id: result.runId, steps: result.steps, policy_version: result.policyVersion, eval_accuracy: result.evalAccuracy, stopped: result.stopped }));
+      } finally {
+        await client.close();
+      }
+    });
+
+  program
+    .command('status <runId>')
+    .description("a training run's progress: step, policy version, last reward and accuracy, throughput")
+    .action(async (runId: string) => {
+      const client = await RelaxClient.connect();
+      try {
+        const description = await client.client.workflow.getHandle(runId).describe();
+        const progress = description.status.name === 'RUNNING' ? await client.progress(runId) : undefined;
+        console.log(JSON.stringify({ run_id: runId, workflow_status: description.status.name, ...(progress ?? {}), memo: description.memo }, null, 2));
+      } finally {
+        await client.close();
+      }
+    });
+
+  for (const [name, what] of [
+    ['stop', 'finish the current step (publishing its version), then end the run'],
+    ['pause', 'pause a training run between steps'],
+    ['resume', 'resume a paused training run'],
+  ] as const) {
+    program
+      .command(`${name} <runId>`)
+      .description(what)
+      .action(async (runId: string) => {
+        const client = await RelaxClient.connect();
+        try {
+          await client[name](runId);
+          console.log(`${name} sent to ${runId}`);
+        } finally {
+          await client.close();
+        }
       });
+  }
+
+  program
+    .command('quickstart')
+    .description('the main job end to end: start a local stack, train add2 with GRPO from an SFT warm start through the workflow, report, stop')
+    .option('--data-dir <dir>', 'data directory', path.join(relaxEnvironment().home, 'quickstart'))
+    .option('--steps <n>', 'GRPO steps (default: the add2 recipe)', intOption('--steps', 1))
+    .option('--json', 'print one JSON object as the last line')
+    .action(async (o: { dataDir: string; steps?: number; json?: boolean }) => {
+      const started = Date.now();
+      const home = path.resolve(o.dataDir);
+      const log = (line: string) => (o.json ? undefined : console.log(line));
+      const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, ...(o.steps ? { steps: o.steps } : {}) } });
+      log('[relax] starting the local stack (Temporal dev server, embedded PostgreSQL, 4 workers) and the SFT warm start...');
+      const [stack, warm] = await Promise.all([
+        startLocalStack({
+          home,
+          temporalPort: await freePort(),
+          uiPort: 0,
+          dbPort: 0,
+          databaseUrl: relaxEnvironment().databaseUrl,
+          workers: { control: 1, rollout: 1, train: 1, reference: 1 },
+          device: 'cpu',
+          log: () => undefined,
+        }),
+        loadTfjsBackend({ kind: 'cpu' }).then(() => loadOrTrainWarmStart(config, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), log)),
+      ]);
       try {
         if (!o.json) printStack(stack);
         const client = await RelaxClient.connect(stack.temporalAddress);
         try {
-          const handle = await client.startSmoke({ smoke: { samples: 32 } }, `quickstart-smoke-${Date.now().toString(36)}`);
-          log(`[relax] smoke workflow ${handle.workflowId}: rollout -> reference -> advantage -> train`);
-          const result = await handle.result();
-          const summary = { workflow_id: handle.workflowId, ...result, wall_s: (Date.now() - started) / 1000 };
-          if (o.json) console.log(JSON.stringify(summary));
-          else console.log(`[relax] done in ${summary.wall_s.toFixed(1)} s: ${result.samples} samples through every stage\n${JSON.stringify(summary, null, 2)}`);
+          const runId = `quickstart-${Date.now().toString(36)}`;
+          const handle = await client.startTraining({ ...ADD2_GRPO, run_id: runId, train: config.train, checkpoint: { ...ADD2_GRPO.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', runId) } });
+          log(`[relax] training run ${runId}: GRPO on add2 from the SFT warm start (${(warm.accuracy * 100).toFixed(1)}% held-out), ${config.train.steps} steps of ${config.rollout.prompts_per_step}x${config.algorithm.group_size} samples`);
+          const result = await watchRun(handle, { bar: !o.json && process.stdout.isTTY === true, onEval: o.json ? undefined : log });
+          const wallS = (Date.now() - started) / 1000;
+          const out = path.join(home, 'results', `${runId}.json`);
+          fs.mkdirSync(path.dirname(out), { recursive: true });
+          fs.writeFileSync(out, `${JSON.stringify({ ...result, warm_start: { accuracy: warm.accuracy, sft_steps: warm.sftSteps, dir: warm.dir }, wall_s: wallS, config }, null, 2)}\n`);
+          log(renderCurves(result));
+          log(`[relax] held-out accuracy ${(warm.accuracy * 100).toFixed(1)}% -> ${((result.evalAccuracy ?? 0) * 100).toFixed(1)}% after ${result.steps} GRPO steps, ${wallS.toFixed(0)} s in all; curves saved to ${out}`);
+          console.log(JSON.stringify({ run_id: runId, eval_accuracy: result.evalAccuracy, initial_accuracy: warm.accuracy, steps: result.steps, policy_version: result.policyVersion, wall_s: wallS, results: out }));
         } finally {
           await client.close();
         }

@@ -8,6 +8,7 @@ import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 import { relaxEnvironment } from '../workers/environment';
 import type { SmokeResult } from '../workflows/smoke';
+import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 
 /** What `relax dev` writes to <home>/stack.json while it runs, so other commands find the stack. */
 export interface StackFile {
@@ -67,6 +68,30 @@ export class RelaxClient {
       workflowId: id,
       args: [config],
     });
+  }
+
+  /** Starts a training run (the `trainingRun` workflow); throws RunConfigError before sending an invalid config. */
+  async startTraining(config: RunConfigInput, workflowId?: string): Promise<WorkflowHandle<(input: unknown) => Promise<TrainingResult>>> {
+    const parsed = parseRunConfig(config);
+    const id = workflowId ?? parsed.run_id ?? `run-${Date.now().toString(36)}`;
+    return this.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [config] });
+  }
+
+  progress(workflowId: string): Promise<TrainingProgress> {
+    return this.client.workflow.getHandle(workflowId).query<TrainingProgress>('progress');
+  }
+
+  /** Asks the run to finish its current step (publishing that version) and end. */
+  async stop(workflowId: string): Promise<void> {
+    await this.client.workflow.getHandle(workflowId).signal('stop');
+  }
+
+  async pause(workflowId: string): Promise<void> {
+    await this.client.workflow.getHandle(workflowId).signal('pause');
+  }
+
+  async resume(workflowId: string): Promise<void> {
+    await this.client.workflow.getHandle(workflowId).signal('resume');
   }
 
   async close(): Promise<void> {

@@ -57,6 +57,9 @@ export const TrainConfigSchema = z
     weight_decay: z.number().nonnegative().max(1).default(0),
     grad_clip: z.number().positive().default(1),
     micro_batch: positiveInt.default(64),
+    eval_every: positiveInt.default(10),
+    failure_budget: z.number().min(0).max(1).default(0.1),
+    keep_consumed_steps: nonNegativeInt.default(2),
   })
   .strict();
 
