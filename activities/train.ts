@@ -141,6 +141,7 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
      */
     async trainStep({ runId, step, fromVersion }: { runId: string; step: number; fromVersion: number }): Promise<TrainStepResult> {
       const run = await runContext(ctx.pool, runId);
+      await recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion });
       const version = fromVersion + 1;
       const recorded = await getTrainStep(ctx.pool, runId, step);
       if (recorded?.status === 'applied') {

@@ -221,9 +221,9 @@ async function trainOnSomeInstance(runId: string, step: number, fromVersion: num
     const instance = await trainShared.workerInfo();
     const pinned = proxyActivities<TrainingRunActivities>({
       taskQueue: instance.instanceQueue,
-      scheduleToStartTimeout: '20 seconds',
+      scheduleToStartTimeout: '10 seconds',
       startToCloseTimeout: '10 minutes',
-      heartbeatTimeout: '20 seconds',
+      heartbeatTimeout: '10 seconds',
       retry: { initialInterval: '1 second', maximumAttempts: 2 },
     });
     try {
