@@ -16,6 +16,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'rollout tokens/s by batch, train tokens/s, weight sync ms, roofline, logprob agreement',
     load: async () => (await import('./engines.js')).enginesBench,
   },
+  pipeline: {
+    describe: 'the same GRPO steps in-process vs through the workflow on the local stack: orchestration overhead',
+    load: async () => (await import('./pipeline.js')).pipelineBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

@@ -16,7 +16,7 @@ export const ModelConfigSchema = z
   .object({
     d_model: positiveInt.default(64),
     n_layers: positiveInt.max(48).default(2),
-    n_heads: positiveInt.default(4),
+    n_heads: positiveInt.default(8),
     d_ff: positiveInt.default(256),
     context_length: positiveInt.max(8192).default(32),
   })

@@ -7,7 +7,7 @@ test('an empty config gets every default', () => {
   assert.equal(c.task, 'add2');
   assert.equal(c.mode, 'sync');
   assert.equal(c.max_staleness, 0);
-  assert.equal(c.model.n_heads, 4);
+  assert.equal(c.model.n_heads, 8);
   assert.equal(c.algorithm.group_size, 8);
   assert.equal(c.train.lr, 1e-4);
   assert.equal(c.smoke.samples, 8);

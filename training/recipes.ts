@@ -7,7 +7,7 @@ import type { SftRecipe } from './warm-start';
 export const ADD2_GRPO: RunConfigInput = {
   task: 'add2',
   seed: 0,
-  model: { d_model: 64, n_layers: 2, n_heads: 4, d_ff: 256, context_length: 16 },
+  model: { d_model: 64, n_layers: 2, n_heads: 8, d_ff: 256, context_length: 16 },
   algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: 8, clip_low: 0.2, clip_high: 0.28 },
   rollout: { prompts_per_step: 128, max_new_tokens: 4, temperature: 1 },
   train: { steps: 600, lr: 1e-3, warmup_steps: 10, grad_clip: 1, micro_batch: 256 },
