@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+// Records workflow histories from real runs on a local stack into test/histories/, for the replay
+// test (test/replay.test.ts) to check that changed workflow code still replays them. Run after
+// `npm run setup`:  node scripts/record-histories.js
+'use strict';
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+
+const root = path.resolve(__dirname, '..');
+const dist = (p) => require(path.join(root, 'dist', p));
+const { startLocalStack } = dist('workers/local-stack.js');
+const { freePort } = dist('workers/ports.js');
+const { RelaxClient } = dist('client/index.js');
+const { execFileSync } = require('node:child_process');
+const { findTemporalBinary } = dist('workers/environment.js');
+
+const RUNS = [
+  {
+    name: 'training-run',
+    start: (client) =>
+      client.startTraining(
+        {
+          model: { context_length: 16 },
+          algorithm: { group_size: 4, kl_coef: 0.01 },
+          rollout: { prompts_per_step: 4, parallelism: 2 },
+          train: { steps: 3, eval_every: 2 },
+        },
+        'history-training-run',
+      ),
+  },
+  { name: 'smoke', start: (client) => client.startSmoke({ smoke: { samples: 4, hold_seconds: 1 } }, 'history-smoke') },
+];
+
+async function main() {
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-histories-'));
+  const stack = await startLocalStack({
+    home,
+    temporalPort: await freePort(),
+    uiPort: 0,
+    dbPort: 0,
+    workers: { control: 1, rollout: 1, train: 1, reference: 1 },
+    device: 'cpu',
+    log: () => undefined,
+  });
+  process.env.RELAX_HOME = home;
+  try {
+    const client = await RelaxClient.connect(stack.temporalAddress);
+    for (const run of RUNS) {
+      const handle = await run.start(client);
+      await handle.result();
+      const file = path.join(root, 'test', 'histories', `${run.name}.json`);
+      // The temporal CLI writes the canonical proto-JSON that historyFromJSON reads back.
+      const json = execFileSync(findTemporalBinary().path, ['workflow', 'show', '--address', stack.temporalAddress, '--workflow-id', handle.workflowId, '--output', 'json'], { maxBuffer: 64 << 20 });
+      fs.writeFileSync(file, json);
+      console.log(`recorded ${file}`);
+    }
+    await client.close();
+  } finally {
+    await stack.stop();
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
