@@ -52,7 +52,7 @@ export async function runLocalGrpo(
   });
   const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
   const loss = policyLossFor(config.algorithm);
-  const evalEvery = hooks.evalEvery ?? config.checkpoint.every;
+  const evalEvery = hooks.evalEvery ?? config.train.eval_every;
   try {
     engine.setWeights(0, init);
     const initialAccuracy = (await evaluateGreedy(engine, task, heldOut, config.rollout.max_new_tokens)).accuracy;

@@ -27,8 +27,10 @@ export interface WarmStartOptions {
   batchSize: number;
   maxSteps: number;
   evalEvery: number;
-  /** Stop once held-out accuracy is inside [low, high]. */
+  /** The warm start's held-out accuracy must land inside [low, high]. */
   band: [number, number];
+  /** Stop at the first evaluation at or above this accuracy (inside the band); default: band[0]. */
+  target?: number;
   maxNewTokens: number;
   log?: (line: string) => void;
 }
@@ -43,7 +45,9 @@ export interface WarmStartResult {
 export async function sftWarmStart(o: WarmStartOptions): Promise<WarmStartResult> {
   const heldOut = o.task.heldOut();
   const loss = sftLoss();
+  const target = o.target ?? o.band[0];
   const curve: WarmStartResult['curve'] = [];
+  let lastInBand: WarmStartResult | undefined;
   for (let step = 1; step <= o.maxSteps; step++) {
     const prompts = o.task.trainPrompts(o.seed * 1_000_003 + step, o.batchSize);
     const m = await o.trainer.trainStep(prompts.map((p) => sftSequence(o.task, p)), loss);
@@ -52,14 +56,20 @@ export async function sftWarmStart(o: WarmStartOptions): Promise<WarmStartResult
     if (step % o.evalEvery !== 0) continue;
     const weights = await o.trainer.exportWeights();
     o.engine.setWeights(0, weights);
-    point.accuracy = (await evaluateGreedy(o.engine, o.task, heldOut, o.maxNewTokens)).accuracy;
-    o.log?.(`[sft] step ${step}: loss ${m.loss.toFixed(3)}, held-out accuracy ${(point.accuracy * 100).toFixed(1)}%`);
-    if (point.accuracy >= o.band[0] && point.accuracy <= o.band[1]) return { steps: step, accuracy: point.accuracy, weights, curve };
-    if (point.accuracy > o.band[1]) {
+    const accuracy = (await evaluateGreedy(o.engine, o.task, heldOut, o.maxNewTokens)).accuracy;
+    point.accuracy = accuracy;
+    if (step % (o.evalEvery * 10) === 0) o.log?.(`[sft] step ${step}: loss ${m.loss.toFixed(3)}, held-out accuracy ${(accuracy * 100).toFixed(1)}%`);
+    if (accuracy >= o.band[0] && accuracy <= o.band[1]) {
+      lastInBand = { steps: step, accuracy, weights, curve: [...curve] };
+      if (accuracy >= target) return lastInBand;
+    } else if (accuracy > o.band[1]) {
+      // Jumped over the band between two evaluations: fall back to the last in-band weights.
+      if (lastInBand) return lastInBand;
       throw new Error(
-        `SFT warm start overshot its band: ${(point.accuracy * 100).toFixed(1)}% > ${(o.band[1] * 100).toFixed(0)}% at step ${step}; evaluate more often (evalEvery) or lower the learning rate`,
+        `SFT warm start overshot its band: ${(accuracy * 100).toFixed(1)}% > ${(o.band[1] * 100).toFixed(0)}% at step ${step} with no earlier evaluation inside it; evaluate more often (evalEvery) or lower the learning rate`,
       );
     }
   }
+  if (lastInBand) return lastInBand;
   throw new Error(`SFT warm start did not reach ${(o.band[0] * 100).toFixed(0)}% held-out accuracy in ${o.maxSteps} steps: raise maxSteps or the learning rate`);
 }

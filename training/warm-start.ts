@@ -17,8 +17,10 @@ export interface SftRecipe {
   batchSize: number;
   maxSteps: number;
   evalEvery: number;
-  /** Stop once held-out greedy accuracy is inside [low, high]. */
+  /** The warm start's held-out greedy accuracy must land inside [low, high]... */
   band: [number, number];
+  /** ...and training stops at the first evaluation at or above this (default: band[0]). */
+  target?: number;
 }
 
 export interface WarmStart {
@@ -39,7 +41,7 @@ interface WarmStartMeta {
 }
 
 // Bump when the SFT procedure changes in a way the key below cannot see.
-const WARM_START_FORMAT = 1;
+const WARM_START_FORMAT = 2;
 
 export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, cacheRoot: string, log: (line: string) => void = () => undefined): Promise<WarmStart> {
   const task = getTask(config.task);
@@ -63,7 +65,7 @@ export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, ca
   const trainer = Trainer.create({ model, seed: config.seed, optimizer: { lr: sft.lr }, microBatchSize: sft.batchSize });
   const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
   try {
-    const r = await sftWarmStart({ task, trainer, engine, seed: config.seed, batchSize: sft.batchSize, maxSteps: sft.maxSteps, evalEvery: sft.evalEvery, band: sft.band, maxNewTokens: config.rollout.max_new_tokens, log });
+    const r = await sftWarmStart({ task, trainer, engine, seed: config.seed, batchSize: sft.batchSize, maxSteps: sft.maxSteps, evalEvery: sft.evalEvery, band: sft.band, target: sft.target, maxNewTokens: config.rollout.max_new_tokens, log });
     const meta: WarmStartMeta = { accuracy: r.accuracy, sftSteps: r.steps, sftWallS: (performance.now() - started) / 1000 };
     await publishCheckpoint(root, 0, model, r.weights);
     await writeFile(metaFile, `${JSON.stringify(meta, null, 2)}\n`);
