@@ -127,7 +127,8 @@ export function buildProgram(): Command {
         namespace: addresses.namespace,
         databaseUrl: addresses.databaseUrl,
       });
-      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}`);
+      const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
+      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}`);
       await worker.done;
       // Native handles of the SDK can outlive the workers; the process has nothing left to do.
       process.exit(0);

@@ -6,6 +6,7 @@ import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleWithSo
 import { activitiesForRole } from '../activities';
 import type { WorkerContext } from '../activities/context';
 import { DEVICE_ROLES, instanceTaskQueue, roleTaskQueue, type Role } from '../config/task-queues';
+import { loadTfjsBackend } from '../engines/backends';
 import { deviceLabel, pinProcessToDevice, type Device } from '../engines/device';
 import { openStore, redactUrl } from '../store/db';
 
@@ -25,6 +26,8 @@ export interface RunningWorker {
   identity: string;
   instanceQueue: string;
   taskQueues: string[];
+  /** The tfjs backend loaded for the trainer (train and reference roles). */
+  tfjsBackend?: string;
   /** Resolves when the worker has stopped (after shutdown() or a fatal error). */
   done: Promise<void>;
   shutdown(): void;
@@ -70,6 +73,11 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     throw new Error(`cannot reach Temporal at ${opts.temporalAddress}: ${(err as Error).message}\n  fix: run \`relax dev\` or set TEMPORAL_ADDRESS`);
   }
 
+  // Roles that run the tfjs trainer load the fastest backend for their device now: left alone, tfjs
+  // would fall back to its pure-JS backend, tens of times slower.
+  let tfjsBackend: string | undefined;
+  if (opts.role === 'train' || opts.role === 'reference') tfjsBackend = (await loadTfjsBackend(opts.device)).backend;
+
   const ctx: WorkerContext = { pool, role: opts.role, device: label, identity, instanceQueue };
   const activities = activitiesForRole(opts.role, ctx);
   const common = {
@@ -104,6 +112,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     identity,
     instanceQueue,
     taskQueues: workers.map((w) => w.options.taskQueue),
+    tfjsBackend,
     done: closed,
     shutdown: () => {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
