@@ -1,6 +1,7 @@
 // Rollout stage activities: served by every rollout worker, on the shared rollout queue.
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { RolloutEngine } from '../engines/rollout';
+import { mulberry32 } from '../envs/random';
 import { getCheckpoint } from '../store/checkpoint-registry';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
@@ -57,18 +58,6 @@ export interface SmokeRolloutInput {
   seed: number;
 }
 
-// A tiny deterministic generator (mulberry32): a retried rollout writes the same samples.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function createRolloutActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
@@ -77,7 +66,8 @@ export function createRolloutActivities(ctx: WorkerContext) {
     async smokeRollout(input: SmokeRolloutInput): Promise<{ samples: number; worker: string }> {
       await recordStageEvent(ctx, input.runId, 'activity_started');
       await sleepWithHeartbeats(input.delayMs);
-      const next = rng(input.seed * 1_000_003 + input.iteration);
+      // Seeded: a retried rollout writes the same samples.
+      const next = mulberry32(input.seed * 1_000_003 + input.iteration);
       const rows: unknown[][] = [];
       for (let i = 0; i < input.samples; i++) {
         const prompt = [1, 2, 3].map(() => Math.floor(next() * 100));

@@ -11,8 +11,7 @@ import { runLocalGrpo } from '../training/local-run';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { relaxEnvironment } from '../workers/environment';
-import { startLocalStack } from '../workers/local-stack';
-import { freePort } from '../workers/ports';
+import { startEphemeralStack } from '../workers/local-stack';
 import type { TrainingResult } from '../workflows/training-run';
 import type { Bench } from './index';
 
@@ -28,16 +27,7 @@ export const pipelineBench: Bench = async (ctx) => {
 
   ctx.log('[bench] (b) the trainingRun workflow on the local stack (starting it; not timed)');
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-pipeline-'));
-  const stack = await startLocalStack({
-    home,
-    temporalPort: await freePort(),
-    uiPort: 0,
-    dbPort: 0,
-    databaseUrl: relaxEnvironment().databaseUrl,
-    workers: { control: 1, rollout: 1, train: 1, reference: 1 },
-    device: 'cpu',
-    log: () => undefined,
-  });
+  const stack = await startEphemeralStack(home);
   let workflowWallS: number;
   let result: TrainingResult;
   try {

@@ -11,8 +11,7 @@ import { loadOrTrainWarmStart } from '../training/warm-start';
 import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
 import { relaxEnvironment } from '../workers/environment';
-import { startLocalStack, type LocalStack } from '../workers/local-stack';
-import { freePort } from '../workers/ports';
+import { startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
 import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
@@ -229,16 +228,7 @@ export function buildProgram(): Command {
       const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, ...(o.steps ? { steps: o.steps } : {}) } });
       log('[relax] starting the local stack (Temporal dev server, embedded PostgreSQL, 4 workers) and the SFT warm start...');
       const [stack, warm] = await Promise.all([
-        startLocalStack({
-          home,
-          temporalPort: await freePort(),
-          uiPort: 0,
-          dbPort: 0,
-          databaseUrl: relaxEnvironment().databaseUrl,
-          workers: { control: 1, rollout: 1, train: 1, reference: 1 },
-          device: 'cpu',
-          log: () => undefined,
-        }),
+        startEphemeralStack(home),
         loadTfjsBackend({ kind: 'cpu' }).then(() => loadOrTrainWarmStart(config, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), log)),
       ]);
       try {

@@ -9,8 +9,7 @@ const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
 const dist = (p) => require(path.join(root, 'dist', p));
-const { startLocalStack } = dist('workers/local-stack.js');
-const { freePort } = dist('workers/ports.js');
+const { startEphemeralStack } = dist('workers/local-stack.js');
 const { RelaxClient } = dist('client/index.js');
 const { execFileSync } = require('node:child_process');
 const { findTemporalBinary } = dist('workers/environment.js');
@@ -34,15 +33,7 @@ const RUNS = [
 
 async function main() {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-histories-'));
-  const stack = await startLocalStack({
-    home,
-    temporalPort: await freePort(),
-    uiPort: 0,
-    dbPort: 0,
-    workers: { control: 1, rollout: 1, train: 1, reference: 1 },
-    device: 'cpu',
-    log: () => undefined,
-  });
+  const stack = await startEphemeralStack(home);
   process.env.RELAX_HOME = home;
   try {
     const client = await RelaxClient.connect(stack.temporalAddress);

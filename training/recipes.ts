@@ -10,7 +10,7 @@ export const ADD2_GRPO: RunConfigInput = {
   model: { d_model: 64, n_layers: 2, n_heads: 8, d_ff: 256, context_length: 16 },
   algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: 8, clip_low: 0.2, clip_high: 0.28, entropy_coef: 0.01 },
   rollout: { prompts_per_step: 128, max_new_tokens: 4, temperature: 1 },
-  train: { steps: 600, lr: 1e-3, warmup_steps: 10, lr_decay: 'cosine', grad_clip: 1, micro_batch: 256, eval_every: 20 },
+  train: { steps: 500, lr: 1e-3, warmup_steps: 10, lr_decay: 'cosine', grad_clip: 1, micro_batch: 256, eval_every: 20 },
   checkpoint: { every: 20 },
 };
 

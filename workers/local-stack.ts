@@ -134,3 +134,20 @@ async function stopChild(child: ChildProcess, graceMs = 15_000): Promise<void> {
   await exited;
   clearTimeout(killer);
 }
+
+/**
+ * A throwaway stack for one job (quickstart, benchmarks, recording histories): free ports, headless,
+ * one worker per role, quiet; the database is DATABASE_URL when set, else embedded PGlite in `home`.
+ */
+export async function startEphemeralStack(home: string): Promise<LocalStack> {
+  return startLocalStack({
+    home,
+    temporalPort: await freePort(),
+    uiPort: 0,
+    dbPort: 0,
+    databaseUrl: process.env.DATABASE_URL || undefined,
+    workers: { control: 1, rollout: 1, train: 1, reference: 1 },
+    device: 'cpu',
+    log: () => undefined,
+  });
+}
