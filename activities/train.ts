@@ -169,6 +169,8 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
             ? { loss: m.loss, grad_norm: m.gradNorm, lr: m.lr, entropy: m.entropy, clip_fraction: m.clipFraction ?? 0, ratio_mean: m.ratioMean ?? 1, trained_samples: sequences.length, duration_ms: m.durationMs, ...(m.kl !== undefined ? { kl: m.kl } : {}) }
             : { trained_samples: 0 };
         } catch (err) {
+          // Whatever state the failed step left in memory, the next attempt rebuilds from fromVersion.
+          trainers.get(runId)?.trainer.dispose();
           trainers.delete(runId);
           if (err instanceof NonFiniteUpdateError) {
             throw ApplicationFailure.create({ message: `step ${step}: ${err.message}; nothing was applied or published`, type: 'NonFiniteUpdate', nonRetryable: true });
