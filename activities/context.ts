@@ -56,3 +56,18 @@ export async function sleepWithHeartbeats(ms: number, everyMs = 250): Promise<vo
     await ctx.sleep(Math.min(everyMs, Math.max(0, end - Date.now())));
   }
 }
+
+/**
+ * Runs `fn` while heartbeating every `everyMs`, so a worker that dies mid-activity is noticed within
+ * the activity's heartbeat timeout however long `fn` takes (it must not block the event loop longer).
+ */
+export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): Promise<T> {
+  const ctx = Context.current();
+  ctx.heartbeat();
+  const timer = setInterval(() => ctx.heartbeat(), everyMs);
+  try {
+    return await fn();
+  } finally {
+    clearInterval(timer);
+  }
+}

@@ -1,12 +1,12 @@
 // Rollout stage activities: served by every rollout worker, on the shared rollout queue.
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/activity';
 import { RolloutEngine } from '../engines/rollout';
 import { mulberry32 } from '../envs/random';
 import { getCheckpoint } from '../store/checkpoint-registry';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
 import { rolloutGroups, samplingParams } from '../training/grpo';
-import { recordStageEvent, sleepWithHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { recordStageEvent, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
 
 export interface GenerateInput {
@@ -98,7 +98,7 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
      * scores them, and writes them to the transfer queue (a retry overwrites its own rows). A reward
      * function that throws marks that sample failed with its error; the run goes on.
      */
-    async generate(input: GenerateInput): Promise<GenerateResult> {
+    generate: (input: GenerateInput): Promise<GenerateResult> => withHeartbeats(async () => {
       const run = await runContext(ctx.pool, input.runId);
       const engine = await engineAt(ctx, run, input.policyVersion);
       const G = run.config.algorithm.group_size;
@@ -108,7 +108,6 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       const batch = await rolloutGroups(engine, run.task, prompts, G, samplingParams(run.config.rollout, tokenizer.eosId, seed)).catch((err: Error) => {
         throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
       });
-      Context.current().heartbeat();
       const rows: NewSample[] = batch.samples.map((s, i) => {
         const prompt = batch.prompts[Math.floor(i / G)];
         let reward: number | null = null;
@@ -136,15 +135,16 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       await insertSamples(ctx.pool, input.runId, rows);
       const ok = rows.filter((r) => r.reward !== null);
       return { samples: rows.length, failed: rows.length - ok.length, rewardSum: ok.reduce((a, r) => a + (r.reward as number), 0), worker: ctx.identity };
-    },
+    }),
 
     /** Held-out greedy accuracy of one policy version. */
-    async evaluate({ runId, policyVersion }: { runId: string; policyVersion: number }): Promise<{ accuracy: number }> {
-      const run = await runContext(ctx.pool, runId);
-      const engine = await engineAt(ctx, run, policyVersion);
-      const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
-      return { accuracy };
-    },
+    evaluate: ({ runId, policyVersion }: { runId: string; policyVersion: number }): Promise<{ accuracy: number }> =>
+      withHeartbeats(async () => {
+        const run = await runContext(ctx.pool, runId);
+        const engine = await engineAt(ctx, run, policyVersion);
+        const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
+        return { accuracy };
+      }),
   };
 }
 

@@ -2,14 +2,14 @@
 // activities run on the worker's own instance queue; `workerInfo` on the shared queue picks one.
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/activity';
 import { checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
 import { initWeights } from '../engines/model';
 import { NonFiniteUpdateError, Trainer, trainSequenceFromSample } from '../engines/trainer';
 import { getCheckpoint, registerCheckpoint } from '../store/checkpoint-registry';
 import { getTrainStep, markStepApplied, pruneConsumed, selectTrainBatch, type SampleRow } from '../store/transfer-queue';
 import { policyLossFor } from '../training/grpo';
-import { recordStageEvent, workerInfoActivity, type WorkerContext } from './context';
+import { recordStageEvent, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
 
 export interface PolicyVersionInfo {
@@ -162,9 +162,8 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
       } else {
         const trainer = await trainerAt(ctx, run, fromVersion);
         const sequences = trainSequences(batch.samples);
-        const heartbeat = setInterval(() => Context.current().heartbeat({ step }), 1_000);
         try {
-          const m = sequences.length ? await trainer.trainStep(sequences, policyLossFor(run.config.algorithm)) : undefined;
+          const m = sequences.length ? await withHeartbeats(() => trainer.trainStep(sequences, policyLossFor(run.config.algorithm))) : undefined;
           metrics = m
             ? { loss: m.loss, grad_norm: m.gradNorm, lr: m.lr, entropy: m.entropy, clip_fraction: m.clipFraction ?? 0, ratio_mean: m.ratioMean ?? 1, trained_samples: sequences.length, duration_ms: m.durationMs, ...(m.kl !== undefined ? { kl: m.kl } : {}) }
             : { trained_samples: 0 };
@@ -176,8 +175,6 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
             throw ApplicationFailure.create({ message: `step ${step}: ${err.message}; nothing was applied or published`, type: 'NonFiniteUpdate', nonRetryable: true });
           }
           throw err;
-        } finally {
-          clearInterval(heartbeat);
         }
         // Optimizer state first, then the weights: a published version always has its moments.
         await writeAtomically(optimizerStatePath(run, version), await trainer.exportOptimizerState());

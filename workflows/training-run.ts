@@ -69,15 +69,18 @@ const ITERATIONS_PER_EXECUTION = 100;
 /** Points kept in the progress curves (and carried across continue-as-new). */
 const CURVE_POINTS = 200;
 
+// Every activity of a run is short or heartbeats while it works: a worker that dies mid-activity is
+// noticed within the heartbeat timeout (or, for these short ones, the start-to-close timeout) and
+// the activity is retried on another worker of its role.
 const control = proxyActivities<ControlActivities>({
   taskQueue: roleTaskQueue('control'),
-  startToCloseTimeout: '2 minutes',
+  startToCloseTimeout: '1 minute',
   retry: { initialInterval: '1 second', maximumAttempts: 10 },
 });
 
 const trainShared = proxyActivities<TrainActivities & TrainingRunActivities>({
   taskQueue: roleTaskQueue('train'),
-  startToCloseTimeout: '2 minutes',
+  startToCloseTimeout: '1 minute',
   retry: { initialInterval: '1 second', maximumAttempts: 10 },
 });
 
@@ -87,13 +90,14 @@ const trainShared = proxyActivities<TrainActivities & TrainingRunActivities>({
 const rollout = proxyActivities<RolloutTrainingActivities>({
   taskQueue: roleTaskQueue('rollout'),
   startToCloseTimeout: '10 minutes',
-  heartbeatTimeout: '30 seconds',
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '500 milliseconds', maximumAttempts: 20 },
 });
 
 const reference = proxyActivities<ReferenceTrainingActivities>({
   taskQueue: roleTaskQueue('reference'),
   startToCloseTimeout: '10 minutes',
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '500 milliseconds', maximumAttempts: 20 },
 });
 
