@@ -28,6 +28,8 @@ let temporal: TemporalServer;
 let config: RunConfigInput;
 /** Worker processes that are up and polling, with their role. */
 const live = new Map<TestProcess, Role>();
+/** Every worker process started, ready or not, so teardown can end them all. */
+const spawned = new Set<TestProcess>();
 let stopping = false;
 
 function startTemporal(): Promise<TemporalServer> {
@@ -41,7 +43,9 @@ async function supervise(role: Role): Promise<void> {
     DATABASE_URL: db.url,
     RELAX_HOME: home,
   });
+  spawned.add(p);
   void p.exited.then(() => {
+    spawned.delete(p);
     live.delete(p);
     if (!stopping) supervise(role).catch(() => undefined);
   });
@@ -68,7 +72,7 @@ before(async () => {
 
 after(async () => {
   stopping = true;
-  await Promise.all([...live.keys()].map((p) => p.stop('SIGKILL')));
+  await Promise.all([...spawned].map((p) => p.stop('SIGKILL')));
   await temporal?.stop();
   await db?.close();
   fs.rmSync(home, { recursive: true, force: true });
