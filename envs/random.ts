@@ -1,17 +1,12 @@
 // Seeded randomness for reproducible prompt sets: the same seed gives the same prompts on every
 // machine and Node version, which Math.random cannot.
 
-/** mulberry32 (Tommy Ettinger): a 32-bit-state generator, uniform in [0, 1). */
+import { seededRandom } from '../engines/model';
+
+/** mulberry32 (the generator the engines use for weight init and sampling), uniform in [0, 1). */
 export function mulberry32(seed: number): () => number {
   if (!Number.isInteger(seed)) throw new Error(`seed is ${seed}: pass an integer seed`);
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return seededRandom(seed);
 }
 
 /** Uniform integer in [lo, hi], both ends included. */
