@@ -1,21 +1,14 @@
 // The plumbing smoke run: one activity per role, each on its role's queue, each reading from and
 // writing to the transfer queue in Postgres. It is the RL loop's skeleton (rollout -> reference ->
 // advantage -> train) with synthetic data, kept until the real training workflow replaces it.
-import {
-  ActivityFailure,
-  ApplicationFailure,
-  defineQuery,
-  proxyActivities,
-  setHandler,
-  sleep,
-  workflowInfo,
-} from '@temporalio/workflow';
+import { defineQuery, proxyActivities, setHandler, sleep, workflowInfo } from '@temporalio/workflow';
 import type { ControlActivities } from '../activities/control';
 import type { ReferenceActivities } from '../activities/reference';
 import type { RolloutActivities } from '../activities/rollout';
 import type { TrainActivities } from '../activities/train';
 import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
+import { failWorkflowOnNonRetryable } from './failures';
 
 export interface SmokeResult {
   runId: string;
@@ -51,21 +44,13 @@ const trainShared = proxyActivities<TrainActivities>({
   retry: { initialInterval: '1 second', maximumAttempts: 10 },
 });
 
-/** Turns an invalid-config activity failure into a workflow failure that says what to fix. */
-function rethrowConfigError(err: unknown): never {
-  if (err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.nonRetryable) {
-    throw ApplicationFailure.create({ message: err.cause.message, type: err.cause.type ?? undefined, nonRetryable: true, details: err.cause.details as unknown[] });
-  }
-  throw err;
-}
-
 export async function smokeWorkflow(input: unknown): Promise<SmokeResult> {
   const progress: SmokeProgress = { stage: 'starting' };
   setHandler(smokeProgressQuery, () => progress);
 
   const config: RunConfig = await control
     .startRun({ input, workflowId: workflowInfo().workflowId, kind: 'smoke' })
-    .catch(rethrowConfigError);
+    .catch(failWorkflowOnNonRetryable);
   const runId = config.run_id as string;
   progress.runId = runId;
   const iteration = 0;
