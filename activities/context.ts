@@ -1,7 +1,8 @@
 // What every activity of a worker process shares: its database pool and who it is.
-import { Context } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
+import { CheckpointPrunedError, getRetainedCheckpoint, type CheckpointRecord } from '../store/checkpoint-registry';
 import { recordEvent } from '../store/events';
 
 export interface WorkerContext {
@@ -70,4 +71,21 @@ export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): 
   } finally {
     clearInterval(timer);
   }
+}
+
+/**
+ * The registered checkpoint of a policy version an engine is about to load. A version that was never
+ * published may still appear (retryable: MissingPolicyVersion); one that retention pruned never will
+ * (non-retryable, naming the versions still retained).
+ */
+export async function checkpointToLoad(ctx: WorkerContext, runId: string, version: number): Promise<CheckpointRecord> {
+  let checkpoint: CheckpointRecord | undefined;
+  try {
+    checkpoint = await getRetainedCheckpoint(ctx.pool, runId, version);
+  } catch (err) {
+    if (err instanceof CheckpointPrunedError) throw ApplicationFailure.create({ message: err.message, type: 'PrunedPolicyVersion', nonRetryable: true });
+    throw err;
+  }
+  if (!checkpoint) throw ApplicationFailure.create({ message: `policy version ${version} of run ${runId} is not published`, type: 'MissingPolicyVersion' });
+  return checkpoint;
 }

@@ -2,6 +2,8 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
 import { getTask } from '../envs/registry';
+import { RewardModuleError, validateRewardConfig } from '../envs/reward-modules';
+import { recordMetrics } from '../store/metrics';
 import { readSamples, setAdvantages } from '../store/transfer-queue';
 import { advantagesFor } from '../training/grpo';
 import { recordStageEvent, type WorkerContext } from './context';
@@ -38,6 +40,12 @@ export function createControlActivities(ctx: WorkerContext) {
         } catch (err) {
           throw ApplicationFailure.create({ message: `invalid run config: task: ${(err as Error).message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
         }
+        try {
+          await validateRewardConfig(config);
+        } catch (err) {
+          if (err instanceof RewardModuleError) throw ApplicationFailure.create({ message: `invalid run config: reward: ${err.message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
+          throw err;
+        }
       }
       config = { ...config, run_id: config.run_id ?? workflowId };
       const runId = config.run_id as string;
@@ -72,6 +80,7 @@ export function createControlActivities(ctx: WorkerContext) {
     },
 
     /**
+     * Kept for executions started before the train step computed advantages from its own batch.
      * Advantage stage: group-relative advantages from the rewards of one iteration's samples. A group
      * with a failed sample is left out (its samples stay unscored and are never trained on).
      */
@@ -92,15 +101,9 @@ export function createControlActivities(ctx: WorkerContext) {
       return { scored, skippedGroups: groups.size - complete.length };
     },
 
+    /** Kept for executions started before the train step recorded its own metrics. */
     async recordMetrics({ runId, step, metrics }: { runId: string; step: number; metrics: Record<string, number> }): Promise<void> {
-      const entries = Object.entries(metrics).filter(([, v]) => Number.isFinite(v));
-      if (!entries.length) return;
-      await ctx.pool.query(
-        `INSERT INTO metrics (run_id, step, name, value)
-         SELECT $1, $2, n, v FROM unnest($3::text[], $4::float8[]) AS m(n, v)
-         ON CONFLICT (run_id, step, name) DO UPDATE SET value = EXCLUDED.value`,
-        [runId, step, entries.map(([k]) => k), entries.map(([, v]) => v)],
-      );
+      await recordMetrics(ctx.pool, runId, step, metrics);
     },
 
     async finishRun({ runId, status, summary }: { runId: string; status: string; summary: Record<string, unknown> }): Promise<void> {

@@ -41,7 +41,8 @@ export function createReferenceTrainingActivities(ctx: WorkerContext) {
         reference = Trainer.create({ model: run.model, weights, optimizer: { lr: 1 } });
         references.set(runId, reference);
       }
-      const rows = (await readSamples(ctx.pool, runId, { iteration })).filter((r) => r.status === 'generated');
+      // In-flight samples that have no reference log-probs yet (a retry skips what is written).
+      const rows = (await readSamples(ctx.pool, runId, { iteration })).filter((r) => (r.status === 'generated' || r.status === 'scored') && r.refLogprobs === null);
       const full = await reference.logprobs(rows.map((r) => [...r.promptTokens, ...r.responseTokens]));
       const updated = await setReferenceLogprobs(
         ctx.pool,

@@ -2,11 +2,12 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { RolloutEngine } from '../engines/rollout';
 import { mulberry32 } from '../envs/random';
-import { getCheckpoint } from '../store/checkpoint-registry';
+import { loadRewardFunction, RewardModuleError, scoreGroup } from '../envs/reward-modules';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
-import { rolloutGroups, samplingParams } from '../training/grpo';
-import { recordStageEvent, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { generateGroups, samplingParams } from '../training/grpo';
+import { recordMetrics } from '../store/metrics';
+import { checkpointToLoad, recordStageEvent, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
 
 export interface GenerateInput {
@@ -41,8 +42,7 @@ async function engineAt(ctx: WorkerContext, run: RunContext, version: number): P
     engines.set(run.runId, engine);
   }
   if (engine.policyVersion !== version) {
-    const checkpoint = await getCheckpoint(ctx.pool, run.runId, version);
-    if (!checkpoint) throw ApplicationFailure.create({ message: `policy version ${version} of run ${run.runId} is not published`, type: 'MissingPolicyVersion' });
+    const checkpoint = await checkpointToLoad(ctx, run.runId, version);
     await engine.loadCheckpoint(checkpoint.path, { sha256: checkpoint.sha256 });
   }
   return engine;
@@ -105,20 +105,20 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       const tokenizer = run.task.tokenizer();
       const prompts = iterationPrompts(run, input.iteration).slice(input.firstGroup, input.firstGroup + input.groups);
       const seed = run.config.seed * 7_919 + input.iteration * 1_009 + input.firstGroup;
-      const batch = await rolloutGroups(engine, run.task, prompts, G, samplingParams(run.config.rollout, tokenizer.eosId, seed)).catch((err: Error) => {
+      const batch = await generateGroups(engine, run.task, prompts, G, samplingParams(run.config.rollout, tokenizer.eosId, seed)).catch((err: Error) => {
         throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
       });
+      const reward = await loadRewardFunction(run.config.reward).catch((err: Error) => {
+        throw err instanceof RewardModuleError ? ApplicationFailure.create({ message: `reward: ${err.message}`, type: 'InvalidRewardModule', nonRetryable: true }) : err;
+      });
+      const responses = batch.samples.map((s) => tokenizer.decode(s.tokens));
+      const scores = (
+        await Promise.all(
+          batch.prompts.map((prompt, g) => scoreGroup({ task: run.task, reward, prompt, responses: responses.slice(g * G, (g + 1) * G), timeoutMs: run.config.reward.timeout_ms })),
+        )
+      ).flat();
       const rows: NewSample[] = batch.samples.map((s, i) => {
-        const prompt = batch.prompts[Math.floor(i / G)];
-        let reward: number | null = null;
-        let error: string | null = null;
-        try {
-          reward = run.task.reward(prompt, tokenizer.decode(s.tokens));
-          if (!Number.isFinite(reward)) throw new Error(`reward is ${reward}, not a finite number`);
-        } catch (err) {
-          reward = null;
-          error = `reward function failed on prompt ${JSON.stringify(prompt.text)}: ${(err as Error).message}`;
-        }
+        const { reward: value, error } = scores[i];
         return {
           iteration: input.iteration,
           groupIndex: input.firstGroup + Math.floor(i / G),
@@ -127,9 +127,11 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
           responseTokens: s.tokens,
           lossMask: s.tokens.map(() => 1),
           rolloutLogprobs: s.logprobs,
-          reward,
+          reward: value,
           policyVersion: s.policyVersion,
-          ...(error ? { status: 'failed' as const, error } : {}),
+          // Scored: ready to train on (advantages come from the train batch). A failed reward
+          // marks only its own sample, with the error; the rest of its group still trains.
+          ...(error !== null ? { status: 'failed' as const, error: `reward on prompt ${JSON.stringify(batch.prompts[Math.floor(i / G)].text)}: ${error}` } : { status: 'scored' as const }),
         };
       });
       await insertSamples(ctx.pool, input.runId, rows);
@@ -138,11 +140,12 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
     }),
 
     /** Held-out greedy accuracy of one policy version. */
-    evaluate: ({ runId, policyVersion }: { runId: string; policyVersion: number }): Promise<{ accuracy: number }> =>
+    evaluate: ({ runId, policyVersion, step }: { runId: string; policyVersion: number; step?: number }): Promise<{ accuracy: number }> =>
       withHeartbeats(async () => {
         const run = await runContext(ctx.pool, runId);
         const engine = await engineAt(ctx, run, policyVersion);
         const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
+        if (step !== undefined) await recordMetrics(ctx.pool, runId, step, { eval_accuracy: accuracy });
         return { accuracy };
       }),
   };

@@ -3,13 +3,14 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ApplicationFailure } from '@temporalio/activity';
-import { checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
+import { loadCheckpoint, optimizerStatePath, publishCheckpoint } from '../engines/checkpoint';
 import { initWeights } from '../engines/model';
 import { NonFiniteUpdateError, Trainer, trainSequenceFromSample } from '../engines/trainer';
-import { getCheckpoint, registerCheckpoint } from '../store/checkpoint-registry';
-import { getTrainStep, markStepApplied, pruneConsumed, selectTrainBatch, type SampleRow } from '../store/transfer-queue';
-import { policyLossFor } from '../training/grpo';
-import { recordStageEvent, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { getCheckpoint, pruneCheckpoints, registerCheckpoint, resolveInitFrom } from '../store/checkpoint-registry';
+import { recordMetrics } from '../store/metrics';
+import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, selectTrainBatch, type SampleRow } from '../store/transfer-queue';
+import { batchAdvantages, policyLossFor, type BatchSample } from '../training/grpo';
+import { checkpointToLoad, recordStageEvent, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
 
 export interface PolicyVersionInfo {
@@ -18,17 +19,24 @@ export interface PolicyVersionInfo {
   path: string;
 }
 
+export interface TrainStepInput {
+  runId: string;
+  step: number;
+  /** The policy version the update starts from; it publishes fromVersion + 1. */
+  fromVersion: number;
+  /** The rollout's statistics for this step, recorded with the step's own metrics. */
+  rolloutMetrics?: Record<string, number>;
+}
+
 export interface TrainStepResult extends PolicyVersionInfo {
   step: number;
   samples: number;
   metrics: Record<string, number>;
   /** True when the step had been applied before (a retry): nothing was trained again. */
   alreadyApplied: boolean;
+  /** Set when the update was not finite and train.on_non_finite is "skip": no version was published. */
+  skipped?: string;
   worker: string;
-}
-
-function optimizerStatePath(run: RunContext, version: number): string {
-  return path.join(run.checkpointRoot, 'optimizer', `v${String(version).padStart(8, '0')}.safetensors`);
 }
 
 async function writeAtomically(file: string, bytes: Uint8Array): Promise<void> {
@@ -47,8 +55,7 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
   if (held && held.version === version) return held.trainer;
   held?.trainer.dispose();
   trainers.delete(run.runId);
-  const checkpoint = await getCheckpoint(ctx.pool, run.runId, version);
-  if (!checkpoint) throw ApplicationFailure.create({ message: `policy version ${version} of run ${run.runId} is not published`, type: 'MissingPolicyVersion', nonRetryable: true });
+  const checkpoint = await checkpointToLoad(ctx, run.runId, version);
   const { weights } = await loadCheckpoint(checkpoint.path, { model: run.model, sha256: checkpoint.sha256 });
   const c = run.config;
   const trainer = Trainer.create({
@@ -59,20 +66,26 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
     maxGradNorm: c.train.grad_clip,
     microBatchSize: c.train.micro_batch,
   });
-  const optimizerState = await readFile(optimizerStatePath(run, version)).catch(() => undefined);
+  const optimizerState = await readFile(optimizerStatePath(run.checkpointRoot, version)).catch(() => undefined);
   if (optimizerState) trainer.importOptimizerState(new Uint8Array(optimizerState));
   else if (version > 0) console.warn(`[train] run ${run.runId}: no optimizer state for version ${version}; continuing with fresh AdamW moments`);
   trainers.set(run.runId, { trainer, version });
   return trainer;
 }
 
-/** Training sequences of the recorded sample set; groups without a learning signal are left out. */
-function trainSequences(samples: SampleRow[]) {
+function batchSample(s: SampleRow): BatchSample {
+  if (s.reward === null) throw new Error(`sample ${s.iteration}/${s.groupIndex}/${s.sampleIndex} was selected for training without a reward`);
+  return { groupKey: `${s.iteration}/${s.groupIndex}`, reward: s.reward, rolloutLogprobs: s.rolloutLogprobs, refLogprobs: s.refLogprobs };
+}
+
+/** Training sequences of the recorded sample set; samples without a learning signal (advantage 0) are left out. */
+function trainSequences(samples: SampleRow[], advantages: number[]) {
   return samples
-    .filter((s) => s.advantage !== null && s.advantage !== 0)
-    .map((s) =>
+    .map((s, i) => ({ s, advantage: advantages[i] }))
+    .filter(({ advantage }) => advantage !== 0)
+    .map(({ s, advantage }) =>
       trainSequenceFromSample(s.promptTokens, { tokens: s.responseTokens, logprobs: s.rolloutLogprobs ?? [] }, {
-        advantage: s.advantage as number,
+        advantage,
         ...(s.refLogprobs ? { refLogprobs: [...new Array(s.promptTokens.length - 1).fill(0), ...s.refLogprobs] } : {}),
       }),
     );
@@ -121,7 +134,9 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
       let weights;
       if (run.config.checkpoint.init_from) {
         try {
-          weights = (await loadCheckpoint(run.config.checkpoint.init_from, { model: run.model })).weights;
+          // A checkpoint directory, or <run_id>@<version> / <run_id>@latest from the registry.
+          const source = await resolveInitFrom(ctx.pool, run.config.checkpoint.init_from);
+          weights = (await loadCheckpoint(source.path, { model: run.model, sha256: source.sha256 })).weights;
         } catch (err) {
           throw ApplicationFailure.create({ message: `checkpoint.init_from: ${(err as Error).message}`, type: 'InvalidInitCheckpoint', nonRetryable: true });
         }
@@ -139,20 +154,27 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
      * (a retry reuses it); a step already applied is not trained again; an update that was published
      * but not yet recorded (the worker died in between) is adopted instead of repeated.
      */
-    async trainStep({ runId, step, fromVersion }: { runId: string; step: number; fromVersion: number }): Promise<TrainStepResult> {
+    async trainStep({ runId, step, fromVersion, rolloutMetrics }: TrainStepInput): Promise<TrainStepResult> {
       const run = await runContext(ctx.pool, runId);
       await recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion });
       const version = fromVersion + 1;
       const recorded = await getTrainStep(ctx.pool, runId, step);
+      if (recorded?.status === 'skipped') {
+        return { step, policyVersion: fromVersion, sha256: '', path: '', samples: recorded.sampleCount, metrics: recorded.metrics ?? { skipped_non_finite: 1 }, alreadyApplied: true, skipped: recorded.skipReason ?? 'skipped', worker: ctx.identity };
+      }
       if (recorded?.status === 'applied') {
         const cp = await getCheckpoint(ctx.pool, runId, recorded.policyVersion as number);
         return { step, policyVersion: recorded.policyVersion as number, sha256: cp?.sha256 ?? '', path: cp?.path ?? '', samples: recorded.sampleCount, metrics: recorded.metrics ?? {}, alreadyApplied: true, worker: ctx.identity };
       }
-      const G = run.config.algorithm.group_size;
-      const batch = await selectTrainBatch(ctx.pool, runId, step, { size: run.config.rollout.prompts_per_step * G });
+      const c = run.config;
+      const batch = await selectTrainBatch(ctx.pool, runId, step, { size: c.rollout.prompts_per_step * c.algorithm.group_size, requireRefLogprobs: c.algorithm.kl_coef > 0 });
       if (!batch) throw ApplicationFailure.create({ message: `no scored samples are ready for step ${step} of run ${runId}`, type: 'NoSamples' });
+      // Advantages from the batch itself (group baselines, REINFORCE++'s batch normalization, KL
+      // shaping): a pure function of the recorded set, so a retried step computes the same ones.
+      const advantages = batchAdvantages(c.algorithm, batch.samples.map(batchSample));
+      const advantagesWritten = recordStepAdvantages(ctx.pool, runId, step, batch.samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
 
-      const published = await getCheckpoint(ctx.pool, runId, version);
+      let published = await getCheckpoint(ctx.pool, runId, version);
       let metrics: Record<string, number>;
       if (published) {
         // The update ran and was published by an attempt that died before recording it: adopt it.
@@ -161,9 +183,9 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
         metrics = { adopted: 1 };
       } else {
         const trainer = await trainerAt(ctx, run, fromVersion);
-        const sequences = trainSequences(batch.samples);
+        const sequences = trainSequences(batch.samples, advantages);
         try {
-          const m = sequences.length ? await withHeartbeats(() => trainer.trainStep(sequences, policyLossFor(run.config.algorithm))) : undefined;
+          const m = sequences.length ? await withHeartbeats(() => trainer.trainStep(sequences, policyLossFor(c.algorithm))) : undefined;
           metrics = m
             ? { loss: m.loss, grad_norm: m.gradNorm, lr: m.lr, entropy: m.entropy, clip_fraction: m.clipFraction ?? 0, ratio_mean: m.ratioMean ?? 1, trained_samples: sequences.length, duration_ms: m.durationMs, ...(m.kl !== undefined ? { kl: m.kl } : {}) }
             : { trained_samples: 0 };
@@ -171,21 +193,40 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
           // Whatever state the failed step left in memory, the next attempt rebuilds from fromVersion.
           trainers.get(runId)?.trainer.dispose();
           trainers.delete(runId);
+          await advantagesWritten.catch(() => undefined);
           if (err instanceof NonFiniteUpdateError) {
-            throw ApplicationFailure.create({ message: `step ${step}: ${err.message}; nothing was applied or published`, type: 'NonFiniteUpdate', nonRetryable: true });
+            if (c.train.on_non_finite === 'skip') {
+              // The sample set stays consumed (recorded), no version is published, the run goes on.
+              const reason = `step ${step}: ${err.message}`;
+              console.warn(`[train] run ${runId}: skipping ${reason} (train.on_non_finite = "skip")`);
+              await markStepSkipped(ctx.pool, runId, step, reason);
+              await recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, skipped_non_finite: 1 });
+              return { step, policyVersion: fromVersion, sha256: '', path: '', samples: batch.samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped: reason, worker: ctx.identity };
+            }
+            throw ApplicationFailure.create({
+              message: `step ${step}: ${err.message}; nothing was applied or published. Set train.on_non_finite to "skip" to drop such updates and go on`,
+              type: 'NonFiniteUpdate',
+              nonRetryable: true,
+            });
           }
           throw err;
         }
         // Optimizer state first, then the weights: a published version always has its moments.
-        await writeAtomically(optimizerStatePath(run, version), await trainer.exportOptimizerState());
+        await writeAtomically(optimizerStatePath(run.checkpointRoot, version), await trainer.exportOptimizerState());
         const info = await trainer.publish(run.checkpointRoot, version);
-        await registerCheckpoint(ctx.pool, { runId, policyVersion: version, path: info.dir, sha256: info.sha256, step });
+        published = await registerCheckpoint(ctx.pool, { runId, policyVersion: version, path: info.dir, sha256: info.sha256, step });
         trainers.set(runId, { trainer, version });
       }
-      const cp = await getCheckpoint(ctx.pool, runId, version);
+      await advantagesWritten;
       await markStepApplied(ctx.pool, runId, step, { policyVersion: version, metrics });
-      await pruneConsumed(ctx.pool, runId, { keepLastSteps: run.config.train.keep_consumed_steps });
-      return { step, policyVersion: version, sha256: cp?.sha256 ?? '', path: cp?.path ?? checkpointDir(run.checkpointRoot, version), samples: batch.samples.length, metrics, alreadyApplied: false, worker: ctx.identity };
+      await Promise.all([
+        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics }),
+        pruneConsumed(ctx.pool, runId, { keepLastSteps: c.train.keep_consumed_steps }),
+        // Every version is published for weight sync; retention keeps version 0, the versions a
+        // rollout engine may still be asked for, and every checkpoint.every-th (keep_last of them).
+        pruneCheckpoints(ctx.pool, { runId, checkpointRoot: run.checkpointRoot, latest: version, every: c.checkpoint.every, keepLast: c.checkpoint.keep_last, protect: c.max_staleness + 1 }),
+      ]);
+      return { step, policyVersion: version, sha256: published.sha256, path: published.path, samples: batch.samples.length, metrics, alreadyApplied: false, worker: ctx.identity };
     },
   };
 }

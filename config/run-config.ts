@@ -60,6 +60,8 @@ export const TrainConfigSchema = z
     eval_every: positiveInt.default(10),
     failure_budget: z.number().min(0).max(1).default(0.1),
     keep_consumed_steps: nonNegativeInt.default(2),
+    /** A step whose loss or gradient is not finite: "stop" fails the run; "skip" drops the update and goes on. */
+    on_non_finite: z.enum(['stop', 'skip']).default('stop'),
   })
   .strict();
 
@@ -71,6 +73,32 @@ export const CheckpointConfigSchema = z
     keep_last: positiveInt.default(5),
   })
   .strict();
+
+/**
+ * A user reward function loaded by module path (envs/reward-modules.ts). Without `module` the task's
+ * built-in reward scores the samples and the other fields are unused.
+ */
+export const RewardConfigSchema = z
+  .object({
+    /** A file path (absolute, or relative to the worker's working directory) or a package name. */
+    module: z.string().min(1).optional(),
+    /** The export to call; "default" also accepts a module whose module.exports is the function. */
+    export: z.string().min(1).default('default'),
+    /** "sample": one call per response; "group": one call per prompt with all its responses. */
+    scope: z.enum(['sample', 'group']).default('sample'),
+    /** Per call (per sample, or per group in group scope); a call that takes longer fails its samples. */
+    timeout_ms: positiveInt.max(3_600_000).default(10_000),
+  })
+  .strict()
+  .superRefine((r, ctx) => {
+    if (r.module === undefined && (r.export !== 'default' || r.scope !== 'sample')) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['module'],
+        message: 'is required when reward.export or reward.scope is set: name the module that exports the reward function, or remove reward.export/reward.scope to use the task\'s built-in reward',
+      });
+    }
+  });
 
 /** Knobs of the plumbing smoke workflow (foundation issue); ignored by training runs. */
 export const SmokeConfigSchema = z
@@ -97,6 +125,7 @@ export const RunConfigSchema = z
     rollout: RolloutConfigSchema.prefault({}),
     train: TrainConfigSchema.prefault({}),
     checkpoint: CheckpointConfigSchema.prefault({}),
+    reward: RewardConfigSchema.prefault({}),
     smoke: SmokeConfigSchema.prefault({}),
   })
   .strict()

@@ -58,6 +58,15 @@ export function checkpointDir(root: string, policyVersion: number): string {
   return path.join(root, `v${String(policyVersion).padStart(8, '0')}`);
 }
 
+/**
+ * The trainer's AdamW state for `policyVersion` (written by the train activity next to the weights,
+ * outside the version's directory, so loading a checkpoint never depends on it).
+ */
+export function optimizerStatePath(root: string, policyVersion: number): string {
+  if (!Number.isInteger(policyVersion) || policyVersion < 0) throw new Error(`policyVersion must be a non-negative integer, got ${policyVersion}`);
+  return path.join(root, 'optimizer', `v${String(policyVersion).padStart(8, '0')}.safetensors`);
+}
+
 async function readConfigFile(dir: string): Promise<CheckpointConfig> {
   const file = path.join(dir, CONFIG_FILE);
   let raw: string;

@@ -14,6 +14,12 @@ export interface Task {
   tokenizer(): Tokenizer;
   /** n prompts drawn with `seed`: the same (seed, n) always gives the same list. */
   trainPrompts(seed: number, n: number): TaskPrompt[];
+  /**
+   * Prompts for the supervised warm start, when they should be drawn differently from trainPrompts
+   * (e.g. balanced over the prompt's layouts, so RL starts from a policy that is sometimes right on
+   * every kind of prompt). Same contract as trainPrompts; defaults to it.
+   */
+  warmStartPrompts?(seed: number, n: number): TaskPrompt[];
   /** The fixed evaluation set; identical on every call and every machine. */
   heldOut(): TaskPrompt[];
   /**

@@ -1,8 +1,14 @@
 // The checkpoint registry: which policy versions of a run are published, where, and with which
 // content hash. The weights themselves are files (engines/checkpoint.ts); this is the index every
 // worker trusts. A version is registered once: re-registering identical content is a no-op (a retried
-// publish), anything else is a conflict.
-import { loadCheckpoint } from '../engines/checkpoint';
+// publish), anything else is a conflict. Checkpoint retention deletes the files of old versions but
+// keeps their rows, marked pruned_at, so the run's lineage stays readable and a reader asking for a
+// pruned version gets a clear error instead of a missing file.
+import { readdir, rm, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { CheckpointConfigSchema } from '../config/run-config';
+import { checkpointDir, loadCheckpoint, optimizerStatePath } from '../engines/checkpoint';
+import { formatVersions, versionsToPrune, type RetentionPolicy } from './checkpoint-retention';
 import type { Queryable } from './transfer-queue';
 
 export interface NewCheckpoint {
@@ -18,6 +24,8 @@ export interface NewCheckpoint {
 
 export interface CheckpointRecord extends NewCheckpoint {
   createdAt: Date;
+  /** Set when checkpoint retention deleted this version's files: the row remains, the weights do not. */
+  prunedAt?: Date;
 }
 
 /** A version registered again with different content, path or step. */
@@ -32,10 +40,13 @@ interface CheckpointDbRow {
   sha256: string;
   step: number;
   created_at: Date;
+  pruned_at: Date | null;
 }
 
 function fromDb(r: CheckpointDbRow): CheckpointRecord {
-  return { runId: r.run_id, policyVersion: r.policy_version, path: r.path, sha256: r.sha256, step: r.step, createdAt: r.created_at };
+  const record: CheckpointRecord = { runId: r.run_id, policyVersion: r.policy_version, path: r.path, sha256: r.sha256, step: r.step, createdAt: r.created_at };
+  if (r.pruned_at) record.prunedAt = r.pruned_at;
+  return record;
 }
 
 function checkVersion(policyVersion: number): void {
@@ -70,6 +81,10 @@ export async function registerCheckpoint(db: Queryable, c: NewCheckpoint): Promi
   return existing;
 }
 
+/**
+ * The registered row of a version, pruned or not (check `prunedAt`, or use getRetainedCheckpoint when
+ * about to read the files).
+ */
 export async function getCheckpoint(db: Queryable, runId: string, policyVersion: number): Promise<CheckpointRecord | undefined> {
   const { rows } = await db.query<CheckpointDbRow>('SELECT * FROM checkpoints WHERE run_id = $1 AND policy_version = $2', [runId, policyVersion]);
   return rows[0] && fromDb(rows[0]);
@@ -81,7 +96,7 @@ export async function latestCheckpoint(db: Queryable, runId: string): Promise<Ch
   return rows[0] && fromDb(rows[0]);
 }
 
-/** Every registered version of a run, oldest first. */
+/** Every registered version of a run, oldest first, pruned ones included (with `prunedAt`). */
 export async function listCheckpoints(db: Queryable, runId: string): Promise<CheckpointRecord[]> {
   const { rows } = await db.query<CheckpointDbRow>('SELECT * FROM checkpoints WHERE run_id = $1 ORDER BY policy_version', [runId]);
   return rows.map(fromDb);
@@ -97,6 +112,7 @@ export type CheckpointVerification = { checkpoint: CheckpointRecord; ok: true } 
 export async function verifyCheckpoint(db: Queryable, runId: string, policyVersion: number): Promise<CheckpointVerification> {
   const checkpoint = await getCheckpoint(db, runId, policyVersion);
   if (!checkpoint) throw new Error(`policy version ${policyVersion} of run ${runId} is not registered`);
+  if (checkpoint.prunedAt) return { checkpoint, ok: false, problem: (await prunedCheckpointError(db, checkpoint)).message };
   try {
     const { info } = await loadCheckpoint(checkpoint.path, { sha256: checkpoint.sha256 });
     if (info.policyVersion !== policyVersion) {
@@ -108,25 +124,196 @@ export async function verifyCheckpoint(db: Queryable, runId: string, policyVersi
   }
 }
 
-export interface PruneCheckpointsOptions {
-  /** Versions kept whatever their age, e.g. the reference policy (version 0) the KL term needs. */
-  alsoKeep?: readonly number[];
+// ---- Pruned versions: the error a reader gets ----
+
+/** A version whose files checkpoint retention deleted; `retained` lists the versions that still have files. */
+export class CheckpointPrunedError extends Error {
+  override readonly name = 'CheckpointPrunedError';
+  constructor(
+    readonly runId: string,
+    readonly policyVersion: number,
+    readonly retained: readonly number[],
+    retention?: { every: number; keepLast: number },
+    context?: string,
+  ) {
+    const policy = retention ? ` (checkpoint.every=${retention.every}, keep_last=${retention.keepLast})` : '';
+    const next = retained.length > 0 ? `start from a retained version: ${formatVersions(retained)}` : `no version of run ${runId} is retained`;
+    super(`${context ? `${context}: ` : ''}policy version ${policyVersion} of run ${runId} was pruned by checkpoint retention${policy}; ${next}`);
+  }
+}
+
+/** The versions of a run whose files are kept, ascending. */
+export async function retainedVersions(db: Queryable, runId: string): Promise<number[]> {
+  const { rows } = await db.query<{ v: number }>('SELECT policy_version AS v FROM checkpoints WHERE run_id = $1 AND pruned_at IS NULL ORDER BY 1', [runId]);
+  return rows.map((r) => r.v);
+}
+
+/** checkpoint.every / keep_last of a run as recorded in its config (defaults applied); undefined when unreadable. */
+async function runRetention(db: Queryable, runId: string): Promise<{ every: number; keepLast: number } | undefined> {
+  const { rows } = await db.query<{ checkpoint: unknown }>(`SELECT config->'checkpoint' AS checkpoint FROM runs WHERE run_id = $1`, [runId]);
+  if (!rows[0]) return undefined;
+  const parsed = CheckpointConfigSchema.safeParse(rows[0].checkpoint ?? {});
+  return parsed.success ? { every: parsed.data.every, keepLast: parsed.data.keep_last } : undefined;
+}
+
+/** The error to raise for a pruned version: names the run's retention settings and the versions still retained. */
+export async function prunedCheckpointError(db: Queryable, checkpoint: CheckpointRecord, context?: string): Promise<CheckpointPrunedError> {
+  const [retained, retention] = await Promise.all([retainedVersions(db, checkpoint.runId), runRetention(db, checkpoint.runId)]);
+  return new CheckpointPrunedError(checkpoint.runId, checkpoint.policyVersion, retained, retention, context);
 }
 
 /**
- * Removes all but the newest `keepLast` (>= 1, so never the latest) versions from the registry and
- * returns their paths, oldest first: the caller deletes the files.
+ * getCheckpoint for a caller about to read the files: undefined when the version is not registered,
+ * and a CheckpointPrunedError (saying which versions are retained) when retention deleted its files.
  */
-export async function pruneCheckpoints(db: Queryable, runId: string, keepLast: number, options: PruneCheckpointsOptions = {}): Promise<string[]> {
-  if (!Number.isInteger(keepLast) || keepLast < 1) throw new Error(`keepLast must be an integer >= 1 (the latest version is always kept), got ${keepLast}`);
-  const alsoKeep = options.alsoKeep ?? [];
-  alsoKeep.forEach(checkVersion);
-  const { rows } = await db.query<{ path: string; policy_version: number }>(
-    `DELETE FROM checkpoints
-      WHERE run_id = $1 AND NOT (policy_version = ANY($3::integer[]))
-        AND policy_version NOT IN (SELECT policy_version FROM checkpoints WHERE run_id = $1 ORDER BY policy_version DESC LIMIT $2)
-     RETURNING path, policy_version`,
-    [runId, keepLast, alsoKeep],
+export async function getRetainedCheckpoint(db: Queryable, runId: string, policyVersion: number): Promise<CheckpointRecord | undefined> {
+  const checkpoint = await getCheckpoint(db, runId, policyVersion);
+  if (checkpoint?.prunedAt) throw await prunedCheckpointError(db, checkpoint);
+  return checkpoint;
+}
+
+// ---- checkpoint.init_from: a directory, or a version of another run ----
+
+/** Where a run's version 0 comes from. sha256 / runId / policyVersion are set for a registry reference. */
+export interface InitFromSource {
+  path: string;
+  /** The registered content hash: pass it to loadCheckpoint so a replaced file is caught. */
+  sha256?: string;
+  runId?: string;
+  policyVersion?: number;
+}
+
+/** `<run_id>@<version>` or `<run_id>@latest`; run_id as in the run config (1-64 of [A-Za-z0-9._-]). */
+export const INIT_FROM_REFERENCE = /^([A-Za-z0-9][A-Za-z0-9._-]{0,63})@(\d+|latest)$/;
+
+async function pathExists(p: string): Promise<boolean> {
+  try {
+    await stat(p);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return false;
+    throw err;
+  }
+}
+
+/**
+ * Resolves checkpoint.init_from. A spec matching INIT_FROM_REFERENCE that is not an existing path is
+ * a registry reference: version <n> (or the newest) of a run in this database, which must still be
+ * retained. Anything else is a checkpoint directory path, returned unchanged (loadCheckpoint checks
+ * it). An existing path wins, so a directory that happens to be named like "run@3" still works.
+ */
+export async function resolveInitFrom(db: Queryable, spec: string): Promise<InitFromSource> {
+  const ref = INIT_FROM_REFERENCE.exec(spec);
+  if (!ref || (await pathExists(spec))) return { path: spec };
+  const [, runId, which] = ref;
+  const context = `"${spec}" (not an existing path, so read as a registry reference <run_id>@<version|latest>)`;
+  const { rows } = await db.query<{ known: boolean; n: string; min: number | null; max: number | null }>(
+    `SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = $1) AS known, count(c.*) AS n, min(c.policy_version) AS min, max(c.policy_version) AS max
+       FROM checkpoints c WHERE c.run_id = $1`,
+    [runId],
   );
-  return rows.sort((a, b) => a.policy_version - b.policy_version).map((r) => r.path);
+  const { known, n, min, max } = rows[0];
+  if (!known) throw new Error(`${context}: no run "${runId}" is registered in this database; ${await recentRunsHint(db)}`);
+  if (Number(n) === 0 || min === null || max === null) {
+    throw new Error(`${context}: run "${runId}" has no registered policy versions yet; start from a run that has published one, or give a checkpoint directory`);
+  }
+  const version = which === 'latest' ? max : Number(which);
+  // Beyond the integer column's range nothing can be registered (and the query would fail).
+  const checkpoint = version <= 2_147_483_647 ? await getCheckpoint(db, runId, version) : undefined;
+  if (!checkpoint) {
+    throw new Error(`${context}: run "${runId}" has policy versions ${min}..${max} registered, not version ${which}; use ${runId}@latest or a version in ${min}..${max}`);
+  }
+  if (checkpoint.prunedAt) throw await prunedCheckpointError(db, checkpoint, context);
+  return { path: checkpoint.path, sha256: checkpoint.sha256, runId, policyVersion: version };
+}
+
+/** A short pointer at runs that do have checkpoints: the five most recently published to. */
+async function recentRunsHint(db: Queryable): Promise<string> {
+  const { rows } = await db.query<{ run_id: string }>(
+    'SELECT run_id FROM checkpoints GROUP BY run_id ORDER BY max(created_at) DESC, run_id LIMIT 5',
+  );
+  if (rows.length === 0) return 'no run in it has checkpoints; give a checkpoint directory path instead';
+  return `runs with checkpoints, most recent first: ${rows.map((r) => r.run_id).join(', ')}${rows.length === 5 ? ', ...' : ''} (or give a checkpoint directory path)`;
+}
+
+// ---- Retention: deleting the files of old versions ----
+
+export interface PruneCheckpointsRequest extends RetentionPolicy {
+  runId: string;
+  /** The run's checkpoint root: its optimizer state lives at optimizerStatePath(checkpointRoot, v). */
+  checkpointRoot: string;
+  /** The version just published and registered; versions above it are never touched. */
+  latest: number;
+}
+
+/**
+ * Applies checkpoint retention (store/checkpoint-retention.ts) to a run: marks the versions it prunes
+ * (pruned_at) and deletes their weight directories and optimizer-state files. Returns the versions
+ * this call marked, ascending (empty when a previous call already did).
+ *
+ * Order: mark in the database first, then delete the files. Readers trust a row whose pruned_at is
+ * NULL, so the opposite order could crash between the two and leave a trusted row pointing at
+ * missing files. Marked first, a crash leaves at worst a pruned row whose files still exist: readers
+ * refuse it (getRetainedCheckpoint), and the next call deletes those files, because it deletes the
+ * files of every pruned row still on disk, not only of the rows it marked. Deleting tolerates missing
+ * files, so a retried or concurrent call succeeds and ends in the same state.
+ *
+ * A reader may have looked a version up just before it was marked; `protect` (max_staleness + 1)
+ * keeps every version a rollout engine can still be asked for, so that read is never of a pruned one.
+ */
+export async function pruneCheckpoints(db: Queryable, request: PruneCheckpointsRequest): Promise<number[]> {
+  const { runId, checkpointRoot, latest } = request;
+  if (!checkpointRoot) throw new Error('checkpointRoot must name the run\'s checkpoint root');
+  const registered = await listCheckpoints(db, runId);
+  if (!registered.some((c) => c.policyVersion === latest)) {
+    const have = registered.length > 0 ? `registered: ${formatVersions(registered.map((c) => c.policyVersion))}` : 'the run has no registered versions';
+    throw new Error(`cannot prune run ${runId} relative to policy version ${latest}: it is not registered (${have}); register the version just published, then prune`);
+  }
+  const prune = versionsToPrune({ ...request, versions: registered.map((c) => c.policyVersion) });
+  const { rows } = await db.query<{ policy_version: number }>(
+    `UPDATE checkpoints SET pruned_at = now()
+      WHERE run_id = $1 AND policy_version = ANY($2::integer[]) AND pruned_at IS NULL
+     RETURNING policy_version`,
+    [runId, prune],
+  );
+  const marked = new Set(rows.map((r) => r.policy_version));
+  await deletePrunedFiles(checkpointRoot, registered.filter((c) => c.prunedAt || marked.has(c.policyVersion)), marked);
+  return [...marked].sort((a, b) => a - b);
+}
+
+/** File names in `dir`, or none when it does not exist. */
+async function namesIn(dir: string): Promise<Set<string>> {
+  try {
+    return new Set(await readdir(dir));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return new Set();
+    throw err;
+  }
+}
+
+/**
+ * Deletes what is still on disk of pruned versions. Each parent directory is listed once and only
+ * present entries are removed, so a long run does not pay one failed unlink per version it ever pruned.
+ */
+async function deletePrunedFiles(checkpointRoot: string, pruned: readonly CheckpointRecord[], markedNow: ReadonlySet<number>): Promise<void> {
+  const listed = new Map<string, Set<string>>();
+  const present = async (file: string): Promise<boolean> => {
+    const dir = path.dirname(file);
+    if (!listed.has(dir)) listed.set(dir, await namesIn(dir));
+    return (listed.get(dir) as Set<string>).has(path.basename(file));
+  };
+  for (const c of pruned) {
+    const weightsDir = path.resolve(c.path);
+    // Only a directory named like this version's (checkpointDir) is deleted: a registry row pointing
+    // anywhere else (a hand-registered path, someone's warm start) is not ours to remove. Said once,
+    // when the version is marked, not on every later step.
+    const expectedName = path.basename(checkpointDir(checkpointRoot, c.policyVersion));
+    if (path.basename(weightsDir) !== expectedName) {
+      if (markedNow.has(c.policyVersion)) console.warn(`[checkpoints] run ${c.runId}: version ${c.policyVersion} is pruned but its path ${c.path} is not a ${expectedName}/ checkpoint directory; left in place`);
+    } else if (await present(weightsDir)) {
+      await rm(weightsDir, { recursive: true, force: true });
+    }
+    const optimizer = optimizerStatePath(checkpointRoot, c.policyVersion);
+    if (await present(optimizer)) await rm(optimizer, { force: true });
+  }
 }

@@ -138,6 +138,28 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX train_step_samples_step ON train_step_samples (run_id, step);
     `,
   },
+  {
+    version: 3,
+    name: 'checkpoint retention: pruned versions keep their row',
+    sql: `
+      -- Set when checkpoint retention deleted the version's files (store/checkpoint-registry.ts
+      -- pruneCheckpoints). The row stays: lineage remains readable and a reader asking for the
+      -- version is told it was pruned instead of finding files missing. NULL: the files are trusted.
+      ALTER TABLE checkpoints ADD COLUMN pruned_at timestamptz;
+    `,
+  },
+  {
+    version: 4,
+    name: 'train steps can be skipped (a non-finite update under train.on_non_finite = "skip")',
+    sql: `
+      -- skipped: the step's sample set was recorded and consumed, its update was not finite, so no
+      -- version was published; the run went on from the same policy version.
+      ALTER TABLE train_steps DROP CONSTRAINT train_steps_status_check;
+      ALTER TABLE train_steps ADD CONSTRAINT train_steps_status_check CHECK (status IN ('selected', 'applied', 'skipped'));
+      ALTER TABLE train_steps ADD COLUMN skip_reason text;
+      ALTER TABLE train_steps ADD CONSTRAINT train_steps_skipped_check CHECK ((status = 'skipped') = (skip_reason IS NOT NULL));
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

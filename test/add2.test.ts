@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { accuracy, add2HeldOut, add2Prompt, add2Reward, add2Task, add2Tokenizer, add2TrainPrompts } from '../envs/add2';
+import { accuracy, add2HeldOut, add2Prompt, add2Reward, add2Task, add2Tokenizer, add2TrainPrompts, add2WarmStartPrompts } from '../envs/add2';
 import { mulberry32 } from '../envs/random';
 import { getTask, taskNames } from '../envs/registry';
 
@@ -90,4 +90,20 @@ test('task registry: add2 by name; an unknown name lists the known tasks', () =>
   assert.equal(task.heldOut().length, 500);
   assert.equal(task.reward(task.trainPrompts(1, 1)[0], 'x'), 0);
   assert.equal(task.tokenizer().eosId, 2);
+});
+
+test('add2WarmStartPrompts: seeded, valid, one-digit operands about half the time (uniform: a tenth)', () => {
+  const prompts = add2WarmStartPrompts(7, 4000);
+  assert.deepEqual(add2WarmStartPrompts(7, 4000), prompts);
+  assert.notDeepEqual(add2WarmStartPrompts(8, 20), prompts.slice(0, 20));
+  const operands = prompts.flatMap((p) => p.text.slice(0, -1).split('+').map(Number));
+  for (const p of prompts) {
+    const [a, b] = p.text.slice(0, -1).split('+').map(Number);
+    assert.deepEqual(p, add2Prompt(a, b));
+  }
+  const oneDigit = operands.filter((x) => x < 10).length / operands.length;
+  assert.ok(oneDigit > 0.45 && oneDigit < 0.55, `one-digit share ${oneDigit}`);
+  const uniform = add2TrainPrompts(7, 4000).flatMap((p) => p.text.slice(0, -1).split('+').map(Number));
+  assert.ok(uniform.filter((x) => x < 10).length / uniform.length < 0.15);
+  assert.equal(add2Task.warmStartPrompts, add2WarmStartPrompts);
 });

@@ -12,7 +12,6 @@ import {
   getCheckpoint,
   latestCheckpoint,
   listCheckpoints,
-  pruneCheckpoints,
   registerCheckpoint,
   verifyCheckpoint,
 } from '../store/checkpoint-registry';
@@ -103,13 +102,3 @@ test('verifyCheckpoint re-hashes the files: a flipped byte, a missing directory 
   await assert.rejects(verifyCheckpoint(db.pool, runId, 42), /policy version 42 of run .* is not registered/);
 });
 
-test('pruneCheckpoints returns the paths it dropped, oldest first, and never the latest or a kept version', async () => {
-  const runId = await newRun();
-  for (let v = 0; v <= 5; v++) await registerCheckpoint(db.pool, { runId, policyVersion: v, path: `/c/v${v}`, sha256: FAKE_SHA('c'), step: v });
-  await assert.rejects(pruneCheckpoints(db.pool, runId, 0), /keepLast must be an integer >= 1/);
-  assert.deepEqual(await pruneCheckpoints(db.pool, runId, 2, { alsoKeep: [0] }), ['/c/v1', '/c/v2', '/c/v3']);
-  assert.deepEqual((await listCheckpoints(db.pool, runId)).map((c) => c.policyVersion), [0, 4, 5]);
-  assert.deepEqual(await pruneCheckpoints(db.pool, runId, 1), ['/c/v0', '/c/v4']);
-  assert.deepEqual(await pruneCheckpoints(db.pool, runId, 1), [], 'pruning again removes nothing');
-  assert.equal((await latestCheckpoint(db.pool, runId))?.policyVersion, 5);
-});

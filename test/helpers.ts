@@ -1,11 +1,15 @@
 // Shared by the tests: real processes, a real Temporal server (started once per test run by
 // scripts/test.js) and a fresh real database per test (embedded PGlite, or a new database on the
 // PostgreSQL server named by DATABASE_URL).
+import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
 import { Client, Connection } from '@temporalio/client';
 import { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
+import { listCheckpoints, verifyCheckpoint } from '../store/checkpoint-registry';
+import { versionsToKeep } from '../store/checkpoint-retention';
 import { openStore } from '../store/db';
 import { startEmbeddedPostgres } from '../store/embedded';
 import { RELAX_BIN } from '../workers/local-stack';
@@ -133,4 +137,30 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
 
 export function uniqueId(prefix: string): string {
   return `${prefix}-${randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * The checkpoint registry of a finished run: versions 0..latest each registered exactly once; every
+ * version retention keeps (checkpoint.every / keep_last / protect) still has files that verify against
+ * their hash; every pruned version is one retention may prune and its files are gone.
+ */
+export async function checkCheckpointRegistry(pool: Pool, runId: string, latest: number, retention: { every: number; keepLast: number; protect: number }): Promise<{ retained: number[]; pruned: number[] }> {
+  const checkpoints = await listCheckpoints(pool, runId);
+  assert.deepEqual(checkpoints.map((c) => c.policyVersion), Array.from({ length: latest + 1 }, (_, i) => i), 'every version published exactly once');
+  const keep = new Set(versionsToKeep({ ...retention, versions: checkpoints.map((c) => c.policyVersion), latest }));
+  const retained: number[] = [];
+  const pruned: number[] = [];
+  for (const c of checkpoints) {
+    if (c.prunedAt) {
+      assert.ok(!keep.has(c.policyVersion), `v${c.policyVersion} was pruned but retention keeps it`);
+      assert.ok(!fs.existsSync(c.path), `pruned v${c.policyVersion} still has files at ${c.path}`);
+      pruned.push(c.policyVersion);
+    } else {
+      const v = await verifyCheckpoint(pool, runId, c.policyVersion);
+      assert.ok(v.ok, `checkpoint v${c.policyVersion}: ${v.ok ? '' : v.problem}`);
+      retained.push(c.policyVersion);
+    }
+  }
+  for (const v of keep) assert.ok(retained.includes(v), `retention keeps v${v} but it was pruned`);
+  return { retained, pruned };
 }

@@ -13,9 +13,9 @@ import { loadTfjsBackend } from '../engines/backends';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { listEvents } from '../store/events';
 import { roleTaskQueue, type Role } from '../config/task-queues';
-import { listCheckpoints, verifyCheckpoint } from '../store/checkpoint-registry';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
-import { freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
+import { listCheckpoints } from '../store/checkpoint-registry';
+import { checkCheckpointRegistry, freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
 
 let db: TestDatabase;
 let home: string;
@@ -36,7 +36,7 @@ before(async () => {
   home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-train-'));
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(parseRunConfig(SMALL_RUN), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, home);
-  SMALL_RUN = { ...SMALL_RUN, checkpoint: { init_from: warm.dir } };
+  SMALL_RUN = { ...SMALL_RUN, checkpoint: { init_from: warm.dir, every: 2, keep_last: 1 } };
   const env = { TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, RELAX_HOME: home };
   const roles: Role[] = ['control', 'rollout', 'rollout', 'reference', 'train', 'train'];
   workers.push(...(await Promise.all(roles.map((r) => startWorkerProcess(r, env as { TEMPORAL_ADDRESS: string; DATABASE_URL: string })))));
@@ -63,12 +63,11 @@ async function checkExactlyOnce(runId: string, steps: number): Promise<void> {
     const { rows: its } = await db.pool.query<{ iteration: number }>('SELECT DISTINCT iteration FROM train_step_samples WHERE run_id = $1 AND step = $2', [runId, s.step]);
     assert.deepEqual(its.map((r) => r.iteration), [s.step - 1]);
   }
-  const checkpoints = await listCheckpoints(db.pool, runId);
-  assert.deepEqual(checkpoints.map((c) => c.policyVersion), Array.from({ length: steps + 1 }, (_, i) => i), 'each version published once');
-  for (const c of checkpoints) {
-    const v = await verifyCheckpoint(db.pool, runId, c.policyVersion);
-    assert.ok(v.ok, `checkpoint v${c.policyVersion}: ${v.ok ? '' : v.problem}`);
-  }
+  // checkpoint.every 2, keep_last 1: after 4 steps v0 (the initial policy), v4 (latest and the
+  // newest multiple of 2) remain; v1..v3 were pruned.
+  const { retained, pruned } = await checkCheckpointRegistry(db.pool, runId, steps, { every: 2, keepLast: 1, protect: 1 });
+  if (steps === 4) assert.deepEqual(retained, [0, 4]);
+  assert.ok(pruned.length > 0, 'retention pruned the versions it does not keep');
 }
 
 test('a training run goes through every stage and trains each step exactly once', async () => {
@@ -135,4 +134,98 @@ test('an unknown task fails the run at once with a message naming the task', asy
   assert.ok(err.cause instanceof ApplicationFailure);
   assert.equal(err.cause.type, 'InvalidRunConfig');
   assert.match(err.cause.message, /task: unknown task "add3"/);
+});
+
+async function runFailure(config: RunConfigInput): Promise<ApplicationFailure> {
+  const err = await temporal.client.workflow
+    .execute('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: uniqueId('bad'), args: [config] })
+    .then(
+      () => assert.fail('the run should have failed'),
+      (e: unknown) => e,
+    );
+  assert.ok(err instanceof WorkflowFailedError, String(err));
+  assert.ok(err.cause instanceof ApplicationFailure, String(err.cause));
+  return err.cause;
+}
+
+const FLAKY_REWARD = path.resolve(__dirname, '../../examples/rewards/add2-flaky.js');
+const HUGE_REWARD = path.resolve(__dirname, '../../test/fixtures/add2-huge-reward.cjs');
+let flakyRunId: string | undefined;
+
+test('a reward function that throws on ~10% of samples: those samples are marked failed with the error, the run finishes', async () => {
+  const id = (flakyRunId = uniqueId('flaky'));
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ ...SMALL_RUN, reward: { module: FLAKY_REWARD }, train: { ...SMALL_RUN.train, steps: 3, failure_budget: 0.5 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 3);
+  assert.equal(result.policyVersion, 3);
+  const { rows } = await db.pool.query<{ status: string; error: string | null; consumed_by_step: number | null }>('SELECT status, error, consumed_by_step FROM samples WHERE run_id = $1', [id]);
+  const failed = rows.filter((r) => r.status === 'failed');
+  assert.equal(rows.length, 3 * 8 * 4);
+  assert.ok(failed.length > 0 && failed.length < rows.length * 0.3, `${failed.length} of ${rows.length} failed`);
+  for (const r of failed) {
+    assert.match(r.error ?? '', /^reward on prompt ".*": reward function threw: flaky reward: simulated failure/);
+    assert.equal(r.consumed_by_step, null, 'a failed sample is never trained on');
+  }
+  const metric = await db.pool.query<{ total: number }>(`SELECT sum(value) AS total FROM metrics WHERE run_id = $1 AND name = 'failed_samples'`, [id]);
+  assert.equal(Number(metric.rows[0].total), failed.length, 'failed_samples metrics add up to the failed rows');
+});
+
+test('a step whose reward failures exceed train.failure_budget fails the run, naming the budget', async () => {
+  const failure = await runFailure({ ...SMALL_RUN, reward: { module: FLAKY_REWARD }, train: { ...SMALL_RUN.train, failure_budget: 0.01 } });
+  assert.equal(failure.type, 'FailureBudgetExceeded');
+  assert.match(failure.message, /over train\.failure_budget \(0\.01\)/);
+});
+
+test('a reward module that does not resolve fails the run at start, naming the module', async () => {
+  const failure = await runFailure({ ...SMALL_RUN, reward: { module: './no/such/reward.js' } });
+  assert.equal(failure.type, 'InvalidRunConfig');
+  assert.match(failure.message, /reward: .*no\/such\/reward\.js/);
+});
+
+test('a non-finite update stops the run by default: nothing is applied or published', async () => {
+  const huge: RunConfigInput = { ...SMALL_RUN, reward: { module: HUGE_REWARD }, algorithm: { ...SMALL_RUN.algorithm, advantage: 'dr_grpo', kl_coef: 0 } };
+  const failure = await runFailure(huge);
+  assert.equal(failure.type, 'NonFiniteUpdate');
+  assert.match(failure.message, /step 1: .*not finite.*nothing was applied or published.*on_non_finite/);
+  const runId = (await db.pool.query<{ run_id: string }>(`SELECT run_id FROM runs WHERE config->'reward'->>'module' = $1 AND config->'train'->>'on_non_finite' = 'stop'`, [HUGE_REWARD])).rows[0].run_id;
+  const versions = (await listCheckpoints(db.pool, runId)).map((c) => c.policyVersion);
+  assert.deepEqual(versions, [0], 'no version was published');
+  const steps = await db.pool.query<{ status: string }>('SELECT status FROM train_steps WHERE run_id = $1', [runId]);
+  assert.deepEqual(steps.rows.map((r) => r.status), ['selected'], 'the step was chosen but never applied');
+});
+
+test('train.on_non_finite "skip": non-finite updates are dropped, the run goes on and finishes at the same version', async () => {
+  const id = uniqueId('skip');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ ...SMALL_RUN, reward: { module: HUGE_REWARD }, algorithm: { ...SMALL_RUN.algorithm, advantage: 'dr_grpo', kl_coef: 0 }, train: { ...SMALL_RUN.train, steps: 2, on_non_finite: 'skip' } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 2);
+  assert.equal(result.policyVersion, 0);
+  const steps = await db.pool.query<{ status: string; skip_reason: string }>('SELECT status, skip_reason FROM train_steps WHERE run_id = $1 ORDER BY step', [id]);
+  assert.deepEqual(steps.rows.map((r) => r.status), ['skipped', 'skipped']);
+  assert.match(steps.rows[0].skip_reason, /^step 1: .*not finite/);
+  assert.deepEqual((await listCheckpoints(db.pool, id)).map((c) => c.policyVersion), [0]);
+});
+
+test('checkpoint.init_from "<run_id>@latest" starts a run from another run\'s newest version; a bad reference fails at once', async () => {
+  assert.ok(flakyRunId, 'the reward-failure run above ran first');
+  const source = (await listCheckpoints(db.pool, flakyRunId)).at(-1)!;
+  const id = uniqueId('from-registry');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ ...SMALL_RUN, checkpoint: { init_from: `${flakyRunId}@latest` }, train: { ...SMALL_RUN.train, steps: 1 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 1);
+  const v0 = (await listCheckpoints(db.pool, id))[0];
+  assert.equal(v0.sha256, source.sha256, 'version 0 holds the source run\'s latest weights');
+
+  const failure = await runFailure({ ...SMALL_RUN, checkpoint: { init_from: `${flakyRunId}@999` } });
+  assert.equal(failure.type, 'InvalidInitCheckpoint');
+  assert.match(failure.message, /checkpoint\.init_from: .*not version 999/);
 });

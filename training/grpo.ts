@@ -3,6 +3,7 @@
 import type { RunConfig } from '../config/run-config';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
 import { drGrpoAdvantages, grpoAdvantages, reinforcePlusPlusAdvantages, rlooAdvantages } from '../engines/rl/advantages';
+import { klPenaltyRewards } from '../engines/rl/kl';
 import type { TrainingLoss } from '../engines/trainer';
 import { policyLoss } from '../engines/trainer-losses';
 import type { Task, TaskPrompt } from '../envs/task';
@@ -27,16 +28,25 @@ export function samplingParams(rollout: RunConfig['rollout'], eosId: number, see
   };
 }
 
-/** Generates groupSize responses per prompt and scores each with the task's reward. */
-export async function rolloutGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams): Promise<GroupRollout> {
+export type GeneratedGroups = Omit<GroupRollout, 'rewards'>;
+
+/** Generates groupSize responses per prompt (groups adjacent), without scoring them. */
+export async function generateGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams): Promise<GeneratedGroups> {
   const tokenizer = task.tokenizer();
   const contexts = prompts.flatMap((p) => {
     const ids = promptTokens(tokenizer, p);
     return Array.from({ length: groupSize }, () => ids);
   });
   const samples = await engine.generate(contexts, sampling);
-  const rewards = samples.map((s, i) => task.reward(prompts[Math.floor(i / groupSize)], tokenizer.decode(s.tokens)));
-  return { prompts: [...prompts], contexts, samples, rewards };
+  return { prompts: [...prompts], contexts, samples };
+}
+
+/** Generates groupSize responses per prompt and scores each with the task's reward. */
+export async function rolloutGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams): Promise<GroupRollout> {
+  const tokenizer = task.tokenizer();
+  const generated = await generateGroups(engine, task, prompts, groupSize, sampling);
+  const rewards = generated.samples.map((s, i) => task.reward(prompts[Math.floor(i / groupSize)], tokenizer.decode(s.tokens)));
+  return { ...generated, rewards };
 }
 
 /** The advantage estimator a run's config names, over rewards laid out group by group. */
@@ -51,6 +61,46 @@ export function advantagesFor(estimator: RunConfig['algorithm']['advantage'], re
     case 'reinforce_pp':
       return reinforcePlusPlusAdvantages(rewards);
   }
+}
+
+/** One scored sample of a train batch, as batchAdvantages needs it. */
+export interface BatchSample {
+  /** Samples with the same key were generated for the same prompt (one group). */
+  groupKey: string;
+  reward: number;
+  /** Response tokens only; needed when the KL term shapes the reward. */
+  rolloutLogprobs?: ArrayLike<number> | null;
+  refLogprobs?: ArrayLike<number> | null;
+}
+
+/**
+ * Advantages of one train batch, in the batch's order. With kl_mode "reward" the reward is first
+ * shaped to r - kl_coef * sum_t k(logp_t, ref_logp_t). Group estimators (GRPO, Dr.GRPO, RLOO) work
+ * on each prompt group as it is in the batch: a group whose other samples failed their reward is
+ * shorter, and a group of one has no baseline, so its advantage is 0. REINFORCE++ normalizes over
+ * the whole batch, which only the trainer sees, so this is computed when the batch is chosen.
+ */
+export function batchAdvantages(algorithm: RunConfig['algorithm'], samples: readonly BatchSample[]): number[] {
+  let rewards = samples.map((s) => s.reward);
+  if (algorithm.kl_mode === 'reward' && algorithm.kl_coef > 0) {
+    const missing = samples.findIndex((s) => !s.rolloutLogprobs || !s.refLogprobs);
+    if (missing >= 0) throw new Error(`sample ${missing} of the batch has no ${samples[missing].rolloutLogprobs ? 'reference' : 'rollout'} log-probs, which kl_mode "reward" needs`);
+    rewards = klPenaltyRewards(rewards, samples.map((s) => s.rolloutLogprobs!), samples.map((s) => s.refLogprobs!), algorithm.kl_coef, algorithm.kl_estimator);
+  }
+  if (algorithm.advantage === 'reinforce_pp') return reinforcePlusPlusAdvantages(rewards);
+  const groups = new Map<string, number[]>();
+  samples.forEach((s, i) => {
+    const members = groups.get(s.groupKey);
+    if (members) members.push(i);
+    else groups.set(s.groupKey, [i]);
+  });
+  const out = new Array<number>(samples.length).fill(0);
+  for (const members of groups.values()) {
+    if (members.length < 2) continue;
+    const a = advantagesFor(algorithm.advantage, members.map((i) => rewards[i]), members.length);
+    members.forEach((i, j) => (out[i] = a[j]));
+  }
+  return out;
 }
 
 /** The policy loss a run's config names. */

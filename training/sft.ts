@@ -49,7 +49,8 @@ export async function sftWarmStart(o: WarmStartOptions): Promise<WarmStartResult
   const curve: WarmStartResult['curve'] = [];
   let lastInBand: WarmStartResult | undefined;
   for (let step = 1; step <= o.maxSteps; step++) {
-    const prompts = o.task.trainPrompts(o.seed * 1_000_003 + step, o.batchSize);
+    const seed = o.seed * 1_000_003 + step;
+    const prompts = o.task.warmStartPrompts ? o.task.warmStartPrompts(seed, o.batchSize) : o.task.trainPrompts(seed, o.batchSize);
     const m = await o.trainer.trainStep(prompts.map((p) => sftSequence(o.task, p)), loss);
     const point: WarmStartResult['curve'][number] = { step, loss: m.loss };
     curve.push(point);

@@ -41,7 +41,7 @@ interface WarmStartMeta {
 }
 
 // Bump when the SFT procedure changes in a way the key below cannot see.
-const WARM_START_FORMAT = 2;
+const WARM_START_FORMAT = 3;
 
 export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, cacheRoot: string, log: (line: string) => void = () => undefined): Promise<WarmStart> {
   const task = getTask(config.task);

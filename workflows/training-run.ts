@@ -9,6 +9,7 @@ import {
   continueAsNew,
   defineQuery,
   defineSignal,
+  patched,
   proxyActivities,
   setHandler,
   upsertMemo,
@@ -19,7 +20,7 @@ import { defineSearchAttributeKey } from '@temporalio/common';
 import type { ControlActivities } from '../activities/control';
 import type { ReferenceTrainingActivities } from '../activities/reference';
 import type { RolloutTrainingActivities } from '../activities/rollout';
-import type { TrainActivities, TrainingRunActivities, TrainStepResult } from '../activities/train';
+import type { TrainActivities, TrainingRunActivities, TrainStepInput, TrainStepResult } from '../activities/train';
 import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 import { failWorkflowOnNonRetryable, isNonRetryableActivityFailure } from './failures';
@@ -63,6 +64,9 @@ export const resumeSignal = defineSignal('resume');
 export const stopSignal = defineSignal('stop');
 
 export const RelaxRunIdKey = defineSearchAttributeKey('RelaxRunId', 'KEYWORD');
+
+/** Patch id: advantages and metrics inside the train step, the trainer instance kept across steps. */
+export const FEWER_ROUND_TRIPS = 'fewer-round-trips-per-step';
 
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
 const ITERATIONS_PER_EXECUTION = 100;
@@ -114,6 +118,10 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   setHandler(pauseSignal, () => void (paused = true));
   setHandler(resumeSignal, () => void (paused = false));
   setHandler(stopSignal, () => void (stopRequested = true));
+  // Executions that started before this change ran separate advantage and metrics activities and
+  // asked for a trainer instance every step; they replay and finish the old way.
+  const fewerRoundTrips = patched(FEWER_ROUND_TRIPS);
+  const trainer: TrainerChoice = { sticky: fewerRoundTrips };
 
   let config: RunConfig;
   if (carry) {
@@ -168,24 +176,26 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
     }
     const rewardMean = generated.reduce((n, g) => n + g.rewardSum, 0) / Math.max(1, samples - failed);
 
-    if (config.algorithm.kl_coef > 0 && config.algorithm.kl_mode === 'loss') await reference.referenceLogprobs({ runId, iteration });
-    await control.computeAdvantages({ runId, iteration });
+    if (config.algorithm.kl_coef > 0 && (fewerRoundTrips || config.algorithm.kl_mode === 'loss')) await reference.referenceLogprobs({ runId, iteration });
+    if (!fewerRoundTrips) await control.computeAdvantages({ runId, iteration });
 
-    const trained = await trainOnSomeInstance(runId, step, progress.policyVersion);
+    const rolloutMetrics = { reward_mean: rewardMean, samples, failed_samples: failed };
+    const trained = await trainOnSomeInstance(trainer, { runId, step, fromVersion: progress.policyVersion, ...(fewerRoundTrips ? { rolloutMetrics } : {}) });
     progress.policyVersion = trained.policyVersion;
     progress.step = step;
     progress.lastReward = rewardMean;
     pushPoint(progress.rewards, [step, rewardMean]);
     progress.samplesPerSecond = samples / Math.max(0.001, (Date.now() - started) / 1000);
 
-    const metrics: Record<string, number> = { ...trained.metrics, reward_mean: rewardMean, samples, failed_samples: failed };
+    const metrics: Record<string, number> = { ...trained.metrics, ...rolloutMetrics };
     if (step % config.train.eval_every === 0 || step === config.train.steps || stopRequested) {
-      const { accuracy } = await rollout.evaluate({ runId, policyVersion: progress.policyVersion });
+      const { accuracy } = await rollout.evaluate({ runId, policyVersion: progress.policyVersion, ...(fewerRoundTrips ? { step } : {}) });
       progress.lastAccuracy = accuracy;
       pushPoint(progress.accuracies, [step, accuracy]);
       metrics.eval_accuracy = accuracy;
     }
-    await control.recordMetrics({ runId, step, metrics });
+    // The train step and the evaluation record their own metrics in executions with the patch.
+    if (!fewerRoundTrips) await control.recordMetrics({ runId, step, metrics });
     executed++;
   }
 
@@ -205,6 +215,12 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   return result;
 }
 
+/** Which trainer instance the run trains on; `sticky` keeps it across steps until it fails. */
+interface TrainerChoice {
+  sticky: boolean;
+  instanceQueue?: string;
+}
+
 /**
  * The train step runs on one trainer instance's own queue (its weights and optimizer state are in
  * that process's memory). If the instance dies, nobody polls its queue: scheduleToStart fires (or
@@ -212,20 +228,23 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
  * trainer from the last published version. The step's sample set was recorded before the update,
  * so the new instance trains on exactly the same samples, once.
  */
-async function trainOnSomeInstance(runId: string, step: number, fromVersion: number): Promise<TrainStepResult> {
+async function trainOnSomeInstance(choice: TrainerChoice, input: TrainStepInput): Promise<TrainStepResult> {
   const MAX_INSTANCES = 10;
   for (let attempt = 1; ; attempt++) {
-    const instance = await trainShared.workerInfo();
+    const instanceQueue = (choice.sticky && choice.instanceQueue) || (await trainShared.workerInfo()).instanceQueue;
     const pinned = proxyActivities<TrainingRunActivities>({
-      taskQueue: instance.instanceQueue,
+      taskQueue: instanceQueue,
       scheduleToStartTimeout: '10 seconds',
       startToCloseTimeout: '10 minutes',
       heartbeatTimeout: '10 seconds',
       retry: { initialInterval: '1 second', maximumAttempts: 2 },
     });
     try {
-      return await pinned.trainStep({ runId, step, fromVersion });
+      const result = await pinned.trainStep(input);
+      choice.instanceQueue = instanceQueue;
+      return result;
     } catch (err) {
+      choice.instanceQueue = undefined;
       if (isNonRetryableActivityFailure(err)) failWorkflowOnNonRetryable(err);
       if (attempt >= MAX_INSTANCES) throw err;
     }

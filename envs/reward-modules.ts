@@ -1,0 +1,392 @@
+// User reward functions, loaded by module path from the run config's `reward` section, called with a
+// per-call timeout, their failures captured per sample (a bad sample is marked failed; the run goes
+// on within train.failure_budget). Without reward.module the task's built-in reward is used, through
+// the same capture.
+//
+// A module is a CommonJS file (or package) whose export is a function; ES modules (.mjs, or a
+// package with "type": "module") load too, through import() when require() cannot load them.
+//
+// Limitation: a timeout can only be noticed when the function yields to the event loop. A
+// synchronous infinite loop (or a synchronous call that runs for minutes) cannot be interrupted
+// in-process: that would need the function to run in a worker thread. The rollout activity then
+// stops heartbeating, Temporal's heartbeat timeout moves the activity to another worker, and the
+// retry meets the same loop: fix the function. A synchronous call that returns after its timeout is
+// reported as timed out.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { RunConfig } from '../config/run-config';
+import type { Task, TaskPrompt } from './task';
+
+/**
+ * The input of a sample-scope reward function. `response` is the decoded response with special
+ * tokens KEPT (as Task.reward receives it), so the function can see whether and where it emitted
+ * eos. `signal` aborts when the call times out (pass it to fetch etc. to stop abandoned work).
+ */
+export interface SampleRewardInput {
+  prompt: TaskPrompt;
+  response: string;
+  task: string;
+  signal?: AbortSignal;
+}
+export type SampleReward = (input: SampleRewardInput) => number | Promise<number>;
+
+/** The input of a group-scope reward function: every response of one prompt, in sample order. */
+export interface GroupRewardInput {
+  prompt: TaskPrompt;
+  responses: string[];
+  task: string;
+  signal?: AbortSignal;
+}
+/** Returns one reward per response, in the order of `responses`. */
+export type GroupReward = (input: GroupRewardInput) => number[] | Promise<number[]>;
+
+export type RewardSpec = RunConfig['reward'];
+
+interface LoadedRewardBase {
+  /** reward.module as configured. */
+  module: string;
+  /** The file it resolved to. */
+  resolvedPath: string;
+  /** reward.export as configured. */
+  exportName: string;
+}
+/** A validated user reward function with its scope. */
+export type LoadedReward =
+  | (LoadedRewardBase & { scope: 'sample'; fn: SampleReward })
+  | (LoadedRewardBase & { scope: 'group'; fn: GroupReward });
+
+export interface ScoredSample {
+  reward: number | null;
+  error: string | null;
+}
+
+export type RewardModuleErrorCode = 'not_found' | 'load_failed' | 'missing_export' | 'not_a_function';
+
+/** A reward module that cannot be used, with a message that says how to fix it. */
+export class RewardModuleError extends Error {
+  constructor(
+    message: string,
+    readonly code: RewardModuleErrorCode,
+    readonly module: string,
+    readonly cwd: string,
+  ) {
+    super(message);
+    this.name = 'RewardModuleError';
+  }
+}
+
+const MAX_ERROR_CHARS = 1000;
+
+function describeThrown(err: unknown): string {
+  if (err instanceof Error) return err.name && err.name !== 'Error' ? `${err.name}: ${err.message}` : err.message;
+  if (typeof err === 'string') return err;
+  try {
+    const json = JSON.stringify(err);
+    if (json !== undefined) return json;
+  } catch {
+    // fall through
+  }
+  return String(err);
+}
+
+function clip(text: string): string {
+  return text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS - 3)}...` : text;
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value === 'number') return String(value); // NaN, Infinity, -Infinity
+  if (value === undefined) return 'undefined (did the function forget to return it?)';
+  if (value === null) return 'null';
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? String(value);
+  } catch {
+    text = String(value);
+  }
+  if (text.length > 60) text = `${text.slice(0, 57)}...`;
+  return `${text} (${Array.isArray(value) ? 'array' : typeof value})`;
+}
+
+/** null when `value` is a usable reward, else the error naming what it is. */
+function checkReward(value: unknown): string | null {
+  if (typeof value === 'number' && Number.isFinite(value)) return null;
+  return `reward is ${describeValue(value)}, not a finite number`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+function isPathLike(spec: string): boolean {
+  return path.isAbsolute(spec) || spec === '.' || spec === '..' || /^\.\.?[\\/]/.test(spec);
+}
+
+function isNotFound(err: unknown, request: string): boolean {
+  const e = err as NodeJS.ErrnoException;
+  // Only the module itself missing, not a require() inside it failing.
+  return e?.code === 'MODULE_NOT_FOUND' && typeof e.message === 'string' && e.message.includes(`'${request}'`);
+}
+
+/**
+ * The file reward.module names: a path (absolute, or starting with ./ or ../) is resolved against
+ * the working directory; anything else is tried as a path relative to it first, then as a package
+ * installed where the working directory (or Relax itself) can see it.
+ */
+function resolveModule(spec: string, cwd: string): string {
+  const fromCwd = createRequire(path.join(cwd, 'noop.js'));
+  const asPath = path.resolve(cwd, spec);
+  const howToFix =
+    `pass an absolute path, a path relative to the worker's working directory (${cwd}), ` +
+    'or the name of a package installed there';
+  if (isPathLike(spec)) {
+    try {
+      return fromCwd.resolve(asPath);
+    } catch (err) {
+      const why = isNotFound(err, asPath)
+        ? `which does not exist${path.extname(asPath) ? '' : ` (also tried ${asPath}.js and ${path.join(asPath, 'index.js')})`}`
+        : `which cannot be resolved: ${clip(describeThrown(err))}`;
+      throw new RewardModuleError(
+        `reward.module ${JSON.stringify(spec)} not found: resolved from the working directory ${cwd} to ${asPath}, ${why}: ${howToFix}`,
+        'not_found',
+        spec,
+        cwd,
+      );
+    }
+  }
+  try {
+    return fromCwd.resolve(asPath);
+  } catch {
+    // not a file there: try it as a package
+  }
+  try {
+    return fromCwd.resolve(spec);
+  } catch {
+    // not visible from the working directory
+  }
+  try {
+    return require.resolve(spec);
+  } catch {
+    throw new RewardModuleError(
+      `reward.module ${JSON.stringify(spec)} not found: it is neither a file relative to the working directory ${cwd} ` +
+        `(${asPath} does not exist) nor a package resolvable from there: ${howToFix}`,
+      'not_found',
+      spec,
+      cwd,
+    );
+  }
+}
+
+// A real dynamic import in this CommonJS build (tsc keeps import() under module node16); held in a
+// function so a test runner that rewrites import() cannot turn it into require().
+const importModule = (url: string): Promise<Record<string, unknown>> => import(url);
+
+async function loadModule(spec: string, resolved: string, cwd: string): Promise<unknown> {
+  try {
+    try {
+      return require(resolved);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException)?.code;
+      // An ES module require() cannot load (top-level await, or a Node without require(esm)).
+      if (code !== 'ERR_REQUIRE_ESM' && code !== 'ERR_REQUIRE_ASYNC_MODULE') throw err;
+      return await importModule(pathToFileURL(resolved).href);
+    }
+  } catch (err) {
+    throw new RewardModuleError(
+      `reward.module ${JSON.stringify(spec)} (${resolved}) failed to load: ${clip(describeThrown(err))}: ` +
+        'fix the error in the module (try `node -e "require(process.argv[1])" <path>` to see it on its own)',
+      'load_failed',
+      spec,
+      cwd,
+    );
+  }
+}
+
+function exportNames(mod: unknown): string[] {
+  if ((typeof mod !== 'object' && typeof mod !== 'function') || mod === null) return [];
+  return Object.keys(mod).filter((k) => k !== '__esModule');
+}
+
+function pickExport(mod: unknown, spec: string, exportName: string, resolved: string, cwd: string): unknown {
+  const container = (typeof mod === 'object' || typeof mod === 'function') && mod !== null ? (mod as Record<string, unknown>) : undefined;
+  let value: unknown = container && Object.prototype.hasOwnProperty.call(container, exportName) ? container[exportName] : undefined;
+  // "default" also means module.exports itself (module.exports = function ...).
+  if (value === undefined && exportName === 'default' && typeof mod === 'function') value = mod;
+  // An ES module loaded through require() or import() whose default export is a CommonJS object.
+  if (value === undefined && container && exportName !== 'default' && typeof container.default === 'object' && container.default !== null) {
+    const inner = container.default as Record<string, unknown>;
+    if (Object.prototype.hasOwnProperty.call(inner, exportName)) value = inner[exportName];
+  }
+  if (value === undefined) {
+    const names = exportNames(mod);
+    const existing = names.length ? `it exports ${names.map((n) => JSON.stringify(n)).join(', ')}` : 'it exports nothing';
+    const fix = names.length
+      ? `set reward.export to one of those, or export a function named ${JSON.stringify(exportName)}`
+      : `export the function (module.exports = function reward(input) {...}, or exports.${exportName === 'default' ? 'default' : exportName} = ...)`;
+    throw new RewardModuleError(
+      `reward.module ${JSON.stringify(spec)} (${resolved}) has no export ${JSON.stringify(exportName)}: ${existing}: ${fix}`,
+      'missing_export',
+      spec,
+      cwd,
+    );
+  }
+  if (typeof value !== 'function') {
+    throw new RewardModuleError(
+      `reward.module ${JSON.stringify(spec)} (${resolved}) export ${JSON.stringify(exportName)} is ${describeValue(value)}, not a function: ` +
+        'export the reward function itself (it is called with { prompt, response, task } and returns a number)',
+      'not_a_function',
+      spec,
+      cwd,
+    );
+  }
+  return value;
+}
+
+const cache = new Map<string, Promise<LoadedReward>>();
+
+/**
+ * The user reward function reward.module/export names, validated (the module resolves and loads,
+ * the export exists and is a function); undefined when no module is configured (use the task's
+ * built-in reward). Cached per resolved file and export, so a worker loads a module once. Throws
+ * RewardModuleError. Relative paths resolve against `cwd` (default: the process's working directory).
+ */
+export async function loadRewardFunction(spec: RewardSpec | undefined, cwd: string = process.cwd()): Promise<LoadedReward | undefined> {
+  if (!spec?.module) return undefined;
+  const moduleSpec = spec.module;
+  const exportName = spec.export ?? 'default';
+  const scope = spec.scope ?? 'sample';
+  const resolved = resolveModule(moduleSpec, cwd);
+  const key = `${resolved}\0${exportName}`;
+  let loading = cache.get(key);
+  if (!loading) {
+    loading = (async () => {
+      const mod = await loadModule(moduleSpec, resolved, cwd);
+      return pickExport(mod, moduleSpec, exportName, resolved, cwd) as SampleReward & GroupReward;
+    })().then((fn) => ({ module: moduleSpec, resolvedPath: resolved, exportName, scope, fn }) as LoadedReward);
+    cache.set(key, loading);
+    // A failure is not cached: the next call (after the user fixed the module) tries again.
+    loading.catch(() => cache.delete(key));
+  }
+  const loaded = await loading;
+  // The scope is the config's, not the cache's: one function may be configured either way.
+  return loaded.scope === scope ? loaded : ({ ...loaded, scope } as LoadedReward);
+}
+
+/**
+ * Validation at run start: loads the configured reward function (if any) so a bad module fails the
+ * run at once with a clear message instead of failing every sample. Throws RewardModuleError.
+ * Note it resolves in THIS process's working directory; rollout workers resolve in theirs.
+ */
+export async function validateRewardConfig(config: RunConfig, cwd: string = process.cwd()): Promise<void> {
+  await loadRewardFunction(config.reward, cwd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calling
+
+type CallOutcome = { ok: true; value: unknown } | { ok: false; error: string };
+
+/**
+ * Calls fn(signal) with a timeout. Sync throws, rejections and timeouts become errors; the timer is
+ * always cleared, and a promise that settles after its timeout is ignored (its rejection handled).
+ */
+async function callWithTimeout(call: (signal: AbortSignal) => unknown, timeoutMs: number): Promise<CallOutcome> {
+  const controller = new AbortController();
+  const timedOut = `reward function timed out after ${timeoutMs} ms`;
+  const started = performance.now();
+  let result: unknown;
+  try {
+    result = call(controller.signal);
+  } catch (err) {
+    return { ok: false, error: clip(`reward function threw: ${describeThrown(err)}`) };
+  }
+  const isThenable = result !== null && (typeof result === 'object' || typeof result === 'function') && typeof (result as PromiseLike<unknown>).then === 'function';
+  if (!isThenable) {
+    // A synchronous call cannot be interrupted (see the top of this file); one that overran still
+    // counts as timed out, so the outcome does not depend on whether the function was async.
+    const elapsed = performance.now() - started;
+    if (elapsed > timeoutMs) {
+      controller.abort();
+      return { ok: false, error: `${timedOut} (it ran synchronously for ${Math.round(elapsed)} ms)` };
+    }
+    return { ok: true, value: result };
+  }
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<CallOutcome>((resolve) => {
+    timer = setTimeout(() => {
+      controller.abort(new Error(timedOut));
+      resolve({ ok: false, error: timedOut });
+    }, timeoutMs);
+  });
+  const settled = Promise.resolve(result as PromiseLike<unknown>).then(
+    (value): CallOutcome => ({ ok: true, value }),
+    (err): CallOutcome => ({ ok: false, error: clip(`reward function rejected: ${describeThrown(err)}`) }),
+  );
+  try {
+    return await Promise.race([settled, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function failAll(n: number, error: string): ScoredSample[] {
+  return Array.from({ length: n }, () => ({ reward: null, error }));
+}
+
+function checked(value: unknown): ScoredSample {
+  const error = checkReward(value);
+  return error ? { reward: null, error } : { reward: value as number, error: null };
+}
+
+export interface ScoreGroupOptions {
+  task: Task;
+  /** The user reward function (loadRewardFunction); absent: task.reward. */
+  reward?: LoadedReward;
+  prompt: TaskPrompt;
+  /** Decoded responses with special tokens kept, in sample order. */
+  responses: string[];
+  /** Per call: per sample in sample scope, per group in group scope (reward.timeout_ms). */
+  timeoutMs: number;
+}
+
+/**
+ * Scores one prompt's responses: one { reward, error } per response, in order. Exactly one of the
+ * two is null. A throw, a rejected promise, a result that is not a finite number, or a call past
+ * timeoutMs gives that sample (in group scope: every sample of the call) reward null and an error
+ * naming what happened. Never throws for a failing reward function. Sample-scope calls of one group
+ * run concurrently (each with its own timeout).
+ */
+export async function scoreGroup(opts: ScoreGroupOptions): Promise<ScoredSample[]> {
+  const { task, reward, prompt, responses, timeoutMs } = opts;
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new Error(`timeoutMs is ${timeoutMs}: pass a positive number of milliseconds`);
+  const n = responses.length;
+  if (n === 0) return [];
+
+  if (reward?.scope === 'group') {
+    const fn = reward.fn;
+    const outcome = await callWithTimeout((signal) => fn({ prompt: { ...prompt }, responses: [...responses], task: task.name, signal }), timeoutMs);
+    if (!outcome.ok) return failAll(n, outcome.error);
+    const value = outcome.value;
+    const isList = Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView));
+    if (!isList) {
+      return failAll(n, `group reward function returned ${describeValue(value)}, not an array: return one number per response, in order`);
+    }
+    const list = value as ArrayLike<unknown>;
+    if (list.length !== n) {
+      return failAll(n, `group reward function returned ${list.length} rewards for ${n} responses: return one number per response, in order`);
+    }
+    return Array.from({ length: n }, (_, i) => checked(list[i]));
+  }
+
+  const call: SampleReward = reward ? reward.fn : ({ prompt: p, response }) => task.reward(p, response);
+  return Promise.all(
+    responses.map(async (response): Promise<ScoredSample> => {
+      const outcome = await callWithTimeout((signal) => call({ prompt: { ...prompt }, response, task: task.name, signal }), timeoutMs);
+      return outcome.ok ? checked(outcome.value) : { reward: null, error: outcome.error };
+    }),
+  );
+}
+
+/** Forgets loaded modules (tests). Node's own require cache is left alone. */
+export function clearRewardModuleCache(): void {
+  cache.clear();
+}
