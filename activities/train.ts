@@ -156,9 +156,8 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
      */
     async trainStep({ runId, step, fromVersion, rolloutMetrics }: TrainStepInput): Promise<TrainStepResult> {
       const run = await runContext(ctx.pool, runId);
-      await recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion });
       const version = fromVersion + 1;
-      const recorded = await getTrainStep(ctx.pool, runId, step);
+      const [recorded] = await Promise.all([getTrainStep(ctx.pool, runId, step), recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion })]);
       if (recorded?.status === 'skipped') {
         return { step, policyVersion: fromVersion, sha256: '', path: '', samples: recorded.sampleCount, metrics: recorded.metrics ?? { skipped_non_finite: 1 }, alreadyApplied: true, skipped: recorded.skipReason ?? 'skipped', worker: ctx.identity };
       }
@@ -167,14 +166,18 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
         return { step, policyVersion: recorded.policyVersion as number, sha256: cp?.sha256 ?? '', path: cp?.path ?? '', samples: recorded.sampleCount, metrics: recorded.metrics ?? {}, alreadyApplied: true, worker: ctx.identity };
       }
       const c = run.config;
-      const batch = await selectTrainBatch(ctx.pool, runId, step, { size: c.rollout.prompts_per_step * c.algorithm.group_size, requireRefLogprobs: c.algorithm.kl_coef > 0 });
+      // Whether an earlier attempt already published this step's version (read alongside the selection).
+      const [batch, publishedBefore] = await Promise.all([
+        selectTrainBatch(ctx.pool, runId, step, { size: c.rollout.prompts_per_step * c.algorithm.group_size, requireRefLogprobs: c.algorithm.kl_coef > 0 }),
+        getCheckpoint(ctx.pool, runId, version),
+      ]);
       if (!batch) throw ApplicationFailure.create({ message: `no scored samples are ready for step ${step} of run ${runId}`, type: 'NoSamples' });
       // Advantages from the batch itself (group baselines, REINFORCE++'s batch normalization, KL
       // shaping): a pure function of the recorded set, so a retried step computes the same ones.
       const advantages = batchAdvantages(c.algorithm, batch.samples.map(batchSample));
       const advantagesWritten = recordStepAdvantages(ctx.pool, runId, step, batch.samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
 
-      let published = await getCheckpoint(ctx.pool, runId, version);
+      let published = publishedBefore;
       let metrics: Record<string, number>;
       if (published) {
         // The update ran and was published by an attempt that died before recording it: adopt it.

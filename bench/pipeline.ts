@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Pool } from 'pg';
 import { RelaxClient } from '../client';
 import { parseRunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
@@ -29,6 +30,7 @@ export const pipelineBench: Bench = async (ctx) => {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-pipeline-'));
   const stack = await startEphemeralStack(home);
   let workflowWallS: number;
+  let workflowSteadyMs: number;
   let result: TrainingResult;
   try {
     const client = await RelaxClient.connect(stack.temporalAddress);
@@ -37,6 +39,7 @@ export const pipelineBench: Bench = async (ctx) => {
       const handle = await client.startTraining({ ...config, run_id: `bench-pipeline-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints') } });
       result = await handle.result();
       workflowWallS = (performance.now() - t0) / 1000;
+      workflowSteadyMs = await steadyStepMs(stack.databaseUrl, result.runId);
     } finally {
       await client.close();
     }
@@ -48,6 +51,10 @@ export const pipelineBench: Bench = async (ctx) => {
   const localStepMs = (local.wallS * 1000) / steps;
   const workflowStepMs = (workflowWallS * 1000) / steps;
   const overheadMs = workflowStepMs - localStepMs;
+  // Steady state: the median step, without the one-time costs at either end (engines and trainers
+  // built in each worker, the first and last evaluations) that the wall times include.
+  const localSteadyMs = median(local.curve.map((r) => r.stepMs).slice(1));
+  const steadyOverheadMs = workflowSteadyMs - localSteadyMs;
   const summary = {
     bench: 'pipeline',
     steps,
@@ -56,8 +63,33 @@ export const pipelineBench: Bench = async (ctx) => {
     workflow: { wall_s: workflowWallS, step_ms: workflowStepMs, samples_per_s: (steps * samplesPerStep) / workflowWallS, final_accuracy: result.evalAccuracy },
     overhead_ms_per_step: overheadMs,
     overhead_fraction_of_step: overheadMs / localStepMs,
+    steady_state: { in_process_step_ms: localSteadyMs, workflow_step_ms: workflowSteadyMs, overhead_ms_per_step: steadyOverheadMs, overhead_fraction_of_step: steadyOverheadMs / localSteadyMs },
     note: 'both paths include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step',
   };
+  ctx.log(`[bench] steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
   ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
   return summary;
 };
+
+function median(xs: number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** Median interval between consecutive train steps' applied_at (steps 2..N: one full iteration each). */
+async function steadyStepMs(databaseUrl: string, runId: string): Promise<number> {
+  const pool = new Pool({ connectionString: databaseUrl, max: 1 });
+  try {
+    const { rows } = await pool.query<{ ms: number }>(
+      `SELECT extract(epoch FROM applied_at - lag(applied_at) OVER (ORDER BY step)) * 1000 AS ms
+         FROM train_steps WHERE run_id = $1 AND status = 'applied' ORDER BY step`,
+      [runId],
+    );
+    const intervals = rows.map((r) => Number(r.ms)).filter((ms) => Number.isFinite(ms) && ms > 0);
+    if (!intervals.length) throw new Error(`run ${runId} recorded fewer than two applied train steps: run the bench with --set steps=3 or more`);
+    return median(intervals);
+  } finally {
+    await pool.end();
+  }
+}

@@ -118,8 +118,13 @@ interface SampleDbRow {
   updated_at: Date;
 }
 
-const SAMPLE_COLUMNS = `run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask,
-  rollout_logprobs, ref_logprobs, reward, rewards, advantage, advantages, policy_version, token_versions,
+// Per-token arrays come back as JSON (parsed natively by JSON.parse) rather than Postgres array
+// literals (parsed character by character in JS): reading a 1,024-sample train batch is the data
+// plane's hot path. Values are identical: real -> JSON prints the shortest exact float4 text.
+const SAMPLE_COLUMNS = `run_id, iteration, group_index, sample_index, array_to_json(prompt_tokens) AS prompt_tokens,
+  array_to_json(response_tokens) AS response_tokens, array_to_json(loss_mask) AS loss_mask,
+  array_to_json(rollout_logprobs) AS rollout_logprobs, array_to_json(ref_logprobs) AS ref_logprobs, reward, rewards,
+  advantage, array_to_json(advantages) AS advantages, policy_version, array_to_json(token_versions) AS token_versions,
   status, error, consumed_by_step, created_at, updated_at`;
 
 function sampleFromDb(r: SampleDbRow): SampleRow {
