@@ -9,6 +9,7 @@ import { NonFiniteUpdateError, Trainer, trainSequenceFromSample } from '../engin
 import { getCheckpoint, pruneCheckpoints, registerCheckpoint, resolveInitFrom } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
 import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, selectTrainBatch, type SampleRow } from '../store/transfer-queue';
+import { staleTokenMask } from '../engines/rl/losses';
 import { batchAdvantages, policyLossFor, type BatchSample } from '../training/grpo';
 import { checkpointToLoad, recordStageEvent, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
@@ -26,6 +27,10 @@ export interface TrainStepInput {
   fromVersion: number;
   /** The rollout's statistics for this step, recorded with the step's own metrics. */
   rolloutMetrics?: Record<string, number>;
+  /** The rollout iteration this step trains on (default step - 1: sync mode). */
+  iteration?: number;
+  /** Refuse samples generated more than this many versions before fromVersion (async mode's bound). */
+  maxStaleness?: number;
 }
 
 export interface TrainStepResult extends PolicyVersionInfo {
@@ -73,22 +78,51 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
   return trainer;
 }
 
+/**
+ * How many policy versions behind the trainer each consumed sample was: fromVersion - the version
+ * that generated it. Mean, max and a histogram (staleness_hist_<d>: samples d versions old).
+ */
+export function stalenessMetrics(samples: ReadonlyArray<Pick<SampleRow, 'policyVersion'>>, fromVersion: number): Record<string, number> {
+  if (!samples.length) return {};
+  const out: Record<string, number> = {};
+  let sum = 0;
+  let max = 0;
+  for (const s of samples) {
+    const d = fromVersion - s.policyVersion;
+    sum += d;
+    max = Math.max(max, d);
+    out[`staleness_hist_${d}`] = (out[`staleness_hist_${d}`] ?? 0) + 1;
+  }
+  return { staleness_mean: sum / samples.length, staleness_max: max, ...out };
+}
+
 function batchSample(s: SampleRow): BatchSample {
   if (s.reward === null) throw new Error(`sample ${s.iteration}/${s.groupIndex}/${s.sampleIndex} was selected for training without a reward`);
   return { groupKey: `${s.iteration}/${s.groupIndex}`, reward: s.reward, rolloutLogprobs: s.rolloutLogprobs, refLogprobs: s.refLogprobs };
 }
 
-/** Training sequences of the recorded sample set; samples without a learning signal (advantage 0) are left out. */
-function trainSequences(samples: SampleRow[], advantages: number[]) {
+/**
+ * Training sequences of the recorded sample set; samples without a learning signal (advantage 0) are
+ * left out. Each sample's own loss mask applies, and with algorithm.max_token_staleness tokens
+ * generated too many versions before `fromVersion` are masked out too.
+ */
+function trainSequences(samples: SampleRow[], advantages: number[], fromVersion: number, maxTokenStaleness: number | undefined) {
   return samples
     .map((s, i) => ({ s, advantage: advantages[i] }))
     .filter(({ advantage }) => advantage !== 0)
-    .map(({ s, advantage }) =>
-      trainSequenceFromSample(s.promptTokens, { tokens: s.responseTokens, logprobs: s.rolloutLogprobs ?? [] }, {
+    .map(({ s, advantage }) => {
+      let lossMask: ArrayLike<number> = s.lossMask;
+      if (maxTokenStaleness !== undefined) {
+        const fresh = staleTokenMask(s.tokenVersions ?? s.responseTokens.map(() => s.policyVersion), fromVersion, maxTokenStaleness);
+        lossMask = Float32Array.from(s.lossMask, (m, t) => m * fresh[t]);
+      }
+      return trainSequenceFromSample(s.promptTokens, { tokens: s.responseTokens, logprobs: s.rolloutLogprobs ?? [] }, {
         advantage,
+        lossMask,
         ...(s.refLogprobs ? { refLogprobs: [...new Array(s.promptTokens.length - 1).fill(0), ...s.refLogprobs] } : {}),
-      }),
-    );
+      });
+    })
+    .filter((seq) => Array.prototype.some.call(seq.lossMask, (m: number) => m > 0));
 }
 
 export function createTrainActivities(ctx: WorkerContext) {
@@ -154,7 +188,7 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
      * (a retry reuses it); a step already applied is not trained again; an update that was published
      * but not yet recorded (the worker died in between) is adopted instead of repeated.
      */
-    async trainStep({ runId, step, fromVersion, rolloutMetrics }: TrainStepInput): Promise<TrainStepResult> {
+    async trainStep({ runId, step, fromVersion, rolloutMetrics, iteration = step - 1, maxStaleness }: TrainStepInput): Promise<TrainStepResult> {
       const run = await runContext(ctx.pool, runId);
       const version = fromVersion + 1;
       const [recorded] = await Promise.all([getTrainStep(ctx.pool, runId, step), recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion })]);
@@ -168,10 +202,19 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
       const c = run.config;
       // Whether an earlier attempt already published this step's version (read alongside the selection).
       const [batch, publishedBefore] = await Promise.all([
-        selectTrainBatch(ctx.pool, runId, step, { size: c.rollout.prompts_per_step * c.algorithm.group_size, requireRefLogprobs: c.algorithm.kl_coef > 0 }),
+        selectTrainBatch(ctx.pool, runId, step, {
+          size: c.rollout.prompts_per_step * c.algorithm.group_size,
+          iteration,
+          requireRefLogprobs: c.algorithm.kl_coef > 0,
+          ...(maxStaleness !== undefined ? { maxStaleness, currentPolicyVersion: fromVersion } : {}),
+        }),
         getCheckpoint(ctx.pool, runId, version),
       ]);
-      if (!batch) throw ApplicationFailure.create({ message: `no scored samples are ready for step ${step} of run ${runId}`, type: 'NoSamples' });
+      if (!batch) {
+        const bound = maxStaleness === undefined ? '' : ` generated by policy version ${Math.max(0, fromVersion - maxStaleness)} or later (max_staleness ${maxStaleness})`;
+        throw ApplicationFailure.create({ message: `no scored samples of iteration ${iteration}${bound} are ready for step ${step} of run ${runId}`, type: 'NoSamples' });
+      }
+      const staleness = stalenessMetrics(batch.samples, fromVersion);
       // Advantages from the batch itself (group baselines, REINFORCE++'s batch normalization, KL
       // shaping): a pure function of the recorded set, so a retried step computes the same ones.
       const advantages = batchAdvantages(c.algorithm, batch.samples.map(batchSample));
@@ -186,11 +229,24 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
         metrics = { adopted: 1 };
       } else {
         const trainer = await trainerAt(ctx, run, fromVersion);
-        const sequences = trainSequences(batch.samples, advantages);
+        const sequences = trainSequences(batch.samples, advantages, fromVersion, c.algorithm.max_token_staleness);
         try {
           const m = sequences.length ? await withHeartbeats(() => trainer.trainStep(sequences, policyLossFor(c.algorithm))) : undefined;
           metrics = m
-            ? { loss: m.loss, grad_norm: m.gradNorm, lr: m.lr, entropy: m.entropy, clip_fraction: m.clipFraction ?? 0, ratio_mean: m.ratioMean ?? 1, trained_samples: sequences.length, duration_ms: m.durationMs, ...(m.kl !== undefined ? { kl: m.kl } : {}) }
+            ? {
+                loss: m.loss,
+                grad_norm: m.gradNorm,
+                lr: m.lr,
+                entropy: m.entropy,
+                clip_fraction: m.clipFraction ?? 0,
+                ratio_mean: m.ratioMean ?? 1,
+                trained_samples: sequences.length,
+                duration_ms: m.durationMs,
+                ...(m.kl !== undefined ? { kl: m.kl } : {}),
+                ...(m.lossMetrics.logprobMismatch !== undefined ? { logprob_mismatch: m.lossMetrics.logprobMismatch } : {}),
+                ...(m.lossMetrics.importanceWeightMean !== undefined ? { importance_weight_mean: m.lossMetrics.importanceWeightMean } : {}),
+                ...(m.lossMetrics.importanceTruncatedFraction !== undefined ? { importance_truncated_fraction: m.lossMetrics.importanceTruncatedFraction } : {}),
+              }
             : { trained_samples: 0 };
         } catch (err) {
           // Whatever state the failed step left in memory, the next attempt rebuilds from fromVersion.
@@ -223,7 +279,7 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
       await advantagesWritten;
       await markStepApplied(ctx.pool, runId, step, { policyVersion: version, metrics });
       await Promise.all([
-        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics }),
+        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics, ...staleness }),
         pruneConsumed(ctx.pool, runId, { keepLastSteps: c.train.keep_consumed_steps }),
         // Every version is published for weight sync; retention keeps version 0, the versions a
         // rollout engine may still be asked for, and every checkpoint.every-th (keep_last of them).

@@ -34,6 +34,15 @@ export const AlgorithmConfigSchema = z
     kl_estimator: z.enum(['k1', 'k2', 'k3']).default('k3'),
     kl_mode: z.enum(['loss', 'reward']).default('loss'),
     entropy_coef: z.number().nonnegative().default(0),
+    /**
+     * Correction for samples generated under another policy than the trainer's (async staleness,
+     * engine mismatch): "tis" truncated importance sampling, "decoupled" decoupled PPO (AReaL).
+     */
+    off_policy: z.enum(['none', 'tis', 'decoupled']).default('none'),
+    /** Cap of the importance weight pi_prox / pi_rollout: "tis" defaults to 2, "decoupled" to none. */
+    importance_cap: z.number().positive().optional(),
+    /** Tokens generated more than this many policy versions before the trainer's are not trained on. */
+    max_token_staleness: nonNegativeInt.optional(),
   })
   .strict();
 

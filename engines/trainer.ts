@@ -41,13 +41,16 @@ export interface TrainSequence {
 export function trainSequenceFromSample(
   prompt: readonly number[],
   sample: Pick<GeneratedSample, 'tokens' | 'logprobs'>,
-  extra: { advantage?: number; refLogprobs?: ArrayLike<number> } = {},
+  extra: { advantage?: number; refLogprobs?: ArrayLike<number>; /** Per response token (0: not trained on, e.g. tool output); default all 1. */ lossMask?: ArrayLike<number> } = {},
 ): TrainSequence {
   const tokens = [...prompt, ...sample.tokens];
   const lossMask = new Float32Array(tokens.length - 1);
   const oldLogprobs = new Float32Array(tokens.length - 1);
+  if (extra.lossMask && extra.lossMask.length !== sample.tokens.length) {
+    throw new Error(`lossMask has ${extra.lossMask.length} entries for ${sample.tokens.length} response tokens: pass one per response token`);
+  }
   sample.tokens.forEach((_, j) => {
-    lossMask[prompt.length - 1 + j] = 1;
+    lossMask[prompt.length - 1 + j] = extra.lossMask ? extra.lossMask[j] : 1;
     oldLogprobs[prompt.length - 1 + j] = sample.logprobs[j];
   });
   return { tokens, lossMask, oldLogprobs, ...(extra.advantage !== undefined ? { advantages: extra.advantage } : {}), ...(extra.refLogprobs ? { refLogprobs: extra.refLogprobs } : {}) };

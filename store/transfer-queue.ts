@@ -532,6 +532,8 @@ export interface SelectTrainBatchOptions {
   currentPolicyVersion?: number;
   /** Only samples whose reference log-probs are written (the KL term needs them). */
   requireRefLogprobs?: boolean;
+  /** Only samples of this rollout iteration (a step trains one whole iteration). */
+  iteration?: number;
 }
 
 export interface TrainBatch {
@@ -551,7 +553,8 @@ export interface TrainBatch {
  */
 export async function selectTrainBatch(pool: Pool, runId: string, step: number, options: SelectTrainBatchOptions): Promise<TrainBatch | null> {
   checkNonNegativeInteger(step, 'step');
-  const { size, minSize = 1, maxStaleness, currentPolicyVersion, requireRefLogprobs = false } = options;
+  const { size, minSize = 1, maxStaleness, currentPolicyVersion, requireRefLogprobs = false, iteration } = options;
+  if (iteration !== undefined) checkNonNegativeInteger(iteration, 'iteration');
   if (!Number.isInteger(size) || size < 1) throw new Error(`size must be a positive integer, got ${size}`);
   if (!Number.isInteger(minSize) || minSize < 1 || minSize > size) throw new Error(`minSize must be an integer in [1, size=${size}], got ${minSize}`);
   if ((maxStaleness === undefined) !== (currentPolicyVersion === undefined)) {
@@ -578,10 +581,11 @@ export async function selectTrainBatch(pool: Pool, runId: string, step: number, 
     const params: unknown[] = [runId, step, size];
     const fresh = maxStaleness === undefined ? '' : `AND policy_version >= $${params.push(currentPolicyVersion! - maxStaleness)}`;
     const withRef = requireRefLogprobs ? 'AND ref_logprobs IS NOT NULL' : '';
+    const ofIteration = iteration === undefined ? '' : `AND iteration = $${params.push(iteration)}`;
     const { rows } = await client.query<SampleDbRow>(
       `WITH picked AS (
          SELECT iteration, group_index, sample_index FROM samples
-          WHERE run_id = $1 AND status = 'scored' ${fresh} ${withRef}
+          WHERE run_id = $1 AND status = 'scored' ${fresh} ${withRef} ${ofIteration}
           ORDER BY iteration, group_index, sample_index
           LIMIT $3
           FOR UPDATE SKIP LOCKED

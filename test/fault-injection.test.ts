@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before, test, type TestContext } from 'node:test';
 import { Client, Connection } from '@temporalio/client';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
@@ -82,10 +82,11 @@ async function connect(): Promise<{ client: Client; close(): Promise<void> }> {
   return { client: new Client({ connection }), close: () => connection.close() };
 }
 
-test('a run survives 10 SIGKILLs across every role and a Temporal server restart, training each step exactly once', async (t) => {
-  const id = uniqueId('faults');
+async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<void> {
+  const id = uniqueId(`faults-${mode}`);
+  const maxStaleness = mode === 'async' ? 2 : 0;
   let c = await connect();
-  await c.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [config] });
+  await c.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [{ ...config, mode, max_staleness: maxStaleness }] });
   const progress = async () => c.client.workflow.getHandle(id).query<TrainingProgress>('progress').catch(() => undefined);
   await waitFor('the first train step', async () => ((await progress())?.step ?? 0) >= 1 || undefined);
 
@@ -134,6 +135,21 @@ test('a run survives 10 SIGKILLs across every role and a Temporal server restart
     assert.equal(Number(consumed.rows[0].n), s.sample_count);
   }
   // Retention ran under the kills too: what it keeps verifies, what it pruned is gone.
-  const { retained } = await checkCheckpointRegistry(db.pool, id, STEPS, { every: 5, keepLast: 2, protect: 1 });
+  const { retained } = await checkCheckpointRegistry(db.pool, id, STEPS, { every: 5, keepLast: 2, protect: maxStaleness + 1 });
   assert.ok(retained.length < STEPS + 1, `retention pruned something (retained ${retained.join(', ')})`);
-});
+
+  // The staleness bound held for every consumed sample: step s starts from version s - 1.
+  const { rows: stale } = await db.pool.query<{ staleness: number; n: string }>(
+    `SELECT (t.step - 1) - s.policy_version AS staleness, count(*) AS n FROM train_step_samples t
+       JOIN samples s USING (run_id, iteration, group_index, sample_index)
+      WHERE t.run_id = $1 GROUP BY 1 ORDER BY 1`,
+    [id],
+  );
+  t.diagnostic(`${mode}: consumed samples by staleness: ${stale.map((r) => `${r.staleness}: ${r.n}`).join(', ')}`);
+  assert.ok(stale.every((r) => r.staleness >= 0 && r.staleness <= maxStaleness), `staleness within ${maxStaleness}`);
+  if (mode === 'async') assert.ok(stale.some((r) => r.staleness > 0), 'the rollout ran ahead of training');
+}
+
+test('a run survives 10 SIGKILLs across every role and a Temporal server restart, training each step exactly once', (t) => runUnderFaults(t, 'sync'));
+
+test('the same in async mode (max_staleness 2): nothing lost or trained twice, the staleness bound holds', (t) => runUnderFaults(t, 'async'));

@@ -229,3 +229,28 @@ test('checkpoint.init_from "<run_id>@latest" starts a run from another run\'s ne
   assert.equal(failure.type, 'InvalidInitCheckpoint');
   assert.match(failure.message, /checkpoint\.init_from: .*not version 999/);
 });
+
+test('async mode: rollout runs up to max_staleness versions ahead, each step trains one whole iteration within the bound', async () => {
+  const id = uniqueId('async');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ ...SMALL_RUN, mode: 'async', max_staleness: 1, train: { ...SMALL_RUN.train, steps: 5 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 5);
+  assert.equal(result.policyVersion, 5);
+  await checkExactlyOnce(id, 5);
+  const { rows } = await db.pool.query<{ step: number; staleness: number }>(
+    `SELECT t.step, (t.step - 1) - s.policy_version AS staleness FROM train_step_samples t
+       JOIN samples s USING (run_id, iteration, group_index, sample_index) WHERE t.run_id = $1`,
+    [id],
+  );
+  assert.ok(rows.every((r) => r.staleness === 0 || r.staleness === 1), 'no sample older than max_staleness');
+  assert.ok(rows.some((r) => r.staleness === 1), 'the rollout ran ahead: some step trained on the previous version\'s samples');
+  const metrics = await db.pool.query<{ name: string; total: number }>(
+    `SELECT name, sum(value) AS total FROM metrics WHERE run_id = $1 AND name LIKE 'staleness_hist_%' GROUP BY name`,
+    [id],
+  );
+  const histogram = Object.fromEntries(metrics.rows.map((r) => [r.name, Number(r.total)]));
+  assert.equal((histogram.staleness_hist_0 ?? 0) + (histogram.staleness_hist_1 ?? 0), rows.length, 'the staleness histogram counts every consumed sample');
+});

@@ -113,6 +113,8 @@ export function policyLossFor(algorithm: RunConfig['algorithm']): TrainingLoss {
     klCoef: algorithm.kl_mode === 'loss' ? algorithm.kl_coef : 0,
     klEstimator: algorithm.kl_estimator,
     entropyCoef: algorithm.entropy_coef,
+    offPolicy: algorithm.off_policy,
+    ...(algorithm.importance_cap !== undefined ? { importanceCap: algorithm.importance_cap } : {}),
   });
 }
 

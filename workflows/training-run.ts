@@ -50,6 +50,13 @@ export interface TrainingResult {
   rewards: Array<[number, number]>;
 }
 
+/** What one iteration's rollout reports to the workflow (the samples themselves stay in Postgres). */
+interface RolloutSummary {
+  samples: number;
+  failed: number;
+  rewardMean: number;
+}
+
 /** What continue-as-new carries: small state only. */
 export interface TrainingCarry {
   config: RunConfig;
@@ -138,54 +145,47 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   progress.runId = runId;
   upsertSearchAttributes([{ key: RelaxRunIdKey, value: runId }]);
 
-  const G = config.algorithm.group_size;
   const groups = config.rollout.prompts_per_step;
   const parallelism = Math.min(config.rollout.parallelism, groups);
-  let executed = 0;
-  while (progress.step < config.train.steps) {
-    if (stopRequested) break;
-    if (paused) {
-      progress.status = 'paused';
-      await condition(() => !paused || stopRequested);
-      continue;
-    }
-    if (executed >= ITERATIONS_PER_EXECUTION) {
-      await continueAsNew<typeof trainingRun>(input, { config, progress, paused });
-    }
-    progress.status = 'running';
-    const step = progress.step + 1;
-    const iteration = progress.step;
-    const started = Date.now();
 
-    // Rollout: the iteration's prompt groups split evenly over `parallelism` activities.
+  /** Rollout of one iteration: generate (fanned out), the failure budget, reference log-probs. */
+  const rolloutIteration = async (iteration: number, policyVersion: number): Promise<RolloutSummary> => {
+    // The iteration's prompt groups split evenly over `parallelism` activities.
     const slices = Array.from({ length: parallelism }, (_, k) => {
       const first = Math.floor((k * groups) / parallelism);
       return { firstGroup: first, groups: Math.floor(((k + 1) * groups) / parallelism) - first };
     });
-    const generated = await Promise.all(
-      slices.map((s) => rollout.generate({ runId, iteration, policyVersion: progress.policyVersion, ...s })),
-    ).catch(failWorkflowOnNonRetryable);
+    const generated = await Promise.all(slices.map((s) => rollout.generate({ runId, iteration, policyVersion, ...s }))).catch(failWorkflowOnNonRetryable);
     const samples = generated.reduce((n, g) => n + g.samples, 0);
     const failed = generated.reduce((n, g) => n + g.failed, 0);
     if (failed > config.train.failure_budget * samples) {
       throw ApplicationFailure.create({
-        message: `step ${step}: the reward failed on ${failed} of ${samples} samples, over train.failure_budget (${config.train.failure_budget}); see the failed samples' errors in the transfer queue`,
+        message: `step ${iteration + 1}: the reward failed on ${failed} of ${samples} samples, over train.failure_budget (${config.train.failure_budget}); see the failed samples' errors in the transfer queue`,
         type: 'FailureBudgetExceeded',
         nonRetryable: true,
       });
     }
     const rewardMean = generated.reduce((n, g) => n + g.rewardSum, 0) / Math.max(1, samples - failed);
-
     if (config.algorithm.kl_coef > 0 && (fewerRoundTrips || config.algorithm.kl_mode === 'loss')) await reference.referenceLogprobs({ runId, iteration });
-    if (!fewerRoundTrips) await control.computeAdvantages({ runId, iteration });
+    return { samples, failed, rewardMean };
+  };
 
-    const rolloutMetrics = { reward_mean: rewardMean, samples, failed_samples: failed };
-    const trained = await trainOnSomeInstance(trainer, { runId, step, fromVersion: progress.policyVersion, ...(fewerRoundTrips ? { rolloutMetrics } : {}) });
+  /** One train step on an iteration's samples, then progress and (every eval_every) an evaluation. */
+  const trainIteration = async (step: number, summary: RolloutSummary, started: number): Promise<void> => {
+    if (!fewerRoundTrips) await control.computeAdvantages({ runId, iteration: step - 1 });
+    const rolloutMetrics = { reward_mean: summary.rewardMean, samples: summary.samples, failed_samples: summary.failed };
+    const trained = await trainOnSomeInstance(trainer, {
+      runId,
+      step,
+      fromVersion: progress.policyVersion,
+      ...(fewerRoundTrips ? { rolloutMetrics } : {}),
+      ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: config.max_staleness } : {}),
+    });
     progress.policyVersion = trained.policyVersion;
     progress.step = step;
-    progress.lastReward = rewardMean;
-    pushPoint(progress.rewards, [step, rewardMean]);
-    progress.samplesPerSecond = samples / Math.max(0.001, (Date.now() - started) / 1000);
+    progress.lastReward = summary.rewardMean;
+    pushPoint(progress.rewards, [step, summary.rewardMean]);
+    progress.samplesPerSecond = summary.samples / Math.max(0.001, (Date.now() - started) / 1000);
 
     const metrics: Record<string, number> = { ...trained.metrics, ...rolloutMetrics };
     if (step % config.train.eval_every === 0 || step === config.train.steps || stopRequested) {
@@ -196,7 +196,72 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
     }
     // The train step and the evaluation record their own metrics in executions with the patch.
     if (!fewerRoundTrips) await control.recordMetrics({ runId, step, metrics });
-    executed++;
+  };
+
+  if (config.mode === 'async') {
+    await asyncIterations();
+  } else {
+    // Sync (on-policy): iteration i is generated by the policy that step i + 1 starts from.
+    let executed = 0;
+    while (progress.step < config.train.steps) {
+      if (stopRequested) break;
+      if (paused) {
+        progress.status = 'paused';
+        await condition(() => !paused || stopRequested);
+        continue;
+      }
+      if (executed >= ITERATIONS_PER_EXECUTION) {
+        await continueAsNew<typeof trainingRun>(input, { config, progress, paused });
+      }
+      progress.status = 'running';
+      const started = Date.now();
+      const summary = await rolloutIteration(progress.step, progress.policyVersion);
+      await trainIteration(progress.step + 1, summary, started);
+      executed++;
+    }
+  }
+
+  /**
+   * Async: rollout runs ahead of training. Iteration i may start once step i - max_staleness is
+   * done, under the newest published version; each step adds at most one version, so every sample a
+   * step consumes is at most max_staleness versions old (the train step enforces it again in the
+   * transfer queue). Step i + 1 trains iteration i as soon as its rollout is complete.
+   */
+  async function asyncIterations(): Promise<void> {
+    const k = config.max_staleness;
+    const end = Math.min(config.train.steps, progress.step + ITERATIONS_PER_EXECUTION);
+    const ready = new Map<number, RolloutSummary>();
+    let producerError: unknown;
+    let lastStepEnd = Date.now();
+    const producer = (async () => {
+      for (let iteration = progress.step; iteration < end; iteration++) {
+        await condition(() => stopRequested || (!paused && progress.step >= iteration - k));
+        if (stopRequested) return;
+        ready.set(iteration, await rolloutIteration(iteration, progress.policyVersion));
+      }
+    })().catch((err) => void (producerError = err));
+
+    while (progress.step < end) {
+      if (stopRequested) break;
+      if (paused) {
+        progress.status = 'paused';
+        await condition(() => !paused || stopRequested);
+        continue;
+      }
+      progress.status = 'running';
+      await condition(() => ready.has(progress.step) || producerError !== undefined || stopRequested);
+      if (producerError !== undefined) throw producerError;
+      if (stopRequested) break;
+      const summary = ready.get(progress.step) as RolloutSummary;
+      ready.delete(progress.step);
+      await trainIteration(progress.step + 1, summary, lastStepEnd);
+      lastStepEnd = Date.now();
+    }
+    await producer;
+    if (producerError !== undefined) throw producerError;
+    if (!stopRequested && progress.step < config.train.steps) {
+      await continueAsNew<typeof trainingRun>(input, { config, progress, paused });
+    }
   }
 
   progress.status = stopRequested && progress.step < config.train.steps ? 'stopped' : 'completed';
