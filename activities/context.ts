@@ -4,6 +4,7 @@ import type { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
 import { CheckpointPrunedError, getRetainedCheckpoint, type CheckpointRecord } from '../store/checkpoint-registry';
 import { recordEvent } from '../store/events';
+import { recordSpan } from '../store/spans';
 
 export interface WorkerContext {
   pool: Pool;
@@ -88,4 +89,18 @@ export async function checkpointToLoad(ctx: WorkerContext, runId: string, versio
   }
   if (!checkpoint) throw ApplicationFailure.create({ message: `policy version ${version} of run ${runId} is not published`, type: 'MissingPolicyVersion' });
   return checkpoint;
+}
+
+/** Runs one stage's work and records its span (stage_spans) when it completes. */
+export async function spanned<T>(
+  ctx: WorkerContext,
+  runId: string,
+  stage: string,
+  where: { step?: number; iteration?: number; policyVersion?: number },
+  fn: () => Promise<T>,
+): Promise<T> {
+  const startedAt = new Date();
+  const out = await fn();
+  await recordSpan(ctx.pool, { runId, role: ctx.role, stage, worker: ctx.identity, ...where, startedAt, endedAt: new Date() });
+  return out;
 }

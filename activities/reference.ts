@@ -4,7 +4,7 @@ import { loadCheckpoint } from '../engines/checkpoint';
 import { Trainer } from '../engines/trainer';
 import { getCheckpoint } from '../store/checkpoint-registry';
 import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
-import { recordStageEvent, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { recordStageEvent, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext } from './run-context';
 
 // The frozen reference policy (policy version 0) of each run, forward passes only.
@@ -31,7 +31,7 @@ export function createReferenceActivities(ctx: WorkerContext) {
 export function createReferenceTrainingActivities(ctx: WorkerContext) {
   return {
     /** Reference stage: log-probs of each response token under the frozen reference policy. */
-    referenceLogprobs: ({ runId, iteration }: { runId: string; iteration: number }): Promise<{ samples: number }> => withHeartbeats(async () => {
+    referenceLogprobs: ({ runId, iteration }: { runId: string; iteration: number }): Promise<{ samples: number }> => withHeartbeats(() => spanned(ctx, runId, 'reference', { iteration }, async () => {
       const run = await runContext(ctx.pool, runId);
       let reference = references.get(runId);
       if (!reference) {
@@ -50,7 +50,7 @@ export function createReferenceTrainingActivities(ctx: WorkerContext) {
         rows.map((r, i) => ({ iteration: r.iteration, groupIndex: r.groupIndex, sampleIndex: r.sampleIndex, refLogprobs: Array.from(full[i].slice(r.promptTokens.length - 1)) })),
       );
       return { samples: updated };
-    }),
+    })),
   };
 }
 

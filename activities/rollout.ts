@@ -7,7 +7,7 @@ import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
 import { generateGroups, samplingParams } from '../training/grpo';
 import { recordMetrics } from '../store/metrics';
-import { checkpointToLoad, recordStageEvent, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { checkpointToLoad, recordStageEvent, spanned, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
 
 export interface GenerateInput {
@@ -98,7 +98,7 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
      * scores them, and writes them to the transfer queue (a retry overwrites its own rows). A reward
      * function that throws marks that sample failed with its error; the run goes on.
      */
-    generate: (input: GenerateInput): Promise<GenerateResult> => withHeartbeats(async () => {
+    generate: (input: GenerateInput): Promise<GenerateResult> => withHeartbeats(() => spanned(ctx, input.runId, 'generate', { iteration: input.iteration, policyVersion: input.policyVersion }, async () => {
       const run = await runContext(ctx.pool, input.runId);
       const engine = await engineAt(ctx, run, input.policyVersion);
       const G = run.config.algorithm.group_size;
@@ -137,17 +137,19 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       await insertSamples(ctx.pool, input.runId, rows);
       const ok = rows.filter((r) => r.reward !== null);
       return { samples: rows.length, failed: rows.length - ok.length, rewardSum: ok.reduce((a, r) => a + (r.reward as number), 0), worker: ctx.identity };
-    }),
+    })),
 
     /** Held-out greedy accuracy of one policy version. */
     evaluate: ({ runId, policyVersion, step }: { runId: string; policyVersion: number; step?: number }): Promise<{ accuracy: number }> =>
-      withHeartbeats(async () => {
-        const run = await runContext(ctx.pool, runId);
-        const engine = await engineAt(ctx, run, policyVersion);
-        const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
-        if (step !== undefined) await recordMetrics(ctx.pool, runId, step, { eval_accuracy: accuracy });
-        return { accuracy };
-      }),
+      withHeartbeats(() =>
+        spanned(ctx, runId, 'evaluate', { ...(step !== undefined ? { step } : {}), policyVersion }, async () => {
+          const run = await runContext(ctx.pool, runId);
+          const engine = await engineAt(ctx, run, policyVersion);
+          const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
+          if (step !== undefined) await recordMetrics(ctx.pool, runId, step, { eval_accuracy: accuracy });
+          return { accuracy };
+        }),
+      ),
   };
 }
 

@@ -8,6 +8,7 @@ import { initWeights } from '../engines/model';
 import { NonFiniteUpdateError, Trainer, trainSequenceFromSample } from '../engines/trainer';
 import { getCheckpoint, pruneCheckpoints, registerCheckpoint, resolveInitFrom } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
+import { previousSpanEnd, recordSpan } from '../store/spans';
 import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, selectTrainBatch, type SampleRow } from '../store/transfer-queue';
 import { staleTokenMask } from '../engines/rl/losses';
 import { batchAdvantages, policyLossFor, type BatchSample } from '../training/grpo';
@@ -191,7 +192,16 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
     async trainStep({ runId, step, fromVersion, rolloutMetrics, iteration = step - 1, maxStaleness }: TrainStepInput): Promise<TrainStepResult> {
       const run = await runContext(ctx.pool, runId);
       const version = fromVersion + 1;
-      const [recorded] = await Promise.all([getTrainStep(ctx.pool, runId, step), recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion })]);
+      const startedAt = new Date();
+      const [recorded, previousEnd] = await Promise.all([
+        getTrainStep(ctx.pool, runId, step),
+        previousSpanEnd(ctx.pool, runId, 'train', startedAt),
+        recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion }),
+      ]);
+      // How long the trainer waited for this step's data since its previous step ended.
+      const timing = () => ({ train_busy_ms: Date.now() - startedAt.getTime(), ...(previousEnd ? { train_wait_ms: startedAt.getTime() - previousEnd.getTime() } : {}) });
+      const span = (policyVersion: number, detail: Record<string, unknown> = {}) =>
+        recordSpan(ctx.pool, { runId, role: ctx.role, stage: 'train', worker: ctx.identity, step, iteration, policyVersion, startedAt, endedAt: new Date(), detail });
       if (recorded?.status === 'skipped') {
         return { step, policyVersion: fromVersion, sha256: '', path: '', samples: recorded.sampleCount, metrics: recorded.metrics ?? { skipped_non_finite: 1 }, alreadyApplied: true, skipped: recorded.skipReason ?? 'skipped', worker: ctx.identity };
       }
@@ -259,7 +269,8 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
               const reason = `step ${step}: ${err.message}`;
               console.warn(`[train] run ${runId}: skipping ${reason} (train.on_non_finite = "skip")`);
               await markStepSkipped(ctx.pool, runId, step, reason);
-              await recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, skipped_non_finite: 1 });
+              await recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...staleness, ...timing(), skipped_non_finite: 1 });
+              await span(fromVersion, { skipped: true });
               return { step, policyVersion: fromVersion, sha256: '', path: '', samples: batch.samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped: reason, worker: ctx.identity };
             }
             throw ApplicationFailure.create({
@@ -279,12 +290,13 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
       await advantagesWritten;
       await markStepApplied(ctx.pool, runId, step, { policyVersion: version, metrics });
       await Promise.all([
-        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics, ...staleness }),
+        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics, ...staleness, ...timing() }),
         pruneConsumed(ctx.pool, runId, { keepLastSteps: c.train.keep_consumed_steps }),
         // Every version is published for weight sync; retention keeps version 0, the versions a
         // rollout engine may still be asked for, and every checkpoint.every-th (keep_last of them).
         pruneCheckpoints(ctx.pool, { runId, checkpointRoot: run.checkpointRoot, latest: version, every: c.checkpoint.every, keepLast: c.checkpoint.keep_last, protect: c.max_staleness + 1 }),
       ]);
+      await span(version);
       return { step, policyVersion: version, sha256: published.sha256, path: published.path, samples: batch.samples.length, metrics, alreadyApplied: false, worker: ctx.identity };
     },
   };

@@ -16,6 +16,8 @@ import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
 import { renderCurves, watchRun } from './watch';
+import { openStore } from '../store/db';
+import { chromeTrace, listSpans, utilization } from '../store/spans';
 
 function intOption(name: string, min = 0) {
   return (value: string): number => {
@@ -251,6 +253,29 @@ export function buildProgram(): Command {
         }
       } finally {
         await stack.stop();
+      }
+    });
+
+  program
+    .command('trace <runId>')
+    .description("a run's timeline as a Chrome trace (open in ui.perfetto.dev or chrome://tracing), and each role's busy and idle time")
+    .option('--out <file>', 'where to write the trace', '')
+    .action(async (runId: string, o: { out: string }) => {
+      const { databaseUrl } = resolveAddresses();
+      if (!databaseUrl) throw new Error('DATABASE_URL is not set: point it at the run\'s database, or start `relax dev` (it serves one)');
+      const pool = await openStore({ url: databaseUrl, maxConnections: 1 });
+      try {
+        const spans = await listSpans(pool, runId);
+        if (!spans.length) throw new Error(`run ${runId} has no recorded stage spans: check the run id (relax status ${runId})`);
+        const out = o.out || path.join(relaxEnvironment().home, 'traces', `${runId}.trace.json`);
+        fs.mkdirSync(path.dirname(path.resolve(out)), { recursive: true });
+        fs.writeFileSync(out, `${JSON.stringify(chromeTrace(spans))}\n`);
+        for (const [role, u] of Object.entries(utilization(spans))) {
+          console.log(`${role.padEnd(10)} busy ${(u.busyMs / 1000).toFixed(1)} s of ${(u.windowMs / 1000).toFixed(1)} s (idle ${(u.idleFraction * 100).toFixed(0)}%), ${u.spans} spans`);
+        }
+        console.log(`trace of ${spans.length} spans written to ${out}`);
+      } finally {
+        await pool.end();
       }
     });
 

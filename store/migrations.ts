@@ -160,6 +160,28 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE train_steps ADD CONSTRAINT train_steps_skipped_check CHECK ((status = 'skipped') = (skip_reason IS NOT NULL));
     `,
   },
+  {
+    version: 5,
+    name: 'stage spans: when each stage of a run was busy, on which worker',
+    sql: `
+      -- One row per completed stage activity (rollout generate, reference, train step, evaluation):
+      -- the run's timeline (relax trace) and each role's busy and idle time come from here.
+      CREATE TABLE stage_spans (
+        id              bigserial PRIMARY KEY,
+        run_id          text NOT NULL,
+        role            text NOT NULL,
+        stage           text NOT NULL,
+        worker          text NOT NULL,
+        step            integer,
+        iteration       integer,
+        policy_version  integer,
+        started_at      timestamptz NOT NULL,
+        ended_at        timestamptz NOT NULL,
+        detail          jsonb NOT NULL DEFAULT '{}'::jsonb
+      );
+      CREATE INDEX stage_spans_run ON stage_spans (run_id, role, started_at);
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

@@ -19,7 +19,7 @@ import { startTemporalServer, type TemporalServer } from '../workers/temporal-se
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { checkCheckpointRegistry, freshDatabase, spawnRelax, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
 
-const STEPS = 20;
+const STEPS = 40;
 let db: TestDatabase;
 let home: string;
 let temporalPort: number;
@@ -62,7 +62,7 @@ before(async () => {
     model: { context_length: 16 },
     algorithm: { group_size: 4, kl_coef: 0.01 },
     rollout: { prompts_per_step: 8, max_new_tokens: 4, parallelism: 2 },
-    train: { steps: STEPS, lr: 1e-3, eval_every: 5, keep_consumed_steps: 100 },
+    train: { steps: STEPS, lr: 1e-3, eval_every: 10, keep_consumed_steps: 100 },
   };
   const warm = await loadOrTrainWarmStart(parseRunConfig(base), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, home);
   config = { ...base, checkpoint: { init_from: warm.dir, every: 5, keep_last: 2 } };
@@ -94,6 +94,7 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
   const rng = mulberry32(20261130);
   const roles: Role[] = ['control', 'rollout', 'reference', 'train', 'train', 'rollout', 'control', 'reference', 'train', 'rollout'];
   const killed: string[] = [];
+  let lastKillStep = 0;
   for (let i = 0; i < roles.length; i++) {
     if (i === 5) {
       // Halfway: the Temporal server goes down and comes back on the same persisted state.
@@ -103,17 +104,20 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
       c = await connect();
       killed.push('temporal-server');
     }
-    await new Promise((r) => setTimeout(r, 300 + rng() * 1500));
+    await new Promise((r) => setTimeout(r, 200 + rng() * 800));
     const victims = [...live.entries()].filter(([, role]) => role === roles[i]).map(([p]) => p);
     const victim = victims[Math.floor(rng() * victims.length)];
     if (!victim) continue;
     victim.child.kill('SIGKILL');
-    killed.push(`${roles[i]}:${victim.child.pid}`);
+    const atStep = (await progress())?.step;
+    killed.push(`${roles[i]}:${victim.child.pid}@step${atStep ?? '?'}`);
+    lastKillStep = atStep ?? lastKillStep;
     await victim.exited;
   }
   t.diagnostic(`injected: ${killed.join(', ')}; run at step ${(await progress())?.step ?? '?'} after the last one`);
   assert.equal(killed.filter((k) => k !== 'temporal-server').length, 10);
 
+  assert.ok(lastKillStep < STEPS, `the last kill landed at step ${lastKillStep}, while the run was still going`);
   const result = (await c.client.workflow.getHandle(id).result()) as TrainingResult;
   await c.close();
   assert.equal(result.steps, STEPS);

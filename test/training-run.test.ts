@@ -15,6 +15,7 @@ import { listEvents } from '../store/events';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { listCheckpoints } from '../store/checkpoint-registry';
+import { listSpans, utilization } from '../store/spans';
 import { checkCheckpointRegistry, freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
 
 let db: TestDatabase;
@@ -253,4 +254,16 @@ test('async mode: rollout runs up to max_staleness versions ahead, each step tra
   );
   const histogram = Object.fromEntries(metrics.rows.map((r) => [r.name, Number(r.total)]));
   assert.equal((histogram.staleness_hist_0 ?? 0) + (histogram.staleness_hist_1 ?? 0), rows.length, 'the staleness histogram counts every consumed sample');
+
+  // The timeline: a span per stage activity, and the trainer's wait per step recorded as a metric.
+  const spans = await listSpans(db.pool, id);
+  const count = (stage: string) => spans.filter((s) => s.stage === stage).length;
+  assert.equal(count('train'), 5);
+  assert.equal(count('generate'), 5 * 2, 'parallelism 2: two generate activities per iteration');
+  assert.equal(count('reference'), 5);
+  assert.ok(count('evaluate') >= 3);
+  const u = utilization(spans);
+  assert.ok(u.train.busyMs > 0 && u.rollout.busyMs > 0 && u.train.idleFraction < 1);
+  const waits = await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM metrics WHERE run_id = $1 AND name = 'train_wait_ms'`, [id]);
+  assert.equal(Number(waits.rows[0].n), 4, 'every step after the first records how long the trainer waited');
 });
