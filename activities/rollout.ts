@@ -1,6 +1,7 @@
 // Rollout stage activities: served by every rollout worker, on the shared rollout queue.
 import { ApplicationFailure } from '@temporalio/activity';
-import { RolloutEngine } from '../engines/rollout';
+import { RolloutEngine, type SamplingParams } from '../engines/rollout';
+import { latestCheckpoint } from '../store/checkpoint-registry';
 import { mulberry32 } from '../envs/random';
 import { loadRewardFunction, RewardModuleError, scoreGroup } from '../envs/reward-modules';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
@@ -46,6 +47,26 @@ async function engineAt(ctx: WorkerContext, run: RunContext, version: number): P
     await engine.loadCheckpoint(checkpoint.path, { sha256: checkpoint.sha256 });
   }
   return engine;
+}
+
+/**
+ * Partial rollout (rollout.in_flight "continue"): before each decode step, at most every 20 ms, look
+ * for a newer published version of the run and switch the engine to it; the rest of the call's
+ * tokens come from it and record so.
+ */
+function followNewVersions(ctx: WorkerContext, run: RunContext, engine: RolloutEngine): Pick<SamplingParams, 'followUpdates' | 'beforeDecodeStep'> {
+  let lastCheck = 0;
+  return {
+    followUpdates: true,
+    beforeDecodeStep: async () => {
+      if (Date.now() - lastCheck < 20) return;
+      lastCheck = Date.now();
+      const latest = await latestCheckpoint(ctx.pool, run.runId);
+      if (latest && !latest.prunedAt && latest.policyVersion > (engine.policyVersion ?? -1)) {
+        await engine.loadCheckpoint(latest.path, { sha256: latest.sha256 });
+      }
+    },
+  };
 }
 
 export interface SmokeRolloutInput {
@@ -105,7 +126,9 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       const tokenizer = run.task.tokenizer();
       const prompts = iterationPrompts(run, input.iteration).slice(input.firstGroup, input.firstGroup + input.groups);
       const seed = run.config.seed * 7_919 + input.iteration * 1_009 + input.firstGroup;
-      const batch = await generateGroups(engine, run.task, prompts, G, samplingParams(run.config.rollout, tokenizer.eosId, seed)).catch((err: Error) => {
+      const sampling = samplingParams(run.config.rollout, tokenizer.eosId, seed);
+      if (run.config.rollout.in_flight === 'continue') Object.assign(sampling, followNewVersions(ctx, run, engine));
+      const batch = await generateGroups(engine, run.task, prompts, G, sampling).catch((err: Error) => {
         throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
       });
       const reward = await loadRewardFunction(run.config.reward).catch((err: Error) => {
@@ -129,6 +152,7 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
           rolloutLogprobs: s.logprobs,
           reward: value,
           policyVersion: s.policyVersion,
+          ...(s.tokenVersions ? { tokenVersions: s.tokenVersions } : {}),
           // Scored: ready to train on (advantages come from the train batch). A failed reward
           // marks only its own sample, with the error; the rest of its group still trains.
           ...(error !== null ? { status: 'failed' as const, error: `reward on prompt ${JSON.stringify(batch.prompts[Math.floor(i / G)].text)}: ${error}` } : { status: 'scored' as const }),

@@ -20,6 +20,14 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'the same GRPO steps in-process vs through the workflow on the local stack: orchestration overhead',
     load: async () => (await import('./pipeline.js')).pipelineBench,
   },
+  async: {
+    describe: 'the same GRPO work in sync and async mode, rollout and trainer pinned to different cores: speedup, ideal speedup, efficiency, trainer idle',
+    load: async () => (await import('./async.js')).asyncBench,
+  },
+  staleness: {
+    describe: 'add2 accuracy after a fixed number of samples for max_staleness 0, 1, 2, 4, 8, without and with off-policy correction (async mode)',
+    load: async () => (await import('./staleness.js')).stalenessBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

@@ -54,6 +54,12 @@ export const RolloutConfigSchema = z
     top_k: nonNegativeInt.default(0),
     max_new_tokens: positiveInt.default(4),
     parallelism: positiveInt.max(256).default(1),
+    /**
+     * Generations in flight when a new policy version is published (async mode): "finish" them under
+     * the version they started with, or "continue" them under the new one (partial rollout; each
+     * token records its version).
+     */
+    in_flight: z.enum(['finish', 'continue']).default('finish'),
   })
   .strict();
 

@@ -30,6 +30,16 @@ export interface SamplingParams {
   seed?: number;
   /** Always pick the most likely token (evaluation). Same as temperature 0. */
   greedy?: boolean;
+  /**
+   * Partial rollout: when setWeights switches the engine to a new version while this call runs, the
+   * following decode steps (and prompt chunks) use it, and each token records the version that
+   * generated it (tokenVersions). The key/value cache of earlier tokens is kept as the old version
+   * computed it (not re-prefilled). Default false: every token of a call comes from the version the
+   * call started with.
+   */
+  followUpdates?: boolean;
+  /** Awaited before each decode step (e.g. to check for and load a newly published version). */
+  beforeDecodeStep?: (decodeStep: number) => void | Promise<void>;
 }
 
 export type FinishReason = 'stop' | 'length';
@@ -42,8 +52,10 @@ export interface GeneratedSample {
   /** log q(token | prefix) under the distribution actually sampled from (0 when greedy). */
   samplingLogprobs: number[];
   finishReason: FinishReason;
-  /** The policy version whose weights generated every token of this sample. */
+  /** The oldest policy version that generated a token of this sample (all of them, unless followUpdates). */
   policyVersion: number;
+  /** With followUpdates: the version that generated each token. */
+  tokenVersions?: number[];
 }
 
 export interface RolloutEngineOptions {
@@ -75,6 +87,8 @@ interface Row {
   generated: number[];
   logprobs: number[];
   samplingLogprobs: number[];
+  /** The policy version that generated each token. */
+  versions: number[];
   rand: () => number;
 }
 
@@ -221,7 +235,7 @@ export class RolloutEngine {
     const results: GeneratedSample[] = [];
     for (let start = 0; start < prompts.length; start += this.maxBatchSize) {
       const chunk = prompts.slice(start, start + this.maxBatchSize);
-      results.push(...(await this.generateBatch(policy, chunk, start, params)));
+      results.push(...(await this.generateBatch(params.followUpdates ? (this.policy as LoadedPolicy) : policy, chunk, start, params)));
     }
     return results;
   }
@@ -242,6 +256,7 @@ export class RolloutEngine {
       generated: [],
       logprobs: [],
       samplingLogprobs: [],
+      versions: [],
       rand: seededRandom(mixSeed(seed, `sample:${firstIndex + i}`)),
     }));
 
@@ -260,6 +275,9 @@ export class RolloutEngine {
       [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(B, width, 0, (b, s) => s < rows[b].padding), [B, 1, width, width]),
     });
     let cacheLength = width;
+    // The version whose weights computed `out` (changes mid-call only with followUpdates).
+    let current = policy;
+    let decodeStep = 0;
 
     for (;;) {
       // Pick the next token of every row from the last position's logits.
@@ -275,16 +293,27 @@ export class RolloutEngine {
         r.generated.push(token);
         r.logprobs.push(policyLogq[token]);
         r.samplingLogprobs.push(logq);
+        r.versions.push(current.version);
         let finish: FinishReason | undefined;
         if (stop.has(token)) finish = 'stop';
         else if (r.generated.length >= params.maxNewTokens || r.promptLength + r.generated.length >= C) finish = 'length';
-        if (finish) done[r.sample] = { tokens: r.generated, logprobs: r.logprobs, samplingLogprobs: r.samplingLogprobs, finishReason: finish, policyVersion: policy.version };
-        else keep.push(b);
+        if (finish) {
+          done[r.sample] = {
+            tokens: r.generated,
+            logprobs: r.logprobs,
+            samplingLogprobs: r.samplingLogprobs,
+            finishReason: finish,
+            policyVersion: Math.min(...r.versions),
+            ...(params.followUpdates ? { tokenVersions: r.versions } : {}),
+          };
+        } else keep.push(b);
       });
       if (keep.length === 0) break;
 
       // Drop finished rows from the batch and its cache, then decode one step for the rest.
-      const feeds: Record<string, ort.Tensor> = { ...policy.feeds };
+      await params.beforeDecodeStep?.(++decodeStep);
+      if (params.followUpdates && this.policy) current = this.policy;
+      const feeds: Record<string, ort.Tensor> = { ...current.feeds };
       for (let l = 0; l < this.model.nLayers; l++) {
         const k = out[GRAPH_NAMES.presentKey(l)];
         const v = out[GRAPH_NAMES.presentValue(l)];

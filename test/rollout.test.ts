@@ -173,3 +173,33 @@ test('bad input gets an error naming what is wrong', async () => {
     await fresh.release();
   }
 });
+
+test('partial rollout (followUpdates): a version published mid-call generates the remaining tokens, recorded per token', async () => {
+  const own = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1, maxBatchSize: 16 });
+  try {
+    const other = initWeights(MODEL, 99);
+    for (const [name, values] of Object.entries(other)) if (name.endsWith('.weight') && !name.includes('ln')) values.forEach((v, i) => (values[i] = v * 8));
+    const params: SamplingParams = { maxNewTokens: 6, seed: 5, greedy: true };
+    own.setWeights(3, weights);
+    const plain = await own.generate(prompts, params);
+    // The new version lands before decode step 2: tokens 1-2 come from v3, the rest from v4.
+    const switchAt = (step: number) => {
+      if (step === 2) own.setWeights(4, other);
+    };
+    own.setWeights(3, weights);
+    const partial = await own.generate(prompts, { ...params, followUpdates: true, beforeDecodeStep: switchAt });
+    for (const [i, s] of partial.entries()) {
+      assert.deepEqual(s.tokenVersions, s.tokens.map((_, t) => (t < 2 ? 3 : 4)), `prompt ${i}`);
+      assert.equal(s.policyVersion, 3, 'the oldest version that generated a token');
+      assert.deepEqual(s.tokens.slice(0, 2), plain[i].tokens.slice(0, 2), 'tokens before the switch are the old version\'s');
+    }
+    assert.notDeepEqual(partial.map((s) => s.tokens), plain.map((s) => s.tokens), 'the new weights changed what came after');
+    // Without followUpdates the call finishes under the version it started with.
+    own.setWeights(3, weights);
+    const finished = await own.generate(prompts, { ...params, beforeDecodeStep: switchAt });
+    assert.deepEqual(finished.map((s) => s.tokens), plain.map((s) => s.tokens));
+    assert.ok(finished.every((s) => s.policyVersion === 3 && s.tokenVersions === undefined));
+  } finally {
+    await own.release();
+  }
+});

@@ -267,3 +267,24 @@ test('async mode: rollout runs up to max_staleness versions ahead, each step tra
   const waits = await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM metrics WHERE run_id = $1 AND name = 'train_wait_ms'`, [id]);
   assert.equal(Number(waits.rows[0].n), 4, 'every step after the first records how long the trainer waited');
 });
+
+test('async mode with rollout.in_flight "continue": every sample records the version of each token, and the bound holds', async () => {
+  const id = uniqueId('partial');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ ...SMALL_RUN, mode: 'async', max_staleness: 2, rollout: { ...SMALL_RUN.rollout, in_flight: 'continue' }, train: { ...SMALL_RUN.train, steps: 3 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 3);
+  const { rows } = await db.pool.query<{ policy_version: number; token_versions: number[] | null; response_tokens: number[] }>(
+    'SELECT policy_version, token_versions, response_tokens FROM samples WHERE run_id = $1',
+    [id],
+  );
+  assert.ok(rows.length > 0);
+  for (const r of rows) {
+    assert.ok(r.token_versions, 'token versions recorded');
+    assert.equal(r.token_versions.length, r.response_tokens.length);
+    assert.equal(Math.min(...r.token_versions), r.policy_version, 'the sample is as old as its oldest token');
+    assert.ok(r.token_versions.every((v, t) => t === 0 || v >= r.token_versions![t - 1]), 'versions only move forward within a sample');
+  }
+});

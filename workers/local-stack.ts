@@ -25,6 +25,11 @@ export interface LocalStackOptions {
   workers: Record<Role, number>;
   device: string;
   log: (line: string) => void;
+  /**
+   * CPU list per role (taskset's syntax, e.g. "0" or "0-1"): pins that role's worker processes, e.g.
+   * rollout and trainer on different cores. Needs `taskset` (util-linux) on PATH.
+   */
+  cpuAffinity?: Partial<Record<Role, string>>;
 }
 
 export interface LocalStack {
@@ -76,7 +81,11 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const launch = (role: Role, index: number): ManagedWorker => {
       const args = [RELAX_BIN, 'worker', '--role', role];
       if (role !== 'control') args.push('--device', opts.device);
-      const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      const cpus = opts.cpuAffinity?.[role];
+      // taskset execs node in place: the child's pid is the worker's.
+      const child = cpus
+        ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+        : spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
       const tag = `[${role}#${index}]`;
       let markReady: () => void;
       let markFailed: (e: Error) => void;
@@ -139,8 +148,9 @@ async function stopChild(child: ChildProcess, graceMs = 15_000): Promise<void> {
  * A throwaway stack for one job (quickstart, benchmarks, recording histories): free ports, headless,
  * one worker per role, quiet; the database is DATABASE_URL when set, else embedded PGlite in `home`.
  */
-export async function startEphemeralStack(home: string): Promise<LocalStack> {
+export async function startEphemeralStack(home: string, extra: Pick<LocalStackOptions, 'cpuAffinity'> = {}): Promise<LocalStack> {
   return startLocalStack({
+    ...extra,
     home,
     temporalPort: await freePort(),
     uiPort: 0,
