@@ -1,8 +1,8 @@
 // CPU-only activities, hosted by the control worker next to the workflows.
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
-import { getTask } from '../envs/registry';
-import { RewardModuleError, validateRewardConfig } from '../envs/reward-modules';
+import { loadTask } from '../envs/registry';
+import { loadUserExport, RewardModuleError, validateRewardConfig } from '../envs/reward-modules';
 import { recordMetrics } from '../store/metrics';
 import { readSamples, setAdvantages } from '../store/transfer-queue';
 import { advantagesFor } from '../training/grpo';
@@ -35,16 +35,28 @@ export function createControlActivities(ctx: WorkerContext) {
         throw err;
       }
       if (kind === 'training') {
+        const invalid = (field: string, message: string) => ApplicationFailure.create({ message: `invalid run config: ${field}: ${message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
+        let task;
         try {
-          getTask(config.task);
+          task = await loadTask(config.task);
         } catch (err) {
-          throw ApplicationFailure.create({ message: `invalid run config: task: ${(err as Error).message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
+          throw invalid('task', (err as Error).message);
         }
-        try {
-          await validateRewardConfig(config);
-        } catch (err) {
-          if (err instanceof RewardModuleError) throw ApplicationFailure.create({ message: `invalid run config: reward: ${err.message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
-          throw err;
+        // User modules resolve, export what they should, and fit the task.
+        for (const [field, check] of [
+          ['reward', () => validateRewardConfig(config)],
+          ['env', () => (config.env.module ? loadUserExport('env', config.env.module, config.env.export) : undefined)],
+          ['generate', () => (config.generate.module ? loadUserExport('generate', config.generate.module, config.generate.export) : undefined)],
+        ] as const) {
+          try {
+            await check();
+          } catch (err) {
+            if (err instanceof RewardModuleError) throw invalid(field, err.message);
+            throw err;
+          }
+        }
+        if (config.env.module && !task.interaction) {
+          throw invalid('env.module', `task ${JSON.stringify(config.task)} is single-turn (it has no environment to replace): use a multi-turn task (calculator, guess-number, gridworld) or a task module that exports an environment`);
         }
       }
       config = { ...config, run_id: config.run_id ?? workflowId };

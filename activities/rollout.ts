@@ -3,10 +3,11 @@ import { ApplicationFailure } from '@temporalio/activity';
 import { RolloutEngine, type SamplingParams } from '../engines/rollout';
 import { latestCheckpoint } from '../store/checkpoint-registry';
 import { mulberry32 } from '../envs/random';
-import { loadRewardFunction, RewardModuleError, scoreGroup } from '../envs/reward-modules';
+import { RewardModuleError } from '../envs/reward-modules';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
-import { generateGroups, samplingParams } from '../training/grpo';
+import { samplingParams } from '../training/grpo';
+import { customGenerateRows, episodeRows, singleTurnRows } from '../training/rollout-rows';
 import { recordMetrics } from '../store/metrics';
 import { checkpointToLoad, recordStageEvent, spanned, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
@@ -128,36 +129,29 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       const seed = run.config.seed * 7_919 + input.iteration * 1_009 + input.firstGroup;
       const sampling = samplingParams(run.config.rollout, tokenizer.eosId, seed);
       if (run.config.rollout.in_flight === 'continue') Object.assign(sampling, followNewVersions(ctx, run, engine));
-      const batch = await generateGroups(engine, run.task, prompts, G, sampling).catch((err: Error) => {
+      const rowsCtx = { config: run.config, task: run.task, engine, sampling, seed };
+      // A user generate function, multi-turn episodes against an environment, or single-turn.
+      const produce = run.config.generate.module ? customGenerateRows : run.task.interaction ? episodeRows : singleTurnRows;
+      const produced = await produce(rowsCtx, prompts).catch((err: Error) => {
+        if (err instanceof RewardModuleError) throw ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
         throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
       });
-      const reward = await loadRewardFunction(run.config.reward).catch((err: Error) => {
-        throw err instanceof RewardModuleError ? ApplicationFailure.create({ message: `reward: ${err.message}`, type: 'InvalidRewardModule', nonRetryable: true }) : err;
-      });
-      const responses = batch.samples.map((s) => tokenizer.decode(s.tokens));
-      const scores = (
-        await Promise.all(
-          batch.prompts.map((prompt, g) => scoreGroup({ task: run.task, reward, prompt, responses: responses.slice(g * G, (g + 1) * G), timeoutMs: run.config.reward.timeout_ms })),
-        )
-      ).flat();
-      const rows: NewSample[] = batch.samples.map((s, i) => {
-        const { reward: value, error } = scores[i];
-        return {
-          iteration: input.iteration,
-          groupIndex: input.firstGroup + Math.floor(i / G),
-          sampleIndex: i % G,
-          promptTokens: batch.contexts[i],
-          responseTokens: s.tokens,
-          lossMask: s.tokens.map(() => 1),
-          rolloutLogprobs: s.logprobs,
-          reward: value,
-          policyVersion: s.policyVersion,
-          ...(s.tokenVersions ? { tokenVersions: s.tokenVersions } : {}),
-          // Scored: ready to train on (advantages come from the train batch). A failed reward
-          // marks only its own sample, with the error; the rest of its group still trains.
-          ...(error !== null ? { status: 'failed' as const, error: `reward on prompt ${JSON.stringify(batch.prompts[Math.floor(i / G)].text)}: ${error}` } : { status: 'scored' as const }),
-        };
-      });
+      const rows: NewSample[] = produced.map((r, i) => ({
+        iteration: input.iteration,
+        groupIndex: input.firstGroup + Math.floor(i / G),
+        sampleIndex: i % G,
+        promptTokens: r.promptTokens,
+        responseTokens: r.responseTokens,
+        lossMask: r.lossMask,
+        rolloutLogprobs: r.rolloutLogprobs,
+        reward: r.reward,
+        ...(r.rewards ? { rewards: r.rewards } : {}),
+        policyVersion: r.policyVersion,
+        ...(r.tokenVersions ? { tokenVersions: r.tokenVersions } : {}),
+        // Scored: ready to train on (advantages come from the train batch). A failed reward or
+        // episode marks only its own sample, with the error; the rest of its group still trains.
+        ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompts[Math.floor(i / G)].text)}: ${r.error}` } : { status: 'scored' as const }),
+      }));
       await insertSamples(ctx.pool, input.runId, rows);
       const ok = rows.filter((r) => r.reward !== null);
       return { samples: rows.length, failed: rows.length - ok.length, rewardSum: ok.reduce((a, r) => a + (r.reward as number), 0), worker: ctx.identity };
@@ -169,8 +163,9 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
         spanned(ctx, runId, 'evaluate', { ...(step !== undefined ? { step } : {}), policyVersion }, async () => {
           const run = await runContext(ctx.pool, runId);
           const engine = await engineAt(ctx, run, policyVersion);
-          const { accuracy } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
-          if (step !== undefined) await recordMetrics(ctx.pool, runId, step, { eval_accuracy: accuracy });
+          const { accuracy, metrics } = await evaluateGreedy(engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
+          const evalMetrics = Object.fromEntries(Object.entries(metrics ?? {}).map(([k, v]) => [`eval_${k}`, v]));
+          if (step !== undefined) await recordMetrics(ctx.pool, runId, step, { ...evalMetrics, eval_accuracy: accuracy });
           return { accuracy };
         }),
       ),

@@ -5,7 +5,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
 import type { ModelConfig } from '../engines/model';
-import { getTask } from '../envs/registry';
+import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
 import { policyModelConfig } from '../training/policy';
 import { relaxEnvironment } from '../workers/environment';
@@ -29,7 +29,7 @@ export async function runContext(pool: Pool, runId: string): Promise<RunContext>
   const config = parseRunConfig(rows[0].config);
   let task: Task;
   try {
-    task = getTask(config.task);
+    task = await loadTask(config.task);
   } catch (err) {
     throw ApplicationFailure.create({ message: (err as Error).message, type: 'UnknownTask', nonRetryable: true });
   }

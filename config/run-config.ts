@@ -115,6 +115,28 @@ export const RewardConfigSchema = z
     }
   });
 
+/** A user environment class for a multi-turn task (envs/interaction.ts), loaded by module path. */
+export const EnvConfigSchema = z
+  .object({
+    /** A file path (absolute, or relative to the worker's working directory) or a package name. */
+    module: z.string().min(1).optional(),
+    /** The export: a class constructed with { task, seed }, with reset(prompt) and step(response). */
+    export: z.string().min(1).default('default'),
+    /** Per environment call (reset, step): a call that takes longer fails its episode. */
+    timeout_ms: positiveInt.max(3_600_000).default(10_000),
+  })
+  .strict();
+
+/** A user generate function: full control of one prompt group's rollout (docs/environments.md). */
+export const GenerateConfigSchema = z
+  .object({
+    module: z.string().min(1).optional(),
+    export: z.string().min(1).default('default'),
+    /** Per group: a call that takes longer fails the group's samples. */
+    timeout_ms: positiveInt.max(3_600_000).default(60_000),
+  })
+  .strict();
+
 /** Knobs of the plumbing smoke workflow (foundation issue); ignored by training runs. */
 export const SmokeConfigSchema = z
   .object({
@@ -141,6 +163,8 @@ export const RunConfigSchema = z
     train: TrainConfigSchema.prefault({}),
     checkpoint: CheckpointConfigSchema.prefault({}),
     reward: RewardConfigSchema.prefault({}),
+    env: EnvConfigSchema.prefault({}),
+    generate: GenerateConfigSchema.prefault({}),
     smoke: SmokeConfigSchema.prefault({}),
   })
   .strict()

@@ -117,6 +117,33 @@ function checkReward(value: unknown): string | null {
 // ---------------------------------------------------------------------------------------------
 // Loading
 
+/** The run config section a user module is named in (its errors say which). */
+export type ModuleField = 'reward' | 'env' | 'generate' | 'task';
+
+/** How errors name the config field that held the module: "reward.module", or "task" itself. */
+function moduleLabel(field: ModuleField): string {
+  return field === 'task' ? 'task' : `${field}.module`;
+}
+
+const exportCache = new Map<string, Promise<unknown>>();
+
+/**
+ * Loads `<field>.module`'s export `exportName` and checks it is a function (a class is one too).
+ * Cached per resolved file and export; failures are not cached. Throws RewardModuleError (whose
+ * message names the config field). Relative paths resolve against `cwd`.
+ */
+export async function loadUserExport(field: ModuleField, moduleSpec: string, exportName: string, cwd: string = process.cwd()): Promise<unknown> {
+  const resolved = resolveModule(moduleSpec, cwd, field);
+  const key = `${field}\0${resolved}\0${exportName}`;
+  let loading = exportCache.get(key);
+  if (!loading) {
+    loading = loadModule(moduleSpec, resolved, cwd, field).then((mod) => pickExport(mod, moduleSpec, exportName, resolved, cwd, field));
+    exportCache.set(key, loading);
+    loading.catch(() => exportCache.delete(key));
+  }
+  return loading;
+}
+
 function isPathLike(spec: string): boolean {
   return path.isAbsolute(spec) || spec === '.' || spec === '..' || /^\.\.?[\\/]/.test(spec);
 }
@@ -132,7 +159,7 @@ function isNotFound(err: unknown, request: string): boolean {
  * the working directory; anything else is tried as a path relative to it first, then as a package
  * installed where the working directory (or Relax itself) can see it.
  */
-function resolveModule(spec: string, cwd: string): string {
+function resolveModule(spec: string, cwd: string, field: ModuleField = 'reward'): string {
   const fromCwd = createRequire(path.join(cwd, 'noop.js'));
   const asPath = path.resolve(cwd, spec);
   const howToFix =
@@ -146,7 +173,7 @@ function resolveModule(spec: string, cwd: string): string {
         ? `which does not exist${path.extname(asPath) ? '' : ` (also tried ${asPath}.js and ${path.join(asPath, 'index.js')})`}`
         : `which cannot be resolved: ${clip(describeThrown(err))}`;
       throw new RewardModuleError(
-        `reward.module ${JSON.stringify(spec)} not found: resolved from the working directory ${cwd} to ${asPath}, ${why}: ${howToFix}`,
+        `${moduleLabel(field)} ${JSON.stringify(spec)} not found: resolved from the working directory ${cwd} to ${asPath}, ${why}: ${howToFix}`,
         'not_found',
         spec,
         cwd,
@@ -167,7 +194,7 @@ function resolveModule(spec: string, cwd: string): string {
     return require.resolve(spec);
   } catch {
     throw new RewardModuleError(
-      `reward.module ${JSON.stringify(spec)} not found: it is neither a file relative to the working directory ${cwd} ` +
+      `${moduleLabel(field)} ${JSON.stringify(spec)} not found: it is neither a file relative to the working directory ${cwd} ` +
         `(${asPath} does not exist) nor a package resolvable from there: ${howToFix}`,
       'not_found',
       spec,
@@ -180,7 +207,7 @@ function resolveModule(spec: string, cwd: string): string {
 // function so a test runner that rewrites import() cannot turn it into require().
 const importModule = (url: string): Promise<Record<string, unknown>> => import(url);
 
-async function loadModule(spec: string, resolved: string, cwd: string): Promise<unknown> {
+async function loadModule(spec: string, resolved: string, cwd: string, field: ModuleField = 'reward'): Promise<unknown> {
   try {
     try {
       return require(resolved);
@@ -192,7 +219,7 @@ async function loadModule(spec: string, resolved: string, cwd: string): Promise<
     }
   } catch (err) {
     throw new RewardModuleError(
-      `reward.module ${JSON.stringify(spec)} (${resolved}) failed to load: ${clip(describeThrown(err))}: ` +
+      `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) failed to load: ${clip(describeThrown(err))}: ` +
         'fix the error in the module (try `node -e "require(process.argv[1])" <path>` to see it on its own)',
       'load_failed',
       spec,
@@ -206,11 +233,11 @@ function exportNames(mod: unknown): string[] {
   return Object.keys(mod).filter((k) => k !== '__esModule');
 }
 
-function pickExport(mod: unknown, spec: string, exportName: string, resolved: string, cwd: string): unknown {
+function pickExport(mod: unknown, spec: string, exportName: string, resolved: string, cwd: string, field: ModuleField = 'reward'): unknown {
   const container = (typeof mod === 'object' || typeof mod === 'function') && mod !== null ? (mod as Record<string, unknown>) : undefined;
   let value: unknown = container && Object.prototype.hasOwnProperty.call(container, exportName) ? container[exportName] : undefined;
   // "default" also means module.exports itself (module.exports = function ...).
-  if (value === undefined && exportName === 'default' && typeof mod === 'function') value = mod;
+  if (value === undefined && exportName === 'default' && (typeof mod === 'function' || (field === 'task' && typeof mod === 'object' && mod !== null))) value = mod;
   // An ES module loaded through require() or import() whose default export is a CommonJS object.
   if (value === undefined && container && exportName !== 'default' && typeof container.default === 'object' && container.default !== null) {
     const inner = container.default as Record<string, unknown>;
@@ -220,19 +247,19 @@ function pickExport(mod: unknown, spec: string, exportName: string, resolved: st
     const names = exportNames(mod);
     const existing = names.length ? `it exports ${names.map((n) => JSON.stringify(n)).join(', ')}` : 'it exports nothing';
     const fix = names.length
-      ? `set reward.export to one of those, or export a function named ${JSON.stringify(exportName)}`
+      ? `set ${field}.export to one of those, or export a ${field === 'env' ? 'class' : field === 'task' ? 'task object' : 'function'} named ${JSON.stringify(exportName)}`
       : `export the function (module.exports = function reward(input) {...}, or exports.${exportName === 'default' ? 'default' : exportName} = ...)`;
     throw new RewardModuleError(
-      `reward.module ${JSON.stringify(spec)} (${resolved}) has no export ${JSON.stringify(exportName)}: ${existing}: ${fix}`,
+      `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) has no export ${JSON.stringify(exportName)}: ${existing}: ${fix}`,
       'missing_export',
       spec,
       cwd,
     );
   }
-  if (typeof value !== 'function') {
+  if (field !== 'task' && typeof value !== 'function') {
     throw new RewardModuleError(
-      `reward.module ${JSON.stringify(spec)} (${resolved}) export ${JSON.stringify(exportName)} is ${describeValue(value)}, not a function: ` +
-        'export the reward function itself (it is called with { prompt, response, task } and returns a number)',
+      `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) export ${JSON.stringify(exportName)} is ${describeValue(value)}, not a function: ` +
+        (field === 'reward' ? 'export the reward function itself (it is called with { prompt, response, task } and returns a number)' : field === 'env' ? 'export the environment class itself (constructed with { task, seed }; methods reset(prompt) and step(response))' : 'export the generate function itself (see docs/environments.md)'),
       'not_a_function',
       spec,
       cwd,

@@ -1,6 +1,7 @@
 // What a task gives the RL loop: a tokenizer, prompts to train on, a fixed held-out set to measure
 // on, and a reward. New tasks implement this interface and register in ./registry.
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import type { InteractionSpec } from './interaction';
 
 export interface TaskPrompt {
   /** What the policy is conditioned on, e.g. "17+25=". */
@@ -27,6 +28,11 @@ export interface Task {
    * KEPT (skipSpecial false), so the task can see whether and where the response emitted eos.
    */
   reward(prompt: TaskPrompt, responseText: string): number;
+  /**
+   * Multi-turn tasks: the environment the policy interacts with. Rewards then come from the
+   * environment's steps (and `reward` scores a whole transcript, e.g. for a custom reward module).
+   */
+  interaction?: InteractionSpec;
 }
 
 export function checkPromptCount(seed: number, n: number): void {

@@ -167,7 +167,7 @@ test('a reward function that throws on ~10% of samples: those samples are marked
   assert.equal(rows.length, 3 * 8 * 4);
   assert.ok(failed.length > 0 && failed.length < rows.length * 0.3, `${failed.length} of ${rows.length} failed`);
   for (const r of failed) {
-    assert.match(r.error ?? '', /^reward on prompt ".*": reward function threw: flaky reward: simulated failure/);
+    assert.match(r.error ?? '', /^on prompt ".*": reward: reward function threw: flaky reward: simulated failure/);
     assert.equal(r.consumed_by_step, null, 'a failed sample is never trained on');
   }
   const metric = await db.pool.query<{ total: number }>(`SELECT sum(value) AS total FROM metrics WHERE run_id = $1 AND name = 'failed_samples'`, [id]);

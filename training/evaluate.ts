@@ -1,15 +1,26 @@
-// Held-out evaluation: greedy decoding on the rollout engine, scored by the task's reward.
+// Held-out evaluation: greedy decoding on the rollout engine, scored by the task's reward; for
+// multi-turn tasks, greedy episodes against the task's environment.
 import type { RolloutEngine } from '../engines/rollout';
 import type { Task, TaskPrompt } from '../envs/task';
+import { evaluateEpisodes } from './multi-turn';
 import { promptTokens } from './policy';
 
 export interface EvalResult {
   accuracy: number;
-  /** Decoded responses (specials kept), in prompt order. */
+  /** Decoded responses (specials kept; whole transcripts for multi-turn tasks), in prompt order. */
   responses: string[];
+  /** Multi-turn tasks: means of the environments' numeric info (e.g. tool_use), reward and turns. */
+  metrics?: Record<string, number>;
 }
 
+/** Per environment call in evaluation episodes. */
+const EVAL_ENV_TIMEOUT_MS = 10_000;
+
 export async function evaluateGreedy(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], maxNewTokens: number): Promise<EvalResult> {
+  if (task.interaction) {
+    const r = await evaluateEpisodes(engine, task, prompts, { timeoutMs: EVAL_ENV_TIMEOUT_MS });
+    return { accuracy: r.accuracy, responses: r.episodes.map((e) => e.text), metrics: r.metrics };
+  }
   const tokenizer = task.tokenizer();
   const samples = await engine.generate(
     prompts.map((p) => promptTokens(tokenizer, p)),

@@ -4,10 +4,11 @@
 import type { RunConfig } from '../config/run-config';
 import type { PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
-import { Trainer, trainSequenceFromSample, type TrainStepMetrics } from '../engines/trainer';
-import { getTask } from '../envs/registry';
+import { Trainer, trainSequenceFromSample, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
+import { loadTask } from '../envs/registry';
 import { evaluateGreedy } from './evaluate';
-import { advantagesFor, informativeGroups, policyLossFor, rolloutGroups, samplingParams } from './grpo';
+import { advantagesFor, batchAdvantages, informativeGroups, policyLossFor, rolloutGroups, samplingParams } from './grpo';
+import { episodeRows } from './rollout-rows';
 import { policyModelConfig } from './policy';
 
 export interface StepReport {
@@ -16,6 +17,8 @@ export interface StepReport {
   rewardMean: number;
   /** Held-out greedy accuracy, on evaluation steps. */
   accuracy?: number;
+  /** Multi-turn tasks, on evaluation steps: the environments' numeric info averaged (e.g. tool_use). */
+  evalMetrics?: Record<string, number>;
   samples: number;
   /** Samples in groups with a learning signal (trained on). */
   trainedSamples: number;
@@ -37,7 +40,7 @@ export async function runLocalGrpo(
   hooks: { onStep?: (r: StepReport) => void; evalEvery?: number } = {},
 ): Promise<LocalRunResult> {
   const started = performance.now();
-  const task = getTask(config.task);
+  const task = await loadTask(config.task);
   const tokenizer = task.tokenizer();
   const model = policyModelConfig(config.model, tokenizer.vocabSize);
   const heldOut = task.heldOut();
@@ -61,24 +64,42 @@ export async function runLocalGrpo(
     for (let step = 1; step <= config.train.steps; step++) {
       const t0 = performance.now();
       const prompts = task.trainPrompts(config.seed * 1_000_003 + step, config.rollout.prompts_per_step);
-      const batch = await rolloutGroups(engine, task, prompts, G, samplingParams(config.rollout, tokenizer.eosId, config.seed * 7_919 + step));
-      const advantages = advantagesFor(config.algorithm.advantage, batch.rewards, G);
-      const sequences = informativeGroups(batch.rewards, G).flatMap((g) =>
-        Array.from({ length: G }, (_, j) => g * G + j).map((i) => trainSequenceFromSample(batch.contexts[i], batch.samples[i], { advantage: advantages[i] })),
-      );
+      const sampling = samplingParams(config.rollout, tokenizer.eosId, config.seed * 7_919 + step);
+      let rewards: number[];
+      let sequences: TrainSequence[];
+      if (task.interaction) {
+        // Multi-turn: episodes against the task's environment; failed episodes are left out.
+        const rows = await episodeRows({ config, task, engine, sampling, seed: config.seed * 7_919 + step }, prompts);
+        rewards = rows.map((r) => r.reward ?? 0);
+        const kept = rows.map((r, i) => ({ r, i })).filter(({ r }) => r.reward !== null);
+        const advantages = batchAdvantages(config.algorithm, kept.map(({ r, i }) => ({ groupKey: String(Math.floor(i / G)), reward: r.reward as number })));
+        sequences = kept
+          .map(({ r }, k) => ({ r, advantage: advantages[k] }))
+          .filter(({ advantage }) => advantage !== 0)
+          .map(({ r, advantage }) => trainSequenceFromSample(r.promptTokens, { tokens: r.responseTokens, logprobs: r.rolloutLogprobs }, { advantage, lossMask: r.lossMask }));
+      } else {
+        const batch = await rolloutGroups(engine, task, prompts, G, sampling);
+        rewards = batch.rewards;
+        const advantages = advantagesFor(config.algorithm.advantage, batch.rewards, G);
+        sequences = informativeGroups(batch.rewards, G).flatMap((g) =>
+          Array.from({ length: G }, (_, j) => g * G + j).map((i) => trainSequenceFromSample(batch.contexts[i], batch.samples[i], { advantage: advantages[i] })),
+        );
+      }
       const metrics = sequences.length ? await trainer.trainStep(sequences, loss) : undefined;
       engine.setWeights(step, await trainer.exportWeights());
       const report: StepReport = {
         step,
         policyVersion: step,
-        rewardMean: batch.rewards.reduce((a, b) => a + b, 0) / batch.rewards.length,
-        samples: batch.samples.length,
+        rewardMean: rewards.reduce((a, b) => a + b, 0) / rewards.length,
+        samples: rewards.length,
         trainedSamples: sequences.length,
         metrics,
         stepMs: performance.now() - t0,
       };
       if (step % evalEvery === 0 || step === config.train.steps) {
-        report.accuracy = finalAccuracy = (await evaluateGreedy(engine, task, heldOut, config.rollout.max_new_tokens)).accuracy;
+        const evaluation = await evaluateGreedy(engine, task, heldOut, config.rollout.max_new_tokens);
+        report.accuracy = finalAccuracy = evaluation.accuracy;
+        if (evaluation.metrics) report.evalMetrics = evaluation.metrics;
       }
       curve.push(report);
       hooks.onStep?.(report);

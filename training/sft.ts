@@ -6,11 +6,28 @@ import type { RolloutEngine } from '../engines/rollout';
 import type { Trainer, TrainSequence } from '../engines/trainer';
 import { sftLoss } from '../engines/trainer-losses';
 import type { Task, TaskPrompt } from '../envs/task';
+import { mulberry32 } from '../envs/random';
 import { evaluateGreedy } from './evaluate';
 import { promptTokens } from './policy';
 
-export function sftSequence(task: Task, prompt: TaskPrompt): TrainSequence {
+/**
+ * One supervised example: prompt then answer + eos, or for a multi-turn task a demonstration
+ * episode (trained on the policy's turns only).
+ */
+export function sftSequence(task: Task, prompt: TaskPrompt, random: () => number = Math.random): TrainSequence {
   const tokenizer = task.tokenizer();
+  const demonstrate = task.interaction?.demonstrate;
+  if (demonstrate) {
+    const tokens = [tokenizer.bosId];
+    const trained: boolean[] = [false];
+    for (const segment of demonstrate(prompt, random)) {
+      const ids = [...tokenizer.encode(segment.text), ...(segment.eos ? [tokenizer.eosId] : [])];
+      tokens.push(...ids);
+      trained.push(...ids.map(() => segment.policy));
+    }
+    // lossMask[t] says whether token t + 1 (the target at position t) is trained on.
+    return { tokens, lossMask: Float32Array.from(trained.slice(1), (b) => (b ? 1 : 0)) };
+  }
   const context = promptTokens(tokenizer, prompt);
   const answer = [...tokenizer.encode(prompt.answer), tokenizer.eosId];
   const tokens = [...context, ...answer];
@@ -51,7 +68,8 @@ export async function sftWarmStart(o: WarmStartOptions): Promise<WarmStartResult
   for (let step = 1; step <= o.maxSteps; step++) {
     const seed = o.seed * 1_000_003 + step;
     const prompts = o.task.warmStartPrompts ? o.task.warmStartPrompts(seed, o.batchSize) : o.task.trainPrompts(seed, o.batchSize);
-    const m = await o.trainer.trainStep(prompts.map((p) => sftSequence(o.task, p)), loss);
+    const random = mulberry32(seed);
+    const m = await o.trainer.trainStep(prompts.map((p) => sftSequence(o.task, p, random)), loss);
     const point: WarmStartResult['curve'][number] = { step, loss: m.loss };
     curve.push(point);
     if (step % o.evalEvery !== 0) continue;

@@ -8,7 +8,7 @@ import { checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/che
 import type { PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
-import { getTask } from '../envs/registry';
+import { loadTask } from '../envs/registry';
 import { policyModelConfig } from './policy';
 import { sftWarmStart } from './sft';
 
@@ -44,7 +44,7 @@ interface WarmStartMeta {
 const WARM_START_FORMAT = 3;
 
 export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, cacheRoot: string, log: (line: string) => void = () => undefined): Promise<WarmStart> {
-  const task = getTask(config.task);
+  const task = await loadTask(config.task);
   const model = policyModelConfig(config.model, task.tokenizer().vocabSize);
   const key = createHash('sha256')
     .update(JSON.stringify({ format: WARM_START_FORMAT, task: config.task, model, seed: config.seed, sft, maxNewTokens: config.rollout.max_new_tokens }))

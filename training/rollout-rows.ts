@@ -1,0 +1,181 @@
+// A rollout activity's samples for one slice of prompt groups, in the three ways a run can produce
+// them: single-turn generation scored by a reward, multi-turn episodes against an environment, or
+// a user generate function in full control of each group. Each returns transfer-queue rows
+// (without the iteration / group keys, which the activity adds).
+import type { RunConfig } from '../config/run-config';
+import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
+import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import type { EnvironmentClass } from '../envs/interaction';
+import { loadRewardFunction, loadUserExport, scoreGroup, type LoadedReward } from '../envs/reward-modules';
+import type { Task, TaskPrompt } from '../envs/task';
+import { generateGroups } from './grpo';
+import { rolloutEpisodes } from './multi-turn';
+
+export interface RolloutRow {
+  promptTokens: number[];
+  responseTokens: number[];
+  lossMask: number[];
+  rolloutLogprobs: number[];
+  tokenVersions?: number[];
+  policyVersion: number;
+  reward: number | null;
+  rewards?: Record<string, number>;
+  error: string | null;
+}
+
+/** What a user generate function (generate.module) is given for one prompt group. */
+export interface GenerateInput {
+  prompt: TaskPrompt;
+  groupSize: number;
+  task: string;
+  tokenizer: Tokenizer;
+  seed: number;
+  /** Samples from the current policy: one result per context (token ids; start them with tokenizer.bosId). */
+  generate(contexts: number[][], params?: Partial<Pick<SamplingParams, 'maxNewTokens' | 'temperature' | 'topP' | 'topK' | 'stopTokens' | 'seed'>>): Promise<GeneratedSample[]>;
+}
+
+/** One sample as a user generate function returns it. */
+export interface GeneratedTrajectory {
+  promptTokens: number[];
+  responseTokens: number[];
+  /** Per response token; default all 1. */
+  lossMask?: number[];
+  /** Per response token: the policy's log-probs (0 where lossMask is 0). */
+  logprobs: number[];
+  /** When absent, the task's reward (or reward.module) scores the decoded response. */
+  reward?: number;
+}
+
+export type GenerateFunction = (input: GenerateInput) => GeneratedTrajectory[] | Promise<GeneratedTrajectory[]>;
+
+export interface RowsContext {
+  config: RunConfig;
+  task: Task;
+  engine: RolloutEngine;
+  sampling: SamplingParams;
+  /** Seeds environments and user generate functions (differs per iteration and slice). */
+  seed: number;
+}
+
+/** Scores single-turn responses (or whole transcripts) with reward.module or the task's reward. */
+async function score(ctx: RowsContext, reward: LoadedReward | undefined, prompts: TaskPrompt[], responses: string[][]): Promise<Array<{ reward: number | null; error: string | null }>> {
+  const scored = await Promise.all(prompts.map((prompt, g) => scoreGroup({ task: ctx.task, reward, prompt, responses: responses[g], timeoutMs: ctx.config.reward.timeout_ms })));
+  return scored.flat().map((s) => ({ reward: s.reward, error: s.error === null ? null : `reward: ${s.error}` }));
+}
+
+export async function singleTurnRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
+  const G = ctx.config.algorithm.group_size;
+  const tokenizer = ctx.task.tokenizer();
+  const batch = await generateGroups(ctx.engine, ctx.task, prompts, G, ctx.sampling);
+  const responses = batch.samples.map((s) => tokenizer.decode(s.tokens));
+  const scores = await score(ctx, await loadRewardFunction(ctx.config.reward), prompts, prompts.map((_, g) => responses.slice(g * G, (g + 1) * G)));
+  return batch.samples.map((s, i) => ({
+    promptTokens: batch.contexts[i],
+    responseTokens: s.tokens,
+    lossMask: s.tokens.map(() => 1),
+    rolloutLogprobs: s.logprobs,
+    ...(s.tokenVersions ? { tokenVersions: s.tokenVersions } : {}),
+    policyVersion: s.policyVersion,
+    ...scores[i],
+  }));
+}
+
+export async function episodeRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
+  const G = ctx.config.algorithm.group_size;
+  const envClass = ctx.config.env.module ? ((await loadUserExport('env', ctx.config.env.module, ctx.config.env.export)) as EnvironmentClass) : undefined;
+  const episodes = await rolloutEpisodes(ctx.engine, ctx.task, prompts.flatMap((p) => Array.from({ length: G }, () => p)), ctx.sampling, {
+    timeoutMs: ctx.config.env.timeout_ms,
+    envSeed: ctx.seed,
+    ...(envClass ? { createEnv: ({ seed }) => new envClass({ task: ctx.task.name, seed }) } : {}),
+  });
+  // reward.module, when set, scores the whole transcript (after the first observation) instead.
+  const reward = await loadRewardFunction(ctx.config.reward);
+  const tokenizer = ctx.task.tokenizer();
+  const rescored = reward
+    ? await score(ctx, reward, prompts, prompts.map((_, g) => episodes.slice(g * G, (g + 1) * G).map((e) => tokenizer.decode(e.responseTokens))))
+    : undefined;
+  return episodes.map((e, i) => {
+    const s = rescored?.[i];
+    const error = e.error !== null ? `environment: ${e.error}` : (s?.error ?? null);
+    return {
+      promptTokens: e.promptTokens,
+      responseTokens: e.responseTokens,
+      lossMask: e.lossMask,
+      rolloutLogprobs: e.logprobs,
+      tokenVersions: e.tokenVersions,
+      policyVersion: e.policyVersion,
+      reward: error !== null ? null : (s ? s.reward : e.reward),
+      rewards: Object.fromEntries(e.turnRewards.map((r, t) => [`turn_${t + 1}`, r])),
+      error,
+    };
+  });
+}
+
+function checkTrajectory(t: GeneratedTrajectory, vocabSize: number): string | null {
+  if (!t || typeof t !== 'object') return `returned ${String(t)}, not a trajectory object`;
+  const ids = (name: string, xs: unknown): string | null =>
+    Array.isArray(xs) && xs.every((x) => Number.isInteger(x) && x >= 0 && x < vocabSize) ? null : `${name} must be an array of token ids in [0, ${vocabSize})`;
+  const problem = ids('promptTokens', t.promptTokens) ?? ids('responseTokens', t.responseTokens);
+  if (problem) return problem;
+  if (t.promptTokens.length === 0) return 'promptTokens is empty (start it with the tokenizer\'s bos)';
+  if (!Array.isArray(t.logprobs) || t.logprobs.length !== t.responseTokens.length || !t.logprobs.every(Number.isFinite)) return 'logprobs must hold one finite number per response token';
+  if (t.lossMask !== undefined && (!Array.isArray(t.lossMask) || t.lossMask.length !== t.responseTokens.length || !t.lossMask.every((m) => m === 0 || m === 1))) return 'lossMask must hold one 0 or 1 per response token';
+  if (t.reward !== undefined && !(typeof t.reward === 'number' && Number.isFinite(t.reward))) return `reward is ${String(t.reward)}, not a finite number`;
+  return null;
+}
+
+export async function customGenerateRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
+  const G = ctx.config.algorithm.group_size;
+  const fn = (await loadUserExport('generate', ctx.config.generate.module as string, ctx.config.generate.export)) as GenerateFunction;
+  const tokenizer = ctx.task.tokenizer();
+  const vocab = tokenizer.vocabSize;
+  const rewardFn = await loadRewardFunction(ctx.config.reward);
+  const groups = await Promise.all(
+    prompts.map(async (prompt, g): Promise<RolloutRow[]> => {
+      let oldest = ctx.engine.policyVersion ?? 0;
+      const input: GenerateInput = {
+        prompt: { ...prompt },
+        groupSize: G,
+        task: ctx.task.name,
+        tokenizer,
+        seed: ctx.seed * 1_009 + g,
+        generate: async (contexts, params = {}) => {
+          const out = await ctx.engine.generate(contexts, { ...ctx.sampling, ...params });
+          for (const s of out) oldest = Math.min(oldest, s.policyVersion);
+          return out;
+        },
+      };
+      const failAll = (error: string): RolloutRow[] =>
+        Array.from({ length: G }, () => ({ promptTokens: [tokenizer.bosId], responseTokens: [], lossMask: [], rolloutLogprobs: [], policyVersion: oldest, reward: null, error: `generate: ${error}` }));
+      let trajectories: GeneratedTrajectory[];
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        trajectories = await Promise.race([
+          Promise.resolve().then(() => fn(input)),
+          new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ctx.config.generate.timeout_ms} ms`)), ctx.config.generate.timeout_ms))),
+        ]);
+      } catch (err) {
+        return failAll(`the generate function failed: ${(err as Error).message ?? String(err)}`);
+      } finally {
+        clearTimeout(timer);
+      }
+      if (!Array.isArray(trajectories) || trajectories.length !== G) return failAll(`the generate function returned ${Array.isArray(trajectories) ? trajectories.length : String(trajectories)} trajectories for a group of ${G}: return exactly group_size`);
+      const problems = trajectories.map((t) => checkTrajectory(t, vocab));
+      const unscored = trajectories.map((t, i) => (problems[i] === null && t.reward === undefined ? i : -1)).filter((i) => i >= 0);
+      const scores = unscored.length ? (await score(ctx, rewardFn, [prompt], [unscored.map((i) => tokenizer.decode(trajectories[i].responseTokens))])) : [];
+      return trajectories.map((t, i) => {
+        if (problems[i] !== null) return failAll(`trajectory ${i}: ${problems[i]}`)[0];
+        const scored = unscored.includes(i) ? scores[unscored.indexOf(i)] : { reward: t.reward as number, error: null };
+        return {
+          promptTokens: t.promptTokens,
+          responseTokens: t.responseTokens,
+          lossMask: t.lossMask ?? t.responseTokens.map(() => 1),
+          rolloutLogprobs: t.logprobs,
+          policyVersion: oldest,
+          ...scored,
+        };
+      });
+    }),
+  );
+  return groups.flat();
+}
