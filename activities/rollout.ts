@@ -7,7 +7,8 @@ import { RewardModuleError } from '../envs/reward-modules';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
 import { samplingParams } from '../training/grpo';
-import { customGenerateRows, episodeRows, singleTurnRows } from '../training/rollout-rows';
+import { agentRows, customGenerateRows, episodeRows, singleTurnRows, type AgentEndpoint } from '../training/rollout-rows';
+import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../serve/openai-server';
 import { recordMetrics } from '../store/metrics';
 import { checkpointToLoad, recordStageEvent, spanned, sleepWithHeartbeats, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { runContext, type RunContext } from './run-context';
@@ -70,6 +71,29 @@ function followNewVersions(ctx: WorkerContext, run: RunContext, engine: RolloutE
   };
 }
 
+// One OpenAI-compatible endpoint per rollout worker process, started the first time a run uses
+// agent rollouts: model "<run_id>" is that run's engine at whatever version its current generate
+// activity loaded. Agents reach it on loopback.
+let endpoint: Promise<OpenAIServer> | undefined;
+async function agentEndpoint(run: RunContext): Promise<AgentEndpoint> {
+  endpoint ??= startOpenAIServer({
+    resolveModel: async (model) => {
+      const engine = engines.get(model);
+      if (!engine || engine.policyVersion === undefined) throw modelNotFound(model, 'this rollout worker serves the runs it is generating for, by run id');
+      return { engine, tokenizer: (await runContextFor(model)).task.tokenizer(), policyVersion: engine.policyVersion };
+    },
+    listModels: async () => [...engines.keys()],
+  });
+  const server = await endpoint;
+  return { url: server.url, sessions: server.sessions, model: run.runId };
+}
+const runContexts = new Map<string, RunContext>();
+async function runContextFor(runId: string): Promise<RunContext> {
+  const run = runContexts.get(runId);
+  if (!run) throw modelNotFound(runId);
+  return run;
+}
+
 export interface SmokeRolloutInput {
   runId: string;
   iteration: number;
@@ -122,6 +146,7 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
      */
     generate: (input: GenerateInput): Promise<GenerateResult> => withHeartbeats(() => spanned(ctx, input.runId, 'generate', { iteration: input.iteration, policyVersion: input.policyVersion }, async () => {
       const run = await runContext(ctx.pool, input.runId);
+      runContexts.set(run.runId, run);
       const engine = await engineAt(ctx, run, input.policyVersion);
       const G = run.config.algorithm.group_size;
       const tokenizer = run.task.tokenizer();
@@ -131,7 +156,13 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       if (run.config.rollout.in_flight === 'continue') Object.assign(sampling, followNewVersions(ctx, run, engine));
       const rowsCtx = { config: run.config, task: run.task, engine, sampling, seed };
       // A user generate function, multi-turn episodes against an environment, or single-turn.
-      const produce = run.config.generate.module ? customGenerateRows : run.task.interaction ? episodeRows : singleTurnRows;
+      const produce = run.config.rollout.agent
+        ? async (c: typeof rowsCtx, p: typeof prompts) => agentRows(c, await agentEndpoint(run), p)
+        : run.config.generate.module
+          ? customGenerateRows
+          : run.task.interaction
+            ? episodeRows
+            : singleTurnRows;
       const produced = await produce(rowsCtx, prompts).catch((err: Error) => {
         if (err instanceof RewardModuleError) throw ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
         throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });

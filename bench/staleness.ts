@@ -23,6 +23,7 @@ type Correction = RunConfig['algorithm']['off_policy'];
 interface Row {
   max_staleness: number;
   correction: Correction;
+  seed: number;
   accuracy: number;
   mean_staleness: number;
   curve: Array<[number, number]>;
@@ -37,11 +38,13 @@ export const stalenessBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 100);
   const stalenesses = list(ctx.options.staleness, [0, 1, 2, 4, 8], Number);
   const corrections = list<Correction>(ctx.options.corrections, ['none', 'tis'], (s) => s as Correction);
+  // Seeds of the GRPO runs (prompts and sampling); the warm start is the same for all of them.
+  const seeds = list(ctx.options.seeds, [0, 1], Number);
   const base = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps, eval_every: Math.max(1, Math.floor(steps / 10)) } });
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(base, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), ctx.log);
   const samples = steps * base.rollout.prompts_per_step * base.algorithm.group_size;
-  ctx.log(`[bench] ${stalenesses.length * corrections.length} runs of ${steps} steps (${samples} samples each) from the same warm start (${(warm.accuracy * 100).toFixed(1)}%)`);
+  ctx.log(`[bench] ${stalenesses.length * corrections.length * seeds.length} runs of ${steps} steps (${samples} samples each) from the same warm start (${(warm.accuracy * 100).toFixed(1)}%)`);
 
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-staleness-'));
   const stack = await startEphemeralStack(home);
@@ -50,16 +53,17 @@ export const stalenessBench: Bench = async (ctx) => {
   try {
     const client = await RelaxClient.connect(stack.temporalAddress);
     try {
-      for (const k of stalenesses) {
+      for (const seed of seeds) for (const k of stalenesses) {
         for (const correction of corrections) {
           const t0 = performance.now();
           const config: RunConfig = {
             ...base,
+            seed,
             mode: 'async',
             max_staleness: k,
             algorithm: { ...base.algorithm, off_policy: correction },
-            run_id: `staleness-${k}-${correction}-${Date.now().toString(36)}`,
-            checkpoint: { ...base.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', `${k}-${correction}`) },
+            run_id: `staleness-${k}-${correction}-s${seed}-${Date.now().toString(36)}`,
+            checkpoint: { ...base.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', `${k}-${correction}-${seed}`) },
           };
           const result = await (await client.startTraining(config)).result();
           const metrics = await readMetrics(pool, result.runId);
@@ -67,13 +71,14 @@ export const stalenessBench: Bench = async (ctx) => {
           const row: Row = {
             max_staleness: k,
             correction,
+            seed,
             accuracy: result.evalAccuracy ?? NaN,
             mean_staleness: stale.reduce((a, [, v]) => a + v, 0) / Math.max(1, stale.length),
             curve: result.accuracies,
             wall_s: (performance.now() - t0) / 1000,
           };
           rows.push(row);
-          ctx.log(`[bench] max_staleness ${k}, ${correction}: ${(row.accuracy * 100).toFixed(1)}% (mean staleness ${row.mean_staleness.toFixed(2)}, ${row.wall_s.toFixed(0)} s)`);
+          ctx.log(`[bench] seed ${seed}, max_staleness ${k}, ${correction}: ${(row.accuracy * 100).toFixed(1)}% (mean staleness ${row.mean_staleness.toFixed(2)}, ${row.wall_s.toFixed(0)} s)`);
         }
       }
     } finally {
@@ -85,20 +90,31 @@ export const stalenessBench: Bench = async (ctx) => {
     fs.rmSync(home, { recursive: true, force: true });
   }
 
-  const header = `| max_staleness | ${corrections.map((c) => `${c === 'none' ? 'no correction' : c}`).join(' | ')} |`;
+  const cell = (k: number, c: Correction) => rows.filter((x) => x.max_staleness === k && x.correction === c);
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const header = `| max_staleness | ${corrections.map((c) => (c === 'none' ? 'no correction' : c)).join(' | ')} |`;
   const table = [
     header,
     `|---|${corrections.map(() => '---').join('|')}|`,
-    ...stalenesses.map((k) => `| ${k} | ${corrections.map((c) => { const r = rows.find((x) => x.max_staleness === k && x.correction === c)!; return `${(r.accuracy * 100).toFixed(1)}% (staleness ${r.mean_staleness.toFixed(1)})`; }).join(' | ')} |`),
+    ...stalenesses.map(
+      (k) =>
+        `| ${k} | ${corrections
+          .map((c) => {
+            const rs = cell(k, c);
+            return `**${(mean(rs.map((r) => r.accuracy)) * 100).toFixed(1)}%** (${rs.map((r) => (r.accuracy * 100).toFixed(1)).join(' / ')}; staleness ${mean(rs.map((r) => r.mean_staleness)).toFixed(1)})`;
+          })
+          .join(' | ')} |`,
+    ),
   ].join('\n');
+  ctx.log(`held-out accuracy after ${samples} samples: mean over seeds ${seeds.join(', ')} (each seed; measured mean staleness)`);
   ctx.log(table);
   for (const c of corrections) {
-    ctx.log(`final accuracy (%) by max_staleness ${stalenesses.join(', ')}, ${c}:`);
-    ctx.log(plot(stalenesses.map((k) => rows.find((x) => x.max_staleness === k && x.correction === c)!.accuracy * 100), { height: 8, format: (x: number) => x.toFixed(1).padStart(6) }));
+    ctx.log(`mean final accuracy (%) by max_staleness ${stalenesses.join(', ')}, ${c}:`);
+    ctx.log(plot(stalenesses.map((k) => mean(cell(k, c).map((r) => r.accuracy)) * 100), { height: 8, format: (x: number) => x.toFixed(1).padStart(6) }));
   }
   const out = path.join(relaxEnvironment().home, 'results', `staleness-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   fs.mkdirSync(path.dirname(out), { recursive: true });
-  const summary = { bench: 'staleness', steps, samples_per_run: samples, warm_start_accuracy: warm.accuracy, rows, table, saved_to: out };
+  const summary = { bench: 'staleness', steps, seeds, samples_per_run: samples, warm_start_accuracy: warm.accuracy, rows, table, saved_to: out };
   fs.writeFileSync(out, `${JSON.stringify(summary, null, 2)}\n`);
   return summary;
 };

@@ -17,6 +17,7 @@ import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
 import { renderCurves, watchRun } from './watch';
 import { openStore } from '../store/db';
+import { serveCommandAction } from './serve';
 import { chromeTrace, listSpans, utilization } from '../store/spans';
 
 function intOption(name: string, min = 0) {
@@ -255,6 +256,15 @@ export function buildProgram(): Command {
         await stack.stop();
       }
     });
+
+  program
+    .command('serve')
+    .description("serve a run's policy on an OpenAI-compatible endpoint (/v1/completions, /v1/chat/completions; docs/openai-endpoint.md)")
+    .requiredOption('--run <runId>', 'the run whose policy to serve: model "<run_id>" is its newest version, "<run_id>@<n>" version n')
+    .option('--port <n>', 'port', (v) => Number(v), 8000)
+    .option('--host <host>', 'interface to listen on', '127.0.0.1')
+    .option('--device <device>', 'cpu or cuda:N')
+    .action((o: { run: string; port: number; host: string; device?: string }) => serveCommandAction(o));
 
   program
     .command('trace <runId>')

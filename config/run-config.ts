@@ -60,6 +60,19 @@ export const RolloutConfigSchema = z
      * token records its version).
      */
     in_flight: z.enum(['finish', 'continue']).default('finish'),
+    /**
+     * An external agent program drives the rollout instead (docs/openai-endpoint.md): started once
+     * per sample with the rollout worker's OpenAI-compatible endpoint and a session id; the tokens
+     * it causes become the sample, with the reward it reports.
+     */
+    agent: z
+      .object({
+        command: z.array(z.string().min(1)).min(1),
+        timeout_ms: positiveInt.max(3_600_000).default(60_000),
+        concurrency: positiveInt.max(256).default(4),
+      })
+      .strict()
+      .optional(),
   })
   .strict();
 

@@ -14,6 +14,7 @@ import { loadOrTrainWarmStart } from '../training/warm-start';
 import { listEvents } from '../store/events';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
+import { add2Prompt, add2Reward, add2Tokenizer } from '../envs/add2';
 import { listCheckpoints } from '../store/checkpoint-registry';
 import { listSpans, utilization } from '../store/spans';
 import { checkCheckpointRegistry, freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
@@ -287,4 +288,79 @@ test('async mode with rollout.in_flight "continue": every sample records the ver
     assert.equal(Math.min(...r.token_versions), r.policy_version, 'the sample is as old as its oldest token');
     assert.ok(r.token_versions.every((v, t) => t === 0 || v >= r.token_versions![t - 1]), 'versions only move forward within a sample');
   }
+});
+
+test('multi-turn: guess-the-number trains end to end through the workflow; observations are stored with loss mask 0', async () => {
+  const id = uniqueId('guess');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ task: 'guess-number', model: { context_length: 32 }, algorithm: { group_size: 4 }, rollout: { prompts_per_step: 8, max_new_tokens: 2 }, train: { steps: 3, lr: 2e-3, eval_every: 3, keep_consumed_steps: 10 }, checkpoint: { every: 2, keep_last: 1 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 3);
+  assert.equal(result.policyVersion, 3);
+  await checkExactlyOnce(id, 3);
+  const { rows } = await db.pool.query<{ loss_mask: number[]; rollout_logprobs: number[]; rewards: Record<string, number>; reward: number; status: string }>(
+    'SELECT loss_mask, rollout_logprobs, rewards, reward, status FROM samples WHERE run_id = $1',
+    [id],
+  );
+  assert.equal(rows.length, 3 * 8 * 4);
+  const multiTurn = rows.filter((r) => r.loss_mask.includes(0));
+  assert.ok(multiTurn.length > 0, 'some episodes took several turns: their observations are in the sample with mask 0');
+  for (const r of multiTurn) r.loss_mask.forEach((m, t) => m === 0 && assert.equal(r.rollout_logprobs[t], 0));
+  for (const r of rows) {
+    const turns = Object.values(r.rewards ?? {});
+    assert.ok(turns.length >= 1, 'per-turn rewards recorded');
+    assert.ok(Math.abs(turns.reduce((a, b) => a + b, 0) - r.reward) < 1e-6, 'the sample reward is the sum of its turn rewards');
+  }
+  const metrics = await db.pool.query<{ name: string }>(`SELECT DISTINCT name FROM metrics WHERE run_id = $1 AND name LIKE 'eval_%'`, [id]);
+  const names = metrics.rows.map((r) => r.name);
+  for (const m of ['eval_accuracy', 'eval_success', 'eval_turns', 'eval_reward']) assert.ok(names.includes(m), `${m} recorded; have ${names.join(', ')}`);
+});
+
+test('a task written in one file (examples/envs/parity.js) trains through the workflow; a bad env.module fails at start', async () => {
+  const id = uniqueId('parity');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ task: path.resolve(__dirname, '../../examples/envs/parity.js'), model: { context_length: 16 }, algorithm: { group_size: 4 }, rollout: { prompts_per_step: 16, max_new_tokens: 2 }, train: { steps: 4, lr: 2e-3, eval_every: 4 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 4);
+  assert.ok((result.evalAccuracy ?? 0) >= 0 && result.accuracies.length === 2);
+
+  const failure = await runFailure({ task: 'add2', env: { module: path.resolve(__dirname, '../../test/fixtures/always-right-env.cjs') } });
+  assert.equal(failure.type, 'InvalidRunConfig');
+  assert.match(failure.message, /env\.module: task "add2" is single-turn/);
+  const missing = await runFailure({ task: 'calculator', model: { context_length: 32 }, env: { module: path.resolve(__dirname, '../../test/fixtures/always-right-env.cjs'), export: 'Nope' } });
+  assert.match(missing.message, /env: env\.module ".*always-right-env\.cjs" .*has no export "Nope"/);
+});
+
+test('an external agent program (examples/agents/add2-agent.js, openai client) drives the rollouts; its sessions train the policy', async () => {
+  const id = uniqueId('agent');
+  const agent = path.resolve(__dirname, '../../examples/agents/add2-agent.js');
+  const result = (await temporal.client.workflow.execute('trainingRun', {
+    taskQueue: roleTaskQueue('control'),
+    workflowId: id,
+    args: [{ ...SMALL_RUN, rollout: { ...SMALL_RUN.rollout, agent: { command: [process.execPath, agent], timeout_ms: 30_000 } }, train: { ...SMALL_RUN.train, steps: 2 } }],
+  })) as TrainingResult;
+  assert.equal(result.steps, 2);
+  assert.equal(result.policyVersion, 2);
+  await checkExactlyOnce(id, 2);
+  const { rows } = await db.pool.query<{ reward: number | null; status: string; prompt_tokens: number[]; response_tokens: number[]; loss_mask: number[]; consumed_by_step: number | null }>(
+    'SELECT reward, status, prompt_tokens, response_tokens, loss_mask, consumed_by_step FROM samples WHERE run_id = $1',
+    [id],
+  );
+  assert.equal(rows.length, 2 * 8 * 4, 'one sample per agent episode');
+  const ok = rows.filter((r) => r.status !== 'failed');
+  assert.ok(ok.length >= rows.length * 0.9, `${rows.length - ok.length} agent episodes failed`);
+  assert.ok(ok.every((r) => r.reward === 0 || r.reward === 1), 'the rewards the agent reported');
+  // The reward each agent reported is what add2's own reward gives the tokens recorded for its session.
+  const tokenizer = add2Tokenizer();
+  for (const r of ok) {
+    const prompt = tokenizer.decode(r.prompt_tokens.slice(1));
+    const [a, b] = prompt.slice(0, -1).split('+').map(Number);
+    assert.equal(r.reward, add2Reward(add2Prompt(a, b), tokenizer.decode(r.response_tokens)), `${prompt} -> ${tokenizer.decode(r.response_tokens)}`);
+  }
+  assert.ok(ok.every((r) => r.response_tokens.length > 0 && r.loss_mask.every((m) => m === 1)), 'the policy generated every response token');
+  assert.ok(ok.filter((r) => r.consumed_by_step !== null).length > 0, 'the train steps consumed the agent samples');
 });

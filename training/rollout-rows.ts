@@ -10,6 +10,8 @@ import { loadRewardFunction, loadUserExport, scoreGroup, type LoadedReward } fro
 import type { Task, TaskPrompt } from '../envs/task';
 import { generateGroups } from './grpo';
 import { rolloutEpisodes } from './multi-turn';
+import { runAgentEpisodes } from '../rollout/agent-rollout';
+import type { SessionRecorder } from '../serve/sessions';
 
 export interface RolloutRow {
   promptTokens: number[];
@@ -178,4 +180,37 @@ export async function customGenerateRows(ctx: RowsContext, prompts: TaskPrompt[]
     }),
   );
   return groups.flat();
+}
+
+/** The rollout worker's endpoint, for agent-driven rollouts (rollout.agent). */
+export interface AgentEndpoint {
+  url: string;
+  sessions: SessionRecorder;
+  /** The model name that means this run's current policy. */
+  model: string;
+}
+
+/** One agent program run per sample; its session on the endpoint is the sample, its report the reward. */
+export async function agentRows(ctx: RowsContext, endpoint: AgentEndpoint, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
+  const agent = ctx.config.rollout.agent;
+  if (!agent) throw new Error('rollout.agent is not configured');
+  const G = ctx.config.algorithm.group_size;
+  const bos = ctx.task.tokenizer().bosId;
+  const episodes = await runAgentEpisodes({
+    command: agent.command,
+    serverUrl: endpoint.url,
+    model: endpoint.model,
+    prompts: prompts.flatMap((p) => Array.from({ length: G }, () => p)),
+    sessions: endpoint.sessions,
+    timeoutMs: agent.timeout_ms,
+    concurrency: agent.concurrency,
+    sessionPrefix: `seed${ctx.seed}`,
+  });
+  return episodes.map((e) => {
+    const s = e.sample;
+    if (!s || e.error !== null) {
+      return { promptTokens: s?.promptTokens ?? [bos], responseTokens: s?.responseTokens ?? [], lossMask: s?.lossMask ?? [], rolloutLogprobs: s?.rolloutLogprobs ?? [], ...(s ? { tokenVersions: s.tokenVersions } : {}), policyVersion: s?.policyVersion ?? ctx.engine.policyVersion ?? 0, reward: null, error: `agent: ${e.error ?? 'no sample recorded'}` };
+    }
+    return { promptTokens: s.promptTokens, responseTokens: s.responseTokens, lossMask: s.lossMask, rolloutLogprobs: s.rolloutLogprobs, tokenVersions: s.tokenVersions, policyVersion: s.policyVersion, reward: e.reward, error: null };
+  });
 }

@@ -1,0 +1,242 @@
+// Request bodies of the OpenAI-compatible endpoint, validated into plain structs, and the errors the
+// endpoint answers with. Every rejection names the parameter, what was wrong and what to send
+// instead, in OpenAI's error shape ({ error: { message, type, param, code } }), so the official
+// clients raise their usual BadRequestError / NotFoundError with a useful message.
+
+/** An error the endpoint answers with, in OpenAI's shape. */
+export class OpenAIError extends Error {
+  override readonly name = 'OpenAIError';
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly param: string | null = null,
+    readonly code: string | null = null,
+    readonly type: string = status >= 500 ? 'server_error' : 'invalid_request_error',
+  ) {
+    super(message);
+  }
+
+  toBody(): { error: { message: string; type: string; param: string | null; code: string | null } } {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+/** A 400 about one request parameter. */
+export function badParam(param: string, message: string, code: string | null = 'invalid_value'): OpenAIError {
+  return new OpenAIError(400, message, param, code);
+}
+
+/** The 404 a resolveModel callback throws for a model name it does not serve. */
+export function modelNotFound(model: string, detail?: string): OpenAIError {
+  return new OpenAIError(404, `The model \`${model}\` does not exist${detail ? `: ${detail}` : ''}`, 'model', 'model_not_found');
+}
+
+type Body = Record<string, unknown>;
+
+/** The request body as an object; anything else is a 400. */
+export function requestBody(body: unknown): Body {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new OpenAIError(400, 'the request body must be a JSON object (send Content-Type: application/json)', null, 'invalid_body');
+  }
+  return body as Body;
+}
+
+function present(body: Body, name: string): boolean {
+  return body[name] !== undefined && body[name] !== null;
+}
+
+function describe(value: unknown): string {
+  const text = JSON.stringify(value);
+  return text === undefined ? String(value) : text.length > 60 ? `${text.slice(0, 57)}...` : text;
+}
+
+function requiredString(body: Body, name: string): string {
+  const value = body[name];
+  if (typeof value !== 'string' || value === '') throw badParam(name, `\`${name}\` is required and must be a non-empty string, got ${describe(value)}`, present(body, name) ? 'invalid_type' : 'missing_required_parameter');
+  return value;
+}
+
+function optionalNumber(body: Body, name: string, range: { min: number; max: number; minExclusive?: boolean; integer?: boolean }): number | undefined {
+  if (!present(body, name)) return undefined;
+  const value = body[name];
+  const kind = range.integer ? 'an integer' : 'a number';
+  const low = range.minExclusive ? `> ${range.min}` : `>= ${range.min}`;
+  const ok =
+    typeof value === 'number' &&
+    Number.isFinite(value) &&
+    (!range.integer || Number.isSafeInteger(value)) &&
+    (range.minExclusive ? value > range.min : value >= range.min) &&
+    value <= range.max;
+  if (!ok) throw badParam(name, `\`${name}\` must be ${kind} ${low} and <= ${range.max}, got ${describe(value)}`);
+  return value as number;
+}
+
+function optionalBoolean(body: Body, name: string): boolean | undefined {
+  if (!present(body, name)) return undefined;
+  if (typeof body[name] !== 'boolean') throw badParam(name, `\`${name}\` must be true or false, got ${describe(body[name])}`, 'invalid_type');
+  return body[name] as boolean;
+}
+
+function optionalString(body: Body, name: string): string | undefined {
+  if (!present(body, name)) return undefined;
+  if (typeof body[name] !== 'string') throw badParam(name, `\`${name}\` must be a string, got ${describe(body[name])}`, 'invalid_type');
+  return body[name] as string;
+}
+
+/**
+ * Parameters that would change what is generated but that this endpoint does not implement. Sent
+ * with a value other than their no-op default, they are refused rather than silently ignored (an
+ * agent that asks for a penalty or a tool call must not get a sample it did not ask for).
+ */
+const UNSUPPORTED: Array<{ name: string; isNoop: (v: unknown) => boolean; why: string }> = [
+  { name: 'stream', isNoop: (v) => v === false, why: 'streaming is not supported: send stream false (or omit it)' },
+  { name: 'echo', isNoop: (v) => v === false, why: 'echo is not supported: send the prompt yourself' },
+  { name: 'suffix', isNoop: (v) => v === '', why: 'suffix (insertion) is not supported by these left-to-right policies' },
+  { name: 'best_of', isNoop: (v) => v === 1, why: 'best_of is not supported: use n and pick yourself' },
+  { name: 'presence_penalty', isNoop: (v) => v === 0, why: 'presence_penalty is not supported: send 0 (it would change the sampled distribution without the log-probs saying so)' },
+  { name: 'frequency_penalty', isNoop: (v) => v === 0, why: 'frequency_penalty is not supported: send 0 (it would change the sampled distribution without the log-probs saying so)' },
+  { name: 'logit_bias', isNoop: (v) => typeof v === 'object' && v !== null && Object.keys(v).length === 0, why: 'logit_bias is not supported' },
+  { name: 'tools', isNoop: (v) => Array.isArray(v) && v.length === 0, why: 'tool calling is not supported: describe tools in the prompt text and parse the reply yourself' },
+  { name: 'tool_choice', isNoop: (v) => v === 'none', why: 'tool calling is not supported' },
+  { name: 'functions', isNoop: (v) => Array.isArray(v) && v.length === 0, why: 'function calling is not supported' },
+  { name: 'response_format', isNoop: (v) => typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text', why: 'structured output is not supported (only {"type": "text"})' },
+];
+
+function refuseUnsupported(body: Body): void {
+  for (const u of UNSUPPORTED) {
+    if (present(body, u.name) && !u.isNoop(body[u.name])) throw badParam(u.name, `\`${u.name}\`: ${u.why}`, 'unsupported_parameter');
+  }
+}
+
+/** What both endpoints share: sampling, the session and the stop strings (mapped to tokens later). */
+export interface CommonRequest {
+  model: string;
+  /** Undefined: the endpoint's default (16 for completions, the rest of the context for chat). */
+  maxTokens?: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  n: number;
+  /** Undefined: a random seed per request. */
+  seed?: number;
+  stop: string[];
+  /** vLLM's parameter: keep the stop token's text in the returned text and log-probs. */
+  includeStop: boolean;
+  /** The `user` field; a session id when the server records sessions. */
+  user?: string;
+  /** Return log-probs. */
+  logprobs: boolean;
+}
+
+/** n choices per request at most: the engine generates them as one batch. */
+export const MAX_N = 128;
+
+function commonRequest(body: Body, maxTokensField: string): CommonRequest {
+  refuseUnsupported(body);
+  const stop = body.stop;
+  let stops: string[] = [];
+  if (typeof stop === 'string') stops = [stop];
+  else if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) stops = stop as string[];
+  else if (present(body, 'stop')) throw badParam('stop', `\`stop\` must be a string or an array of up to 4 strings, got ${describe(stop)}`, 'invalid_type');
+  if (stops.length > 4) throw badParam('stop', `\`stop\` has ${stops.length} entries; send at most 4`);
+  const topK = optionalNumber(body, 'top_k', { min: -1, max: 1e9, integer: true });
+  return {
+    model: requiredString(body, 'model'),
+    maxTokens: optionalNumber(body, maxTokensField, { min: 1, max: 1e9, integer: true }),
+    temperature: optionalNumber(body, 'temperature', { min: 0, max: 2 }) ?? 1,
+    topP: optionalNumber(body, 'top_p', { min: 0, max: 1, minExclusive: true }) ?? 1,
+    // vLLM's extension; -1 and 0 both mean "off".
+    topK: topK === undefined || topK < 0 ? 0 : topK,
+    n: optionalNumber(body, 'n', { min: 1, max: MAX_N, integer: true }) ?? 1,
+    seed: optionalNumber(body, 'seed', { min: Number.MIN_SAFE_INTEGER, max: Number.MAX_SAFE_INTEGER, integer: true }),
+    stop: stops,
+    includeStop: optionalBoolean(body, 'include_stop_str_in_output') ?? false,
+    user: optionalString(body, 'user'),
+    logprobs: false,
+  };
+}
+
+export interface CompletionRequest extends CommonRequest {
+  prompt: string;
+}
+
+/** POST /v1/completions */
+export function parseCompletionRequest(raw: unknown): CompletionRequest {
+  const body = requestBody(raw);
+  const common = commonRequest(body, 'max_tokens');
+  let prompt = body.prompt;
+  if (Array.isArray(prompt)) {
+    if (prompt.length !== 1 || typeof prompt[0] !== 'string') {
+      throw badParam('prompt', `\`prompt\` must be a string or an array of exactly one string (token-id prompts and batches of prompts are not supported: send one request per prompt, and n for several completions), got ${describe(prompt)}`);
+    }
+    prompt = prompt[0];
+  }
+  if (typeof prompt !== 'string') throw badParam('prompt', `\`prompt\` is required and must be a string, got ${describe(prompt)}`, present(body, 'prompt') ? 'invalid_type' : 'missing_required_parameter');
+  // OpenAI's legacy logprobs: an integer, the number of top alternatives (0 = only the chosen token).
+  const logprobs = optionalNumber(body, 'logprobs', { min: 0, max: 5, integer: true });
+  return { ...common, prompt, logprobs: logprobs !== undefined };
+}
+
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
+
+export interface ChatRequest extends CommonRequest {
+  messages: ChatMessage[];
+}
+
+/** A message's text: a string, or an array of text parts (other part types are refused). */
+function messageText(message: Record<string, unknown>, i: number): string {
+  const content = message.content;
+  if (typeof content === 'string') return content;
+  if (content === null || content === undefined) {
+    // An assistant message may carry only tool calls (content null); it then contributes no text.
+    if (message.role === 'assistant') return '';
+    throw badParam(`messages[${i}].content`, `messages[${i}].content is missing: send the message text`, 'missing_required_parameter');
+  }
+  if (Array.isArray(content)) {
+    return content
+      .map((part, j) => {
+        const p = part as { type?: unknown; text?: unknown };
+        if (p?.type !== 'text' || typeof p.text !== 'string') {
+          throw badParam(`messages[${i}].content[${j}]`, `messages[${i}].content[${j}] is ${describe(part)}: only text parts ({"type": "text", "text": "..."}) are supported`);
+        }
+        return p.text;
+      })
+      .join('');
+  }
+  throw badParam(`messages[${i}].content`, `messages[${i}].content must be a string or an array of text parts, got ${describe(content)}`, 'invalid_type');
+}
+
+/** POST /v1/chat/completions */
+export function parseChatRequest(raw: unknown): ChatRequest {
+  const body = requestBody(raw);
+  // max_completion_tokens is the current name, max_tokens the deprecated one; either works.
+  const maxField = present(body, 'max_completion_tokens') ? 'max_completion_tokens' : 'max_tokens';
+  const common = commonRequest(body, maxField);
+  if (!Array.isArray(body.messages) || body.messages.length === 0) {
+    throw badParam('messages', `\`messages\` is required and must be a non-empty array of {role, content}, got ${describe(body.messages)}`, present(body, 'messages') ? 'invalid_type' : 'missing_required_parameter');
+  }
+  const messages = body.messages.map((m, i): ChatMessage => {
+    if (m === null || typeof m !== 'object' || typeof (m as { role?: unknown }).role !== 'string') {
+      throw badParam(`messages[${i}]`, `messages[${i}] must be an object with a string role and content, got ${describe(m)}`, 'invalid_type');
+    }
+    const message = m as Record<string, unknown>;
+    return { role: message.role as string, content: messageText(message, i) };
+  });
+  const logprobs = optionalBoolean(body, 'logprobs') ?? false;
+  const top = optionalNumber(body, 'top_logprobs', { min: 0, max: 20, integer: true });
+  if (top !== undefined && top > 0 && !logprobs) throw badParam('top_logprobs', '`top_logprobs` needs `logprobs: true`');
+  return { ...common, messages, logprobs };
+}
+
+/**
+ * The chat template of these tiny character-level policies: the prompt text is the concatenation
+ * of the messages' contents in order; roles are not rendered (the policies were never trained on
+ * role markers, and their alphabets usually cannot even spell them). An agent that needs turn
+ * structure writes it into the contents itself.
+ */
+export function renderChat(messages: readonly ChatMessage[]): string {
+  return messages.map((m) => m.content).join('');
+}

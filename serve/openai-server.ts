@@ -1,0 +1,343 @@
+// An OpenAI-compatible HTTP endpoint over the rollout engine (docs/openai-endpoint.md):
+//   GET  /v1/models, GET /v1/models/:model
+//   POST /v1/completions        (legacy logprobs: {tokens, token_logprobs, text_offset, top_logprobs: null})
+//   POST /v1/chat/completions   (logprobs.content: [{token, logprob, bytes, top_logprobs: []}])
+// What a model name means is the caller's business (resolveModel): `relax serve` maps "<run_id>" to
+// the run's newest policy version and "<run_id>@<n>" to version n (cli/serve.ts).
+//
+// A request with a session id (the `user` field or the x-relax-session header) is recorded in
+// `sessions` (serve/sessions.ts), so an external agent program's whole conversation becomes one
+// training sample.
+//
+// Requests are served one at a time: the tiny policies generate in milliseconds, a request's n
+// choices are generated as one batch, and one-at-a-time lets a resolver switch an engine between
+// policy versions safely (resolve + generate never interleave with another request's).
+import { randomInt, randomUUID } from 'node:crypto';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
+import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, type CommonRequest } from './openai-requests';
+import { SessionError, SessionRecorder, type SessionCall } from './sessions';
+
+export { OpenAIError, modelNotFound } from './openai-requests';
+export { SessionRecorder, type AgentSample, type SessionTake } from './sessions';
+
+/** What a model name resolves to. */
+export interface ResolvedModel {
+  engine: RolloutEngine;
+  tokenizer: Tokenizer;
+  /** The policy version the engine holds for this name. */
+  policyVersion: number;
+  /** The name to report in responses (e.g. "run@7" for "run"); default the requested name. */
+  name?: string;
+}
+
+export interface OpenAIServerOptions {
+  /** Throw modelNotFound(model) (a 404) for names it does not serve. */
+  resolveModel(model: string): Promise<ResolvedModel>;
+  listModels(): Promise<string[]>;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0: a free port. */
+  port?: number;
+  /** Where sessions are recorded; default a new recorder. */
+  sessions?: SessionRecorder;
+  /** `owned_by` of the listed models. Default "relax". */
+  ownedBy?: string;
+}
+
+export interface OpenAIServer {
+  /** http://host:port */
+  url: string;
+  /** url + "/v1": what OpenAI clients take as baseURL. */
+  baseURL: string;
+  port: number;
+  sessions: SessionRecorder;
+  close(): Promise<void>;
+}
+
+/** The header an agent can send its session id in (instead of, or with the same value as, `user`). */
+export const SESSION_HEADER = 'x-relax-session';
+
+/** OpenAI's default max_tokens for /v1/completions. */
+const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
+
+/** One choice as both endpoints return it: the tokens the caller sees, and their texts. */
+interface Choice {
+  sample: GeneratedSample;
+  /** The generated tokens minus a stop token the text leaves out. */
+  shown: number[];
+  shownLogprobs: number[];
+  pieces: string[];
+  text: string;
+}
+
+interface Generation {
+  model: string;
+  policyVersion: number;
+  promptTokens: number[];
+  choices: Choice[];
+}
+
+/** Runs one task at a time, in arrival order. */
+function serialQueue(): <T>(task: () => Promise<T>) => Promise<T> {
+  let tail: Promise<unknown> = Promise.resolve();
+  return (task) => {
+    const run = tail.then(task, task);
+    tail = run.catch(() => undefined);
+    return run;
+  };
+}
+
+/** [bos, ...encode(text)], as training/policy.ts promptTokens; a text the tokenizer cannot encode is a 400. */
+function encodePrompt(tokenizer: Tokenizer, text: string, param: string): number[] {
+  try {
+    return [tokenizer.bosId, ...tokenizer.encode(text)];
+  } catch (err) {
+    throw badParam(param, `the prompt cannot be encoded by this model's tokenizer: ${(err as Error).message}; send only text the model's vocabulary covers`, 'invalid_prompt');
+  }
+}
+
+/**
+ * Stop strings to token ids. The engine stops on single tokens, so each stop string must be one
+ * token of the tokenizer, or the text eos decodes to (eos always stops anyway).
+ */
+function stopTokens(tokenizer: Tokenizer, stops: readonly string[]): number[] {
+  const eosText = tokenizer.decode([tokenizer.eosId]);
+  const ids = new Set<number>([tokenizer.eosId]);
+  for (const s of stops) {
+    if (s === eosText) continue;
+    let encoded: number[];
+    try {
+      encoded = s === '' ? [] : tokenizer.encode(s);
+    } catch (err) {
+      throw badParam('stop', `stop sequence ${JSON.stringify(s)} cannot be encoded by this model's tokenizer: ${(err as Error).message}`);
+    }
+    if (encoded.length !== 1) {
+      throw badParam(
+        'stop',
+        `stop sequence ${JSON.stringify(s)} is ${encoded.length} tokens of this model's tokenizer, but this endpoint only stops on single tokens: ` +
+          `use a stop string that is exactly one token (one character of a character-level model), or ${JSON.stringify(eosText)} for end-of-sequence (which always stops generation)`,
+      );
+    }
+    ids.add(encoded[0]);
+  }
+  return [...ids];
+}
+
+/** The session id of a request: `user` or the header; both given must agree. */
+function sessionIdOf(request: FastifyRequest, req: CommonRequest): string | undefined {
+  const header = request.headers[SESSION_HEADER];
+  const fromHeader = Array.isArray(header) ? header[0] : header;
+  if (fromHeader !== undefined && req.user !== undefined && fromHeader !== req.user) {
+    throw badParam('user', `the \`user\` field (${JSON.stringify(req.user)}) and the ${SESSION_HEADER} header (${JSON.stringify(fromHeader)}) name different sessions: send one of them, or the same id in both`);
+  }
+  const id = fromHeader ?? req.user;
+  return id === '' ? undefined : id;
+}
+
+function describeError(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+async function resolve(options: OpenAIServerOptions, model: string): Promise<ResolvedModel> {
+  let resolved: ResolvedModel;
+  try {
+    resolved = await options.resolveModel(model);
+  } catch (err) {
+    if (err instanceof OpenAIError) throw err;
+    throw new OpenAIError(500, `cannot load model ${JSON.stringify(model)}: ${describeError(err)}`, 'model', 'model_load_failed');
+  }
+  if (resolved.tokenizer.vocabSize !== resolved.engine.model.vocabSize) {
+    throw new OpenAIError(500, `model ${JSON.stringify(model)} is misconfigured: its tokenizer has ${resolved.tokenizer.vocabSize} ids, its engine ${resolved.engine.model.vocabSize}`, 'model', 'model_load_failed');
+  }
+  return resolved;
+}
+
+/** The prompt's tokens, refused with a 400 when they leave no room in the context for a new token. */
+function contextCheckedPrompt(resolved: ResolvedModel, text: string, promptParam: string): number[] {
+  const promptTokens = encodePrompt(resolved.tokenizer, text, promptParam);
+  const C = resolved.engine.model.contextLength;
+  if (promptTokens.length >= C) {
+    throw badParam(
+      promptParam,
+      `the prompt is ${promptTokens.length} tokens (bos + ${promptTokens.length - 1} of text), but this model's context is ${C} tokens and generation needs room for at least one more: shorten the prompt to at most ${C - 2} tokens of text`,
+      'context_length_exceeded',
+    );
+  }
+  return promptTokens;
+}
+
+/** Starts the session's record of this call; a call that cannot be part of its session is a 400. */
+function beginSessionCall(sessions: SessionRecorder, sessionId: string, req: CommonRequest, promptTokens: number[], tokenizer: Tokenizer, promptParam: string): SessionCall {
+  if (req.n !== 1) {
+    const message = `a call asked for n=${req.n} completions, but a session is one conversation: send n=1 in sessions (several samples of one prompt are several sessions)`;
+    sessions.fail(sessionId, message);
+    throw badParam('n', `session ${JSON.stringify(sessionId)}: ${message}`, 'invalid_session');
+  }
+  try {
+    return sessions.begin(sessionId, promptTokens, tokenizer);
+  } catch (err) {
+    if (err instanceof SessionError) throw badParam(promptParam, err.message, 'invalid_session');
+    throw err;
+  }
+}
+
+/** One request as both endpoints see it. */
+interface GenerateRequest {
+  req: CommonRequest;
+  /** The prompt text (for chat: the rendered messages). */
+  text: string;
+  /** The request field the prompt came from, named in errors. */
+  promptParam: string;
+  sessionId: string | undefined;
+  /** max_tokens when the request gives none; undefined: the rest of the context. */
+  defaultMaxTokens: number | undefined;
+}
+
+/** Resolves, encodes, checks, records the session call and generates: the shared body of both endpoints. */
+async function generate(options: OpenAIServerOptions, sessions: SessionRecorder, r: GenerateRequest): Promise<Generation> {
+  const { req } = r;
+  const resolved = await resolve(options, req.model);
+  const { engine, tokenizer } = resolved;
+  const promptTokens = contextCheckedPrompt(resolved, r.text, r.promptParam);
+  // A completion stops where the context ends (finish_reason "length"), whatever max_tokens says.
+  const room = engine.model.contextLength - promptTokens.length;
+  const params: SamplingParams = {
+    maxNewTokens: Math.min(req.maxTokens ?? r.defaultMaxTokens ?? room, room),
+    temperature: req.temperature,
+    topP: req.topP,
+    topK: req.topK,
+    stopTokens: stopTokens(tokenizer, req.stop),
+    // Without a seed every request samples afresh, as OpenAI's endpoint does.
+    seed: req.seed ?? randomInt(0, 2 ** 31),
+  };
+  const call = r.sessionId === undefined ? undefined : beginSessionCall(sessions, r.sessionId, req, promptTokens, tokenizer, r.promptParam);
+  let samples: GeneratedSample[];
+  try {
+    samples = await engine.generate(Array.from({ length: req.n }, () => promptTokens), params);
+  } catch (err) {
+    call?.fail(`generation failed: ${describeError(err)}`);
+    throw new OpenAIError(500, `generation failed: ${describeError(err)}`, null, 'generation_failed');
+  }
+  // OpenAI's convention: the stop token that ended a choice is not part of its text.
+  const hidesStop = (s: GeneratedSample) => s.finishReason === 'stop' && !req.includeStop;
+  const choices = samples.map((sample): Choice => {
+    const shown = hidesStop(sample) ? sample.tokens.slice(0, -1) : sample.tokens;
+    const pieces = shown.map((t) => tokenizer.decode([t]));
+    return { sample, shown, shownLogprobs: sample.logprobs.slice(0, shown.length), pieces, text: tokenizer.decode(shown) };
+  });
+  if (call) {
+    const s = samples[0];
+    call.complete({ tokens: s.tokens, logprobs: s.logprobs, versions: s.tokenVersions ?? s.policyVersion, hiddenStop: hidesStop(s) });
+  }
+  return { model: resolved.name ?? req.model, policyVersion: Math.min(...samples.map((s) => s.policyVersion)), promptTokens, choices };
+}
+
+function usage(g: Generation) {
+  const completion = g.choices.reduce((n, c) => n + c.sample.tokens.length, 0);
+  return { prompt_tokens: g.promptTokens.length, completion_tokens: completion, total_tokens: g.promptTokens.length + completion };
+}
+
+/** Legacy completions logprobs; text_offset counts from the start of the prompt text, as OpenAI's does. */
+function legacyLogprobs(c: Choice, promptText: string) {
+  const offsets: number[] = [];
+  let at = promptText.length;
+  for (const piece of c.pieces) {
+    offsets.push(at);
+    at += piece.length;
+  }
+  return { tokens: c.pieces, token_logprobs: c.shownLogprobs, text_offset: offsets, top_logprobs: null };
+}
+
+function chatLogprobs(c: Choice) {
+  return {
+    content: c.pieces.map((piece, j) => ({ token: piece, logprob: c.shownLogprobs[j], bytes: [...Buffer.from(piece, 'utf8')], top_logprobs: [] })),
+    refusal: null,
+  };
+}
+
+function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sessions: SessionRecorder): void {
+  const serially = serialQueue();
+  const created = Math.floor(Date.now() / 1000);
+  const ownedBy = options.ownedBy ?? 'relax';
+  const modelObject = (id: string) => ({ id, object: 'model', created, owned_by: ownedBy });
+
+  app.get('/v1/models', async () => ({ object: 'list', data: (await options.listModels()).map(modelObject) }));
+
+  app.get<{ Params: { model: string } }>('/v1/models/:model', async (request) => {
+    const resolved = await serially(() => resolve(options, request.params.model));
+    return modelObject(resolved.name ?? request.params.model);
+  });
+
+  app.post('/v1/completions', async (request) => {
+    const req = parseCompletionRequest(request.body);
+    const sessionId = sessionIdOf(request, req);
+    const g = await serially(() => generate(options, sessions, { req, text: req.prompt, promptParam: 'prompt', sessionId, defaultMaxTokens: COMPLETIONS_DEFAULT_MAX_TOKENS }));
+    return {
+      id: `cmpl-${randomUUID()}`,
+      object: 'text_completion',
+      created: Math.floor(Date.now() / 1000),
+      model: g.model,
+      system_fingerprint: `relax-policy-v${g.policyVersion}`,
+      choices: g.choices.map((c, index) => ({ index, text: c.text, logprobs: req.logprobs ? legacyLogprobs(c, req.prompt) : null, finish_reason: c.sample.finishReason })),
+      usage: usage(g),
+    };
+  });
+
+  app.post('/v1/chat/completions', async (request) => {
+    const req = parseChatRequest(request.body);
+    const sessionId = sessionIdOf(request, req);
+    const g = await serially(() => generate(options, sessions, { req, text: renderChat(req.messages), promptParam: 'messages', sessionId, defaultMaxTokens: undefined }));
+    return {
+      id: `chatcmpl-${randomUUID()}`,
+      object: 'chat.completion',
+      created: Math.floor(Date.now() / 1000),
+      model: g.model,
+      system_fingerprint: `relax-policy-v${g.policyVersion}`,
+      choices: g.choices.map((c, index) => ({
+        index,
+        message: { role: 'assistant', content: c.text, refusal: null },
+        logprobs: req.logprobs ? chatLogprobs(c) : null,
+        finish_reason: c.sample.finishReason,
+      })),
+      usage: usage(g),
+    };
+  });
+}
+
+/** Every error leaves in OpenAI's shape: our own as thrown, Fastify's (bad JSON, ...) with their status. */
+function errorReply(err: unknown, reply: FastifyReply): FastifyReply {
+  let e: OpenAIError;
+  if (err instanceof OpenAIError) e = err;
+  else {
+    const status = (err as { statusCode?: number }).statusCode;
+    const code = (err as { code?: string }).code ?? null;
+    if (status && status >= 400 && status < 500) e = new OpenAIError(status, `invalid request: ${describeError(err)}`, null, code);
+    else {
+      console.error('[relax serve] internal error:', err);
+      e = new OpenAIError(500, `internal error: ${describeError(err)}`, null, code);
+    }
+  }
+  return reply.status(e.status).send(e.toBody());
+}
+
+/** Starts the endpoint; resolves once it listens. */
+export async function startOpenAIServer(options: OpenAIServerOptions): Promise<OpenAIServer> {
+  const sessions = options.sessions ?? new SessionRecorder();
+  const app = Fastify({ logger: false });
+  app.setErrorHandler((err, _request, reply) => errorReply(err, reply));
+  app.setNotFoundHandler((request, reply) =>
+    errorReply(new OpenAIError(404, `Unknown request URL: ${request.method} ${request.url}. This endpoint serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions`, null, 'unknown_url'), reply),
+  );
+  registerRoutes(app, options, sessions);
+  const host = options.host ?? '127.0.0.1';
+  await app.listen({ host, port: options.port ?? 0 });
+  const address = app.server.address();
+  if (address === null || typeof address === 'string') throw new Error(`the server listens on ${String(address)}, not a TCP port`);
+  // Listening on every interface: clients on this machine reach it through loopback.
+  const reachable = address.address === '0.0.0.0' ? '127.0.0.1' : address.address === '::' ? '::1' : address.address;
+  const urlHost = reachable.includes(':') ? `[${reachable}]` : reachable;
+  const url = `http://${urlHost}:${address.port}`;
+  return { url, baseURL: `${url}/v1`, port: address.port, sessions, close: () => app.close() };
+}

@@ -1,0 +1,254 @@
+// Sessions: the calls an agent program makes to the OpenAI-compatible endpoint under one session id,
+// recorded token by token so the whole conversation becomes ONE training sample.
+//
+// The protocol is prefix consistency: every call of a session sends, as its prompt, the previous
+// call's prompt + completion followed by whatever the agent adds (tool output, feedback, the next
+// question). The session then knows, for every token of the final sequence, whether the policy
+// generated it (trained on, with the log-prob and policy version it was sampled with) or the agent
+// wrote it (context only). A call whose prompt does not extend the transcript would mix two
+// conversations into one sample, so the session is marked failed instead, with a message saying
+// where the prompts diverged; take() then reports that error.
+//
+// The returned text of a completion leaves out the stop token that ended it (OpenAI's convention),
+// so an agent's next prompt naturally lacks it; a prompt that extends the transcript minus that
+// final stop token is accepted as well, and the stop token is dropped from the sample (the policy
+// never saw it as context).
+//
+// Tokens are compared, not text: a prompt is re-encoded from text, so with a tokenizer whose
+// encoding of a string is not unique (BPE), a completion re-encoded as part of the next prompt may
+// come out as different tokens and be reported as a divergence. The character tokenizers of the
+// built-in tasks encode uniquely.
+import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+
+/** A session's trajectory as one training sample (the transfer queue's NewSample fields). */
+export interface AgentSample {
+  /** The first call's prompt (bos + its text). */
+  promptTokens: number[];
+  /** Everything after it, up to the end of the last call's completion. */
+  responseTokens: number[];
+  /** Per response token: 1 where the policy generated it (in any call), 0 where the agent wrote it. */
+  lossMask: number[];
+  /** Per response token: the policy's log-prob of a generated token, 0 where lossMask is 0. */
+  rolloutLogprobs: number[];
+  /** Per response token: the version that generated it; agent tokens take the version of the generation before them. */
+  tokenVersions: number[];
+  /** The oldest policy version that generated a token of the sample. */
+  policyVersion: number;
+}
+
+/** What take() returns: the sample, or the error that made the session unusable. */
+export interface SessionTake {
+  id: string;
+  /** Calls the session made (completed or not). */
+  calls: number;
+  sample?: AgentSample;
+  /** null when `sample` is set. */
+  error: string | null;
+}
+
+/** A call's completion, as the session records it. */
+export interface RecordedCompletion {
+  tokens: readonly number[];
+  logprobs: readonly number[];
+  /** The version of each token, or one version for all. */
+  versions: readonly number[] | number;
+  /** True when the last token is a stop token the caller's text did not include. */
+  hiddenStop: boolean;
+}
+
+interface Session {
+  id: string;
+  tokens: number[];
+  generated: boolean[];
+  logprobs: number[];
+  versions: number[];
+  promptLength: number;
+  calls: number;
+  completed: number;
+  inFlight: boolean;
+  hiddenStop: boolean;
+  error: string | null;
+  touchedAt: number;
+}
+
+/** One call of a session between begin() and complete()/fail(). */
+export interface SessionCall {
+  complete(completion: RecordedCompletion): void;
+  fail(message: string): void;
+}
+
+export interface SessionRecorderOptions {
+  /** Sessions not used for this long are forgotten (checked when a session starts). Default 1 hour. */
+  maxIdleMs?: number;
+}
+
+/** Thrown by begin() when the call cannot be part of its session; the session is failed with the same message. */
+export class SessionError extends Error {
+  override readonly name = 'SessionError';
+}
+
+const NO_SESSION_HINT = 'omit the session id (the `user` field / x-relax-session header) for calls that are not part of a rollout';
+
+function tokenText(tokenizer: Tokenizer | undefined, id: number): string {
+  if (!tokenizer) return `token ${id}`;
+  try {
+    return `${JSON.stringify(tokenizer.decode([id]))} (id ${id})`;
+  } catch {
+    return `token ${id}`;
+  }
+}
+
+export class SessionRecorder {
+  private readonly sessions = new Map<string, Session>();
+  private readonly maxIdleMs: number;
+
+  constructor(options: SessionRecorderOptions = {}) {
+    this.maxIdleMs = options.maxIdleMs ?? 3_600_000;
+  }
+
+  /** Ids of the sessions currently held. */
+  ids(): string[] {
+    return [...this.sessions.keys()];
+  }
+
+  /**
+   * Starts a call of session `id` with `promptTokens` (bos + prompt text). Throws SessionError (and
+   * fails the session) when the prompt does not extend the session's transcript, when another call
+   * of the session is still running, or when the session already failed.
+   */
+  begin(id: string, promptTokens: readonly number[], tokenizer?: Tokenizer): SessionCall {
+    this.forgetIdle();
+    let s = this.sessions.get(id);
+    if (!s) {
+      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
+      this.sessions.set(id, s);
+    }
+    s.touchedAt = Date.now();
+    s.calls += 1;
+    const call = s.calls;
+    if (s.error) throw new SessionError(`session ${JSON.stringify(id)} already failed, so call ${call} is refused: ${s.error}`);
+    if (s.inFlight) {
+      throw this.failWith(s, `call ${call} arrived while call ${call - 1} was still running: the calls of one session must be sequential (wait for each reply); use separate session ids for parallel conversations`);
+    }
+    if (s.completed === 0) {
+      s.tokens = [...promptTokens];
+      s.generated = s.tokens.map(() => false);
+      s.logprobs = s.tokens.map(() => 0);
+      s.versions = s.tokens.map(() => 0);
+      s.promptLength = s.tokens.length;
+    } else {
+      this.extend(s, call, promptTokens, tokenizer);
+    }
+    s.inFlight = true;
+    let settled = false;
+    return {
+      complete: (c) => {
+        if (settled) return;
+        settled = true;
+        this.record(s, c);
+      },
+      fail: (message) => {
+        if (settled) return;
+        settled = true;
+        s.inFlight = false;
+        s.error ??= `call ${call} failed: ${message}`;
+      },
+    };
+  }
+
+  /** Marks session `id` failed (creating it if needed); the first error is the one reported. */
+  fail(id: string, message: string): void {
+    let s = this.sessions.get(id);
+    if (!s) {
+      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
+      this.sessions.set(id, s);
+    }
+    s.error ??= message;
+  }
+
+  /**
+   * Removes session `id` and returns its trajectory as one sample, or the reason there is none
+   * (unknown session, no completed call, a call still running, or the error that failed it).
+   */
+  take(id: string): SessionTake {
+    const s = this.sessions.get(id);
+    this.sessions.delete(id);
+    if (!s) return { id, calls: 0, error: `session ${JSON.stringify(id)} made no calls to the endpoint (did the agent send its session id in the \`user\` field or the x-relax-session header?)` };
+    if (s.error) return { id, calls: s.calls, error: `session ${JSON.stringify(id)}: ${s.error}` };
+    if (s.inFlight) return { id, calls: s.calls, error: `session ${JSON.stringify(id)}: call ${s.calls} was still running when the session was taken (the agent exited or was stopped before its reply)` };
+    if (s.completed === 0) return { id, calls: s.calls, error: `session ${JSON.stringify(id)} has no completed call` };
+    return { id, calls: s.calls, sample: this.sample(s), error: null };
+  }
+
+  /** Drops session `id` without reading it. */
+  discard(id: string): void {
+    this.sessions.delete(id);
+  }
+
+  private failWith(s: Session, message: string): SessionError {
+    s.error ??= message;
+    return new SessionError(`session ${JSON.stringify(s.id)}: ${message}`);
+  }
+
+  /** Appends the agent's new text (the part of the prompt after the transcript) to the transcript. */
+  private extend(s: Session, call: number, prompt: readonly number[], tokenizer: Tokenizer | undefined): void {
+    const matches = (length: number) => prompt.length >= length && s.tokens.slice(0, length).every((t, i) => prompt[i] === t);
+    let base = s.tokens.length;
+    if (!matches(base) && s.hiddenStop && matches(base - 1)) {
+      // The agent continued from the returned text, which leaves out the stop token: drop it.
+      base -= 1;
+      s.tokens.length = s.generated.length = s.logprobs.length = s.versions.length = base;
+    }
+    if (!matches(base)) {
+      const at = s.tokens.findIndex((t, i) => i >= prompt.length || prompt[i] !== t);
+      const where =
+        at >= prompt.length
+          ? `the prompt has ${prompt.length} tokens, fewer than the ${base} of the transcript so far`
+          : `they differ at token ${at}: the transcript has ${tokenText(tokenizer, s.tokens[at])}, the prompt ${tokenText(tokenizer, prompt[at])}`;
+      throw this.failWith(
+        s,
+        `call ${call}'s prompt does not extend the session's transcript (the previous call's prompt + completion), ${where}. ` +
+          `Every call of a session must send the previous prompt + the returned completion text (+ new text) as its prompt; ` +
+          `use a new session id for an unrelated conversation, or ${NO_SESSION_HINT}`,
+      );
+    }
+    const lastVersion = s.versions[s.versions.length - 1] ?? 0;
+    for (const t of prompt.slice(base)) {
+      s.tokens.push(t);
+      s.generated.push(false);
+      s.logprobs.push(0);
+      s.versions.push(lastVersion);
+    }
+  }
+
+  private record(s: Session, c: RecordedCompletion): void {
+    c.tokens.forEach((t, j) => {
+      s.tokens.push(t);
+      s.generated.push(true);
+      s.logprobs.push(c.logprobs[j]);
+      s.versions.push(typeof c.versions === 'number' ? c.versions : c.versions[j]);
+    });
+    s.hiddenStop = c.hiddenStop;
+    s.inFlight = false;
+    s.completed += 1;
+    s.touchedAt = Date.now();
+  }
+
+  private sample(s: Session): AgentSample {
+    const p = s.promptLength;
+    const versions = s.versions.filter((_, i) => i >= p && s.generated[i]);
+    return {
+      promptTokens: s.tokens.slice(0, p),
+      responseTokens: s.tokens.slice(p),
+      lossMask: s.generated.slice(p).map((g) => (g ? 1 : 0)),
+      rolloutLogprobs: s.logprobs.slice(p),
+      tokenVersions: s.versions.slice(p),
+      policyVersion: Math.min(...versions),
+    };
+  }
+
+  private forgetIdle(): void {
+    const cutoff = Date.now() - this.maxIdleMs;
+    for (const [id, s] of this.sessions) if (s.touchedAt < cutoff && !s.inFlight) this.sessions.delete(id);
+  }
+}
