@@ -28,9 +28,9 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'add2 accuracy after a fixed number of samples for max_staleness 0, 1, 2, 4, 8, without and with off-policy correction (async mode)',
     load: async () => (await import('./staleness.js')).stalenessBench,
   },
-  calculator: {
-    describe: 'tool-use RL on the calculator environment: held-out accuracy and tool-use rate curves',
-    load: async () => (await import('./calculator.js')).calculatorBench,
+  env: {
+    describe: 'RL on a multi-turn environment (--set task=calculator|guess-number|gridworld|<module>): success and tool-use / turns curves',
+    load: async () => (await import('./env.js')).envBench,
   },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
