@@ -30,9 +30,10 @@ export const envBench: Bench = async (ctx) => {
     config = calculatorConfig({ ...(ctx.options.steps ? { steps: Number(ctx.options.steps) } : {}) });
     weights = (await calculatorWarmStart(config, Number(ctx.options.sft_steps ?? 300))).weights;
   } else {
-    const example = path.join(EXAMPLES, `${taskName}.json`);
+    // The example config of a built-in task (examples/<task>.json) or of a task module (by file name).
+    const example = path.join(EXAMPLES, `${path.basename(taskName).replace(/\.[cm]?js$/, '')}.json`);
     const base = fs.existsSync(example) ? JSON.parse(fs.readFileSync(example, 'utf8')) : { task: taskName, model: { context_length: 32 } };
-    config = parseRunConfig({ ...base, train: { ...base.train, ...(ctx.options.steps ? { steps: Number(ctx.options.steps) } : {}) } });
+    config = parseRunConfig({ ...base, task: taskName, train: { ...base.train, ...(ctx.options.steps ? { steps: Number(ctx.options.steps) } : {}) } });
     const task = await loadTask(config.task);
     weights = initWeights(policyModelConfig(config.model, task.tokenizer().vocabSize), config.seed);
   }
