@@ -199,7 +199,12 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
         recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion }),
       ]);
       // How long the trainer waited for this step's data since its previous step ended.
-      const timing = () => ({ train_busy_ms: Date.now() - startedAt.getTime(), ...(previousEnd ? { train_wait_ms: startedAt.getTime() - previousEnd.getTime() } : {}) });
+      // Samples per second through the pipeline: this step's batch over the time since the previous step ended.
+      const timing = (samples?: number) => ({
+        train_busy_ms: Date.now() - startedAt.getTime(),
+        ...(previousEnd ? { train_wait_ms: startedAt.getTime() - previousEnd.getTime() } : {}),
+        ...(previousEnd && samples ? { samples_per_s: samples / Math.max(0.001, (Date.now() - previousEnd.getTime()) / 1000) } : {}),
+      });
       const span = (policyVersion: number, detail: Record<string, unknown> = {}) =>
         recordSpan(ctx.pool, { runId, role: ctx.role, stage: 'train', worker: ctx.identity, step, iteration, policyVersion, startedAt, endedAt: new Date(), detail });
       if (recorded?.status === 'skipped') {
@@ -290,7 +295,7 @@ export function createTrainingRunActivities(ctx: WorkerContext) {
       await advantagesWritten;
       await markStepApplied(ctx.pool, runId, step, { policyVersion: version, metrics });
       await Promise.all([
-        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics, ...staleness, ...timing() }),
+        recordMetrics(ctx.pool, runId, step, { ...rolloutMetrics, ...metrics, ...staleness, ...timing(batch.samples.length) }),
         pruneConsumed(ctx.pool, runId, { keepLastSteps: c.train.keep_consumed_steps }),
         // Every version is published for weight sync; retention keeps version 0, the versions a
         // rollout engine may still be asked for, and every checkpoint.every-th (keep_last of them).

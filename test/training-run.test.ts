@@ -267,6 +267,9 @@ test('async mode: rollout runs up to max_staleness versions ahead, each step tra
   assert.ok(u.train.busyMs > 0 && u.rollout.busyMs > 0 && u.train.idleFraction < 1);
   const waits = await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM metrics WHERE run_id = $1 AND name = 'train_wait_ms'`, [id]);
   assert.equal(Number(waits.rows[0].n), 4, 'every step after the first records how long the trainer waited');
+  const named = await db.pool.query<{ name: string }>('SELECT DISTINCT name FROM metrics WHERE run_id = $1', [id]);
+  const names = named.rows.map((r) => r.name);
+  for (const m of ['rollout_busy_ms', 'rollout_wait_ms', 'train_busy_ms', 'samples_per_s', 'logprob_mismatch', 'staleness_mean']) assert.ok(names.includes(m), `metric ${m} recorded; have ${names.join(', ')}`);
 });
 
 test('async mode with rollout.in_flight "continue": every sample records the version of each token, and the bound holds', async () => {

@@ -55,6 +55,10 @@ interface RolloutSummary {
   samples: number;
   failed: number;
   rewardMean: number;
+  /** Wall time of the iteration's rollout side (generate + reference), ms of workflow time. */
+  busyMs: number;
+  /** Async mode: how long the rollout waited for the staleness bound before starting it. */
+  waitMs?: number;
 }
 
 /** What continue-as-new carries: small state only. */
@@ -150,6 +154,7 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
 
   /** Rollout of one iteration: generate (fanned out), the failure budget, reference log-probs. */
   const rolloutIteration = async (iteration: number, policyVersion: number): Promise<RolloutSummary> => {
+    const rolloutStarted = Date.now();
     // The iteration's prompt groups split evenly over `parallelism` activities.
     const slices = Array.from({ length: parallelism }, (_, k) => {
       const first = Math.floor((k * groups) / parallelism);
@@ -167,13 +172,19 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
     }
     const rewardMean = generated.reduce((n, g) => n + g.rewardSum, 0) / Math.max(1, samples - failed);
     if (config.algorithm.kl_coef > 0 && (fewerRoundTrips || config.algorithm.kl_mode === 'loss')) await reference.referenceLogprobs({ runId, iteration });
-    return { samples, failed, rewardMean };
+    return { samples, failed, rewardMean, busyMs: Date.now() - rolloutStarted };
   };
 
   /** One train step on an iteration's samples, then progress and (every eval_every) an evaluation. */
   const trainIteration = async (step: number, summary: RolloutSummary, started: number): Promise<void> => {
     if (!fewerRoundTrips) await control.computeAdvantages({ runId, iteration: step - 1 });
-    const rolloutMetrics = { reward_mean: summary.rewardMean, samples: summary.samples, failed_samples: summary.failed };
+    const rolloutMetrics = {
+      reward_mean: summary.rewardMean,
+      samples: summary.samples,
+      failed_samples: summary.failed,
+      rollout_busy_ms: summary.busyMs,
+      ...(summary.waitMs !== undefined ? { rollout_wait_ms: summary.waitMs } : {}),
+    };
     const trained = await trainOnSomeInstance(trainer, {
       runId,
       step,
@@ -235,9 +246,11 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
     let lastStepEnd = Date.now();
     const producer = (async () => {
       for (let iteration = progress.step; iteration < end; iteration++) {
+        const waitStarted = Date.now();
         await condition(() => stopRequested || (!paused && progress.step >= iteration - k));
         if (stopRequested) return;
-        ready.set(iteration, await rolloutIteration(iteration, progress.policyVersion));
+        const waitMs = Date.now() - waitStarted;
+        ready.set(iteration, { ...(await rolloutIteration(iteration, progress.policyVersion)), waitMs });
       }
     })().catch((err) => void (producerError = err));
 
