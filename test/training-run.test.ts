@@ -243,22 +243,7 @@ test('async mode: rollout runs up to max_staleness versions ahead, each step tra
   assert.equal(result.policyVersion, 5);
   await checkExactlyOnce(id, 5);
   const perIteration = await db.pool.query<{ iteration: number; n: string }>('SELECT iteration, count(*) AS n FROM samples WHERE run_id = $1 GROUP BY 1 ORDER BY 1', [id]);
-  const debug = await db.pool.query('SELECT iteration, group_index, count(*) AS n, min(consumed_by_step) AS c, min(policy_version) AS v, min(status) AS st FROM samples WHERE run_id = $1 GROUP BY 1, 2 ORDER BY 1, 2', [id]);
-  const events = await listEvents(db.pool, id);
-  const history = await temporal.client.workflow.getHandle(id).fetchHistory();
-  const scheduled = (history.events ?? []).filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'generate').map((e) => {
-    const p = e.activityTaskScheduledEventAttributes!.input!.payloads![0];
-    return [e.eventId?.toString(), e.activityTaskScheduledEventAttributes!.activityId, Buffer.from(p.data as Uint8Array).toString('utf8')];
-  });
-  const completed = (history.events ?? []).filter((e) => e.activityTaskCompletedEventAttributes).map((e) => [e.activityTaskCompletedEventAttributes!.scheduledEventId?.toString(), Buffer.from(e.activityTaskCompletedEventAttributes!.result!.payloads![0].data as Uint8Array).toString('utf8').slice(0, 80)]);
-  const tss = await db.pool.query('SELECT step, iteration, count(*) AS n, array_agg(DISTINCT group_index) AS g FROM train_step_samples WHERE run_id = $1 GROUP BY 1, 2 ORDER BY 1, 2', [id]);
-  const ts = await db.pool.query('SELECT step, status, sample_count, policy_version FROM train_steps WHERE run_id = $1 ORDER BY 1', [id]);
-  void scheduled; void completed;
-  const it2 = await db.pool.query(`SELECT iteration, group_index, sample_index, status, consumed_by_step, policy_version, ref_logprobs IS NOT NULL AS has_ref, created_at, updated_at FROM samples WHERE run_id = $1 AND iteration IN (2, 3) ORDER BY 1, 2, 3`, [id]);
-  const spanRows = await db.pool.query(`SELECT stage, iteration, step, started_at, ended_at, worker FROM stage_spans WHERE run_id = $1 ORDER BY started_at`, [id]);
-  if (Number(perIteration.rows[2]?.n) !== 32 || tss.rows.some((r: { n: string }) => Number(r.n) !== 32)) console.log('DEBUG', JSON.stringify(it2.rows), JSON.stringify(spanRows.rows));
-  assert.deepEqual(perIteration.rows.map((r) => [r.iteration, Number(r.n)]), [0, 1, 2, 3, 4].map((i) => [i, 8 * 4]), `TSS ${JSON.stringify(tss.rows)} TS ${JSON.stringify(ts.rows)}`);
-  assert.deepEqual(perIteration.rows.map((r) => [r.iteration, Number(r.n)]), [0, 1, 2, 3, 4].map((i) => [i, 8 * 4]), `every iteration generated all its samples: ${JSON.stringify(debug.rows)} ${JSON.stringify(spans0(events))}`);
+  assert.deepEqual(perIteration.rows.map((r) => [r.iteration, Number(r.n)]), [0, 1, 2, 3, 4].map((i) => [i, 8 * 4]), 'every iteration kept all its samples');
   const { rows } = await db.pool.query<{ step: number; staleness: number }>(
     `SELECT t.step, (t.step - 1) - s.policy_version AS staleness FROM train_step_samples t
        JOIN samples s USING (run_id, iteration, group_index, sample_index) WHERE t.run_id = $1`,
@@ -393,6 +378,3 @@ test('an external agent program (examples/agents/add2-agent.js, openai client) d
   assert.ok(ok.filter((r) => r.consumed_by_step !== null).length > 0, 'the train steps consumed the agent samples');
 });
 
-function spans0(events: Array<{ kind: string; detail: Record<string, unknown> }>) {
-  return events.map((e) => [e.kind, e.detail.activity, e.detail.step, e.detail.iteration]);
-}
