@@ -354,16 +354,16 @@ test('an external agent program (examples/agents/add2-agent.js, openai client) d
   const result = (await temporal.client.workflow.execute('trainingRun', {
     taskQueue: roleTaskQueue('control'),
     workflowId: id,
-    args: [{ ...SMALL_RUN, rollout: { ...SMALL_RUN.rollout, agent: { command: [process.execPath, agent], timeout_ms: 30_000 } }, train: { ...SMALL_RUN.train, steps: 2 } }],
+    args: [{ ...SMALL_RUN, rollout: { ...SMALL_RUN.rollout, prompts_per_step: 16, agent: { command: [process.execPath, agent], timeout_ms: 30_000 } }, train: { ...SMALL_RUN.train, steps: 3 } }],
   })) as TrainingResult;
-  assert.equal(result.steps, 2);
-  assert.equal(result.policyVersion, 2);
-  await checkExactlyOnce(id, 2);
+  assert.equal(result.steps, 3);
+  assert.equal(result.policyVersion, 3);
+  await checkExactlyOnce(id, 3);
   const { rows } = await db.pool.query<{ reward: number | null; status: string; prompt_tokens: number[]; response_tokens: number[]; loss_mask: number[]; consumed_by_step: number | null }>(
     'SELECT reward, status, prompt_tokens, response_tokens, loss_mask, consumed_by_step FROM samples WHERE run_id = $1',
     [id],
   );
-  assert.equal(rows.length, 2 * 8 * 4, 'one sample per agent episode');
+  assert.equal(rows.length, 3 * 16 * 4, 'one sample per agent episode');
   const ok = rows.filter((r) => r.status !== 'failed');
   assert.ok(ok.length >= rows.length * 0.9, `${rows.length - ok.length} agent episodes failed`);
   assert.ok(ok.every((r) => r.reward === 0 || r.reward === 1), 'the rewards the agent reported');
@@ -376,5 +376,9 @@ test('an external agent program (examples/agents/add2-agent.js, openai client) d
   }
   assert.ok(ok.every((r) => r.response_tokens.length > 0 && r.loss_mask.every((m) => m === 1)), 'the policy generated every response token');
   assert.ok(ok.filter((r) => r.consumed_by_step !== null).length > 0, 'the train steps consumed the agent samples');
+  // Groups where the agent rewarded some answers and not others carry a learning signal: trained on.
+  const trained = await db.pool.query<{ total: number }>(`SELECT sum(value) AS total FROM metrics WHERE run_id = $1 AND name = 'trained_samples'`, [id]);
+  assert.ok(ok.some((r) => r.reward === 1), 'the warm start is sometimes right');
+  assert.ok(Number(trained.rows[0].total) > 0, 'agent samples with a learning signal were trained on');
 });
 
