@@ -2,7 +2,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
 import { loadTask } from '../envs/registry';
-import { loadUserExport, RewardModuleError, validateRewardConfig } from '../envs/reward-modules';
+import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/user-modules';
 import { recordMetrics } from '../store/metrics';
 import { readSamples, setAdvantages } from '../store/transfer-queue';
 import { advantagesFor } from '../training/grpo';
@@ -51,7 +51,7 @@ export function createControlActivities(ctx: WorkerContext) {
           try {
             await check();
           } catch (err) {
-            if (err instanceof RewardModuleError) throw invalid(field, err.message);
+            if (err instanceof UserModuleError) throw invalid(field, err.message);
             throw err;
           }
         }

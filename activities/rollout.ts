@@ -3,7 +3,7 @@ import { ApplicationFailure } from '@temporalio/activity';
 import { RolloutEngine, type SamplingParams } from '../engines/rollout';
 import { latestCheckpoint } from '../store/checkpoint-registry';
 import { mulberry32 } from '../envs/random';
-import { RewardModuleError } from '../envs/reward-modules';
+import { UserModuleError } from '../envs/user-modules';
 import { insertSamples, type NewSample } from '../store/transfer-queue';
 import { evaluateGreedy } from '../training/evaluate';
 import { samplingParams } from '../training/grpo';
@@ -75,25 +75,19 @@ function followNewVersions(ctx: WorkerContext, run: RunContext, engine: RolloutE
 // agent rollouts: model "<run_id>" is that run's engine at whatever version its current generate
 // activity loaded. Agents reach it on loopback.
 let endpoint: Promise<OpenAIServer> | undefined;
-async function agentEndpoint(run: RunContext): Promise<AgentEndpoint> {
+async function agentEndpoint(ctx: WorkerContext, run: RunContext): Promise<AgentEndpoint> {
   endpoint ??= startOpenAIServer({
     resolveModel: async (model) => {
       const engine = engines.get(model);
       if (!engine || engine.policyVersion === undefined) throw modelNotFound(model, 'this rollout worker serves the runs it is generating for, by run id');
-      return { engine, tokenizer: (await runContextFor(model)).task.tokenizer(), policyVersion: engine.policyVersion };
+      // An engine exists only for a run this worker generated for, so its context is cached too.
+      return { engine, tokenizer: (await runContext(ctx.pool, model)).task.tokenizer(), policyVersion: engine.policyVersion };
     },
     listModels: async () => [...engines.keys()],
   });
   const server = await endpoint;
   return { url: server.url, sessions: server.sessions, model: run.runId };
 }
-const runContexts = new Map<string, RunContext>();
-async function runContextFor(runId: string): Promise<RunContext> {
-  const run = runContexts.get(runId);
-  if (!run) throw modelNotFound(runId);
-  return run;
-}
-
 export interface SmokeRolloutInput {
   runId: string;
   iteration: number;
@@ -146,7 +140,6 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
      */
     generate: (input: GenerateInput): Promise<GenerateResult> => withHeartbeats(() => spanned(ctx, input.runId, 'generate', { iteration: input.iteration, policyVersion: input.policyVersion }, async () => {
       const run = await runContext(ctx.pool, input.runId);
-      runContexts.set(run.runId, run);
       const engine = await engineAt(ctx, run, input.policyVersion);
       const G = run.config.algorithm.group_size;
       const tokenizer = run.task.tokenizer();
@@ -157,14 +150,14 @@ export function createRolloutTrainingActivities(ctx: WorkerContext) {
       const rowsCtx = { config: run.config, task: run.task, engine, sampling, seed };
       // A user generate function, multi-turn episodes against an environment, or single-turn.
       const produce = run.config.rollout.agent
-        ? async (c: typeof rowsCtx, p: typeof prompts) => agentRows(c, await agentEndpoint(run), p)
+        ? async (c: typeof rowsCtx, p: typeof prompts) => agentRows(c, await agentEndpoint(ctx, run), p)
         : run.config.generate.module
           ? customGenerateRows
           : run.task.interaction
             ? episodeRows
             : singleTurnRows;
       const produced = await produce(rowsCtx, prompts).catch((err: Error) => {
-        if (err instanceof RewardModuleError) throw ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
+        if (err instanceof UserModuleError) throw ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
         throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
       });
       const rows: NewSample[] = produced.map((r, i) => ({

@@ -103,7 +103,7 @@ export const CheckpointConfigSchema = z
   .strict();
 
 /**
- * A user reward function loaded by module path (envs/reward-modules.ts). Without `module` the task's
+ * A user reward function loaded by module path (envs/user-modules.ts). Without `module` the task's
  * built-in reward scores the samples and the other fields are unused.
  */
 export const RewardConfigSchema = z

@@ -4,7 +4,7 @@
 import { CharTokenizer } from '../engines/tokenizers/char';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass, InteractionSpec } from './interaction';
-import { loadUserExport, RewardModuleError } from './reward-modules';
+import { loadUserExport, UserModuleError } from './user-modules';
 import type { Task, TaskPrompt } from './task';
 
 /** What a task module exports (module.exports = { ... }). */
@@ -32,8 +32,8 @@ export function isTaskModule(name: string): boolean {
   return /[\\/]/.test(name) || /\.[cm]?js$/.test(name);
 }
 
-function invalid(spec: string, problem: string): RewardModuleError {
-  return new RewardModuleError(`task ${JSON.stringify(spec)}: ${problem} (see docs/environments.md for what a task module exports)`, 'missing_export', spec, process.cwd());
+function invalid(spec: string, problem: string): UserModuleError {
+  return new UserModuleError(`task ${JSON.stringify(spec)}: ${problem} (see docs/environments.md for what a task module exports)`, 'missing_export', spec, process.cwd());
 }
 
 /** Builds a Task from a task module's export, checking its shape. */
@@ -72,7 +72,7 @@ export function taskFromModule(spec: string, m: TaskModule): Task {
 
 const loaded = new Map<string, Promise<Task>>();
 
-/** The task a module path names (loaded once per process). Throws RewardModuleError naming the problem. */
+/** The task a module path names (loaded once per process). Throws UserModuleError naming the problem. */
 export function loadTaskModule(spec: string): Promise<Task> {
   let task = loaded.get(spec);
   if (!task) {

@@ -18,7 +18,7 @@ import { RolloutEngine, type SamplingParams } from '../engines/rollout';
 import { policyLoss } from '../engines/trainer-losses';
 import { Trainer, trainSequenceFromSample } from '../engines/trainer';
 import { add2Reward, add2Task, add2Tokenizer, add2TrainPrompts } from '../envs/add2';
-import { clearRewardModuleCache, loadRewardFunction, scoreGroup } from '../envs/reward-modules';
+import { clearRewardModuleCache, loadRewardFunction, scoreGroup } from '../envs/user-modules';
 import { runAgentEpisodes, type AgentEpisodeResult } from '../rollout/agent-rollout';
 import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../serve/openai-server';
 import { registerCheckpoint } from '../store/checkpoint-registry';

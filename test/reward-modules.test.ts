@@ -1,4 +1,4 @@
-// User reward modules (envs/reward-modules.ts): loading by module path, validation errors, and
+// User reward modules (envs/user-modules.ts): loading by module path, validation errors, and
 // per-sample capture of throws, rejections, bad values and timeouts. No Temporal server needed.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -9,13 +9,13 @@ import { parseRunConfig, RunConfigError } from '../config/run-config';
 import { add2Reward, add2Task, add2TrainPrompts } from '../envs/add2';
 import {
   loadRewardFunction,
-  RewardModuleError,
+  UserModuleError,
   scoreGroup,
   validateRewardConfig,
   type GroupReward,
   type LoadedReward,
   type SampleReward,
-} from '../envs/reward-modules';
+} from '../envs/user-modules';
 
 const REPO = path.resolve(__dirname, '..', '..');
 const EXAMPLES = path.join(REPO, 'examples', 'rewards');
@@ -41,12 +41,12 @@ function inline(fn: SampleReward | GroupReward, scope: 'sample' | 'group' = 'sam
   return { module: 'inline', resolvedPath: 'inline', exportName: 'default', scope, fn } as LoadedReward;
 }
 
-async function rejectsWith(promise: Promise<unknown>, code: string, ...patterns: RegExp[]): Promise<RewardModuleError> {
+async function rejectsWith(promise: Promise<unknown>, code: string, ...patterns: RegExp[]): Promise<UserModuleError> {
   const err = await promise.then(
-    () => assert.fail('expected a RewardModuleError'),
+    () => assert.fail('expected a UserModuleError'),
     (e: unknown) => e,
   );
-  assert.ok(err instanceof RewardModuleError, `expected a RewardModuleError, got ${String(err)}`);
+  assert.ok(err instanceof UserModuleError, `expected a UserModuleError, got ${String(err)}`);
   assert.equal(err.code, code, err.message);
   for (const p of patterns) assert.match(err.message, p);
   return err;

@@ -42,7 +42,8 @@ export interface EpisodeOptions {
   createEnv?: InteractionSpec['createEnv'];
 }
 
-async function withTimeout<T>(what: string, timeoutMs: number, fn: () => T | Promise<T>): Promise<T> {
+/** fn's result, or an error naming `what` once timeoutMs passes (the timer is always cleared). */
+export async function withTimeout<T>(what: string, timeoutMs: number, fn: () => T | Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   try {
     return await Promise.race([

@@ -6,10 +6,10 @@ import type { RunConfig } from '../config/run-config';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
-import { loadRewardFunction, loadUserExport, scoreGroup, type LoadedReward } from '../envs/reward-modules';
+import { loadRewardFunction, loadUserExport, scoreGroup, type LoadedReward } from '../envs/user-modules';
 import type { Task, TaskPrompt } from '../envs/task';
 import { generateGroups } from './grpo';
-import { rolloutEpisodes } from './multi-turn';
+import { rolloutEpisodes, withTimeout } from './multi-turn';
 import { runAgentEpisodes } from '../rollout/agent-rollout';
 import type { SessionRecorder } from '../serve/sessions';
 
@@ -150,16 +150,10 @@ export async function customGenerateRows(ctx: RowsContext, prompts: TaskPrompt[]
       const failAll = (error: string): RolloutRow[] =>
         Array.from({ length: G }, () => ({ promptTokens: [tokenizer.bosId], responseTokens: [], lossMask: [], rolloutLogprobs: [], policyVersion: oldest, reward: null, error: `generate: ${error}` }));
       let trajectories: GeneratedTrajectory[];
-      let timer: NodeJS.Timeout | undefined;
       try {
-        trajectories = await Promise.race([
-          Promise.resolve().then(() => fn(input)),
-          new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ctx.config.generate.timeout_ms} ms`)), ctx.config.generate.timeout_ms))),
-        ]);
+        trajectories = await withTimeout('the generate function', ctx.config.generate.timeout_ms, () => fn(input));
       } catch (err) {
         return failAll(`the generate function failed: ${(err as Error).message ?? String(err)}`);
-      } finally {
-        clearTimeout(timer);
       }
       if (!Array.isArray(trajectories) || trajectories.length !== G) return failAll(`the generate function returned ${Array.isArray(trajectories) ? trajectories.length : String(trajectories)} trajectories for a group of ${G}: return exactly group_size`);
       const problems = trajectories.map((t) => checkTrajectory(t, vocab));

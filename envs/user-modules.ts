@@ -1,7 +1,7 @@
-// User reward functions, loaded by module path from the run config's `reward` section, called with a
-// per-call timeout, their failures captured per sample (a bad sample is marked failed; the run goes
-// on within train.failure_budget). Without reward.module the task's built-in reward is used, through
-// the same capture.
+// User modules named by path in the run config: `reward` (functions called with a per-call timeout,
+// their failures captured per sample: a bad sample is marked failed and the run goes on within
+// train.failure_budget; without reward.module the task's built-in reward is used, through the same
+// capture), and through loadUserExport the `env`, `generate` and `task` modules.
 //
 // A module is a CommonJS file (or package) whose export is a function; ES modules (.mjs, or a
 // package with "type": "module") load too, through import() when require() cannot load them.
@@ -61,18 +61,18 @@ export interface ScoredSample {
   error: string | null;
 }
 
-export type RewardModuleErrorCode = 'not_found' | 'load_failed' | 'missing_export' | 'not_a_function';
+export type UserModuleErrorCode = 'not_found' | 'load_failed' | 'missing_export' | 'not_a_function';
 
-/** A reward module that cannot be used, with a message that says how to fix it. */
-export class RewardModuleError extends Error {
+/** A user module (reward, env, generate or task) that cannot be used, with a message that says how to fix it. */
+export class UserModuleError extends Error {
   constructor(
     message: string,
-    readonly code: RewardModuleErrorCode,
+    readonly code: UserModuleErrorCode,
     readonly module: string,
     readonly cwd: string,
   ) {
     super(message);
-    this.name = 'RewardModuleError';
+    this.name = 'UserModuleError';
   }
 }
 
@@ -129,7 +129,7 @@ const exportCache = new Map<string, Promise<unknown>>();
 
 /**
  * Loads `<field>.module`'s export `exportName` and checks it is a function (a class is one too).
- * Cached per resolved file and export; failures are not cached. Throws RewardModuleError (whose
+ * Cached per resolved file and export; failures are not cached. Throws UserModuleError (whose
  * message names the config field). Relative paths resolve against `cwd`.
  */
 export async function loadUserExport(field: ModuleField, moduleSpec: string, exportName: string, cwd: string = process.cwd()): Promise<unknown> {
@@ -172,7 +172,7 @@ function resolveModule(spec: string, cwd: string, field: ModuleField = 'reward')
       const why = isNotFound(err, asPath)
         ? `which does not exist${path.extname(asPath) ? '' : ` (also tried ${asPath}.js and ${path.join(asPath, 'index.js')})`}`
         : `which cannot be resolved: ${clip(describeThrown(err))}`;
-      throw new RewardModuleError(
+      throw new UserModuleError(
         `${moduleLabel(field)} ${JSON.stringify(spec)} not found: resolved from the working directory ${cwd} to ${asPath}, ${why}: ${howToFix}`,
         'not_found',
         spec,
@@ -193,7 +193,7 @@ function resolveModule(spec: string, cwd: string, field: ModuleField = 'reward')
   try {
     return require.resolve(spec);
   } catch {
-    throw new RewardModuleError(
+    throw new UserModuleError(
       `${moduleLabel(field)} ${JSON.stringify(spec)} not found: it is neither a file relative to the working directory ${cwd} ` +
         `(${asPath} does not exist) nor a package resolvable from there: ${howToFix}`,
       'not_found',
@@ -218,7 +218,7 @@ async function loadModule(spec: string, resolved: string, cwd: string, field: Mo
       return await importModule(pathToFileURL(resolved).href);
     }
   } catch (err) {
-    throw new RewardModuleError(
+    throw new UserModuleError(
       `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) failed to load: ${clip(describeThrown(err))}: ` +
         'fix the error in the module (try `node -e "require(process.argv[1])" <path>` to see it on its own)',
       'load_failed',
@@ -249,7 +249,7 @@ function pickExport(mod: unknown, spec: string, exportName: string, resolved: st
     const fix = names.length
       ? `set ${field}.export to one of those, or export a ${field === 'env' ? 'class' : field === 'task' ? 'task object' : 'function'} named ${JSON.stringify(exportName)}`
       : `export the function (module.exports = function reward(input) {...}, or exports.${exportName === 'default' ? 'default' : exportName} = ...)`;
-    throw new RewardModuleError(
+    throw new UserModuleError(
       `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) has no export ${JSON.stringify(exportName)}: ${existing}: ${fix}`,
       'missing_export',
       spec,
@@ -257,7 +257,7 @@ function pickExport(mod: unknown, spec: string, exportName: string, resolved: st
     );
   }
   if (field !== 'task' && typeof value !== 'function') {
-    throw new RewardModuleError(
+    throw new UserModuleError(
       `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) export ${JSON.stringify(exportName)} is ${describeValue(value)}, not a function: ` +
         (field === 'reward' ? 'export the reward function itself (it is called with { prompt, response, task } and returns a number)' : field === 'env' ? 'export the environment class itself (constructed with { task, seed }; methods reset(prompt) and step(response))' : 'export the generate function itself (see docs/environments.md)'),
       'not_a_function',
@@ -274,7 +274,7 @@ const cache = new Map<string, Promise<LoadedReward>>();
  * The user reward function reward.module/export names, validated (the module resolves and loads,
  * the export exists and is a function); undefined when no module is configured (use the task's
  * built-in reward). Cached per resolved file and export, so a worker loads a module once. Throws
- * RewardModuleError. Relative paths resolve against `cwd` (default: the process's working directory).
+ * UserModuleError. Relative paths resolve against `cwd` (default: the process's working directory).
  */
 export async function loadRewardFunction(spec: RewardSpec | undefined, cwd: string = process.cwd()): Promise<LoadedReward | undefined> {
   if (!spec?.module) return undefined;
@@ -300,7 +300,7 @@ export async function loadRewardFunction(spec: RewardSpec | undefined, cwd: stri
 
 /**
  * Validation at run start: loads the configured reward function (if any) so a bad module fails the
- * run at once with a clear message instead of failing every sample. Throws RewardModuleError.
+ * run at once with a clear message instead of failing every sample. Throws UserModuleError.
  * Note it resolves in THIS process's working directory; rollout workers resolve in theirs.
  */
 export async function validateRewardConfig(config: RunConfig, cwd: string = process.cwd()): Promise<void> {
