@@ -1,10 +1,15 @@
-// What every activity of a worker process shares: its database pool and who it is.
+// What every activity of a worker process shares: its database pool and who it is, the run's
+// context, heartbeats while long work runs, stage events and spans, and the one mapping from the
+// core's errors to Temporal failures (non-retryable where a retry cannot help, with a stable type).
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
-import { CheckpointPrunedError, getRetainedCheckpoint, type CheckpointRecord } from '../store/checkpoint-registry';
+import { UserModuleError } from '../envs/user-modules';
+import { CheckpointPrunedError, MissingPolicyVersionError } from '../store/checkpoint-registry';
 import { recordEvent } from '../store/events';
 import { recordSpan } from '../store/spans';
+import { AlgorithmConfigError } from '../training/advantages';
+import { loadRunContext, RunTaskError, UnknownRunError, type RunContext } from '../training/run-context';
 
 export interface WorkerContext {
   pool: Pool;
@@ -27,13 +32,36 @@ export interface WorkerInfo {
 }
 
 export function workerInfoActivity(ctx: WorkerContext): () => Promise<WorkerInfo> {
-  return async () => ({
-    role: ctx.role,
-    device: ctx.device,
-    identity: ctx.identity,
-    instanceQueue: ctx.instanceQueue,
-    pid: process.pid,
-  });
+  return async () => ({ role: ctx.role, device: ctx.device, identity: ctx.identity, instanceQueue: ctx.instanceQueue, pid: process.pid });
+}
+
+/**
+ * The core's errors as Temporal failures: a pruned version, an unknown run or task, a bad user
+ * module or algorithm name can never succeed on retry (non-retryable); a version that is not
+ * published yet may appear (retryable). Anything else is returned as it is.
+ */
+export function asActivityFailure(err: unknown): unknown {
+  if (err instanceof CheckpointPrunedError) return ApplicationFailure.create({ message: err.message, type: 'PrunedPolicyVersion', nonRetryable: true });
+  if (err instanceof MissingPolicyVersionError) return ApplicationFailure.create({ message: err.message, type: 'MissingPolicyVersion' });
+  if (err instanceof UnknownRunError) return ApplicationFailure.create({ message: err.message, type: 'UnknownRun', nonRetryable: true });
+  if (err instanceof RunTaskError) return ApplicationFailure.create({ message: err.message, type: 'UnknownTask', nonRetryable: true });
+  if (err instanceof UserModuleError) return ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
+  if (err instanceof AlgorithmConfigError) return ApplicationFailure.create({ message: `invalid run config: ${err.message}`, type: 'InvalidRunConfig', nonRetryable: true });
+  return err;
+}
+
+/** Runs `fn`, rethrowing the core's errors as Temporal failures (asActivityFailure). */
+export async function failuresMapped<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw asActivityFailure(err);
+  }
+}
+
+/** The run's context (training/run-context.ts), its errors as Temporal failures. */
+export function runContext(ctx: WorkerContext, runId: string): Promise<RunContext> {
+  return failuresMapped(() => loadRunContext(ctx.pool, runId));
 }
 
 /** Records a stage's start or end in run_events, with the task queue it actually ran on. */
@@ -49,16 +77,6 @@ export async function recordStageEvent(ctx: WorkerContext, runId: string, kind: 
   });
 }
 
-/** Sleeps `ms` while heartbeating, so a dead worker is noticed within the heartbeat timeout. */
-export async function sleepWithHeartbeats(ms: number, everyMs = 250): Promise<void> {
-  const ctx = Context.current();
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    ctx.heartbeat({ remainingMs: end - Date.now() });
-    await ctx.sleep(Math.min(everyMs, Math.max(0, end - Date.now())));
-  }
-}
-
 /**
  * Runs `fn` while heartbeating every `everyMs`, so a worker that dies mid-activity is noticed within
  * the activity's heartbeat timeout however long `fn` takes (it must not block the event loop longer).
@@ -72,23 +90,6 @@ export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): 
   } finally {
     clearInterval(timer);
   }
-}
-
-/**
- * The registered checkpoint of a policy version an engine is about to load. A version that was never
- * published may still appear (retryable: MissingPolicyVersion); one that retention pruned never will
- * (non-retryable, naming the versions still retained).
- */
-export async function checkpointToLoad(ctx: WorkerContext, runId: string, version: number): Promise<CheckpointRecord> {
-  let checkpoint: CheckpointRecord | undefined;
-  try {
-    checkpoint = await getRetainedCheckpoint(ctx.pool, runId, version);
-  } catch (err) {
-    if (err instanceof CheckpointPrunedError) throw ApplicationFailure.create({ message: err.message, type: 'PrunedPolicyVersion', nonRetryable: true });
-    throw err;
-  }
-  if (!checkpoint) throw ApplicationFailure.create({ message: `policy version ${version} of run ${runId} is not published`, type: 'MissingPolicyVersion' });
-  return checkpoint;
 }
 
 /** Runs one stage's work and records its span (stage_spans) when it completes. */

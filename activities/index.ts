@@ -1,20 +1,20 @@
+// The activities a worker of each role registers (on its role queue and on its instance queue).
 import type { Role } from '../config/task-queues';
 import type { WorkerContext } from './context';
 import { createControlActivities } from './control';
-import { createReferenceActivities, createReferenceTrainingActivities } from './reference';
-import { createRolloutActivities, createRolloutTrainingActivities } from './rollout';
-import { createTrainActivities, createTrainingRunActivities } from './train';
+import { createReferenceActivities } from './reference';
+import { createRolloutActivities } from './rollout';
+import { createTrainActivities } from './train';
 
-/** The activities a worker of `role` registers (on its role queue and on its instance queue). */
 export function activitiesForRole(role: Role, ctx: WorkerContext): object {
   switch (role) {
     case 'control':
       return createControlActivities(ctx);
     case 'rollout':
-      return { ...createRolloutActivities(ctx), ...createRolloutTrainingActivities(ctx) };
+      return createRolloutActivities(ctx);
     case 'reference':
-      return { ...createReferenceActivities(ctx), ...createReferenceTrainingActivities(ctx) };
+      return createReferenceActivities(ctx);
     case 'train':
-      return { ...createTrainActivities(ctx), ...createTrainingRunActivities(ctx) };
+      return createTrainActivities(ctx);
   }
 }

@@ -14,7 +14,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { listSpans, utilization, type Span } from '../store/spans';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
-import { relaxEnvironment } from '../workers/environment';
+import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 

@@ -12,10 +12,10 @@ import { loadTfjsBackend } from '../engines/backends';
 import { initWeights, type PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { loadTask } from '../envs/registry';
-import { calculatorConfig, calculatorWarmStart } from '../training/calculator-recipe';
-import { evaluateGreedy } from '../training/evaluate';
-import { runLocalGrpo } from '../training/local-run';
-import { policyModelConfig } from '../training/policy';
+import { calculatorConfig, calculatorWarmStart } from '../training/recipes';
+import { evaluateGreedy } from '../rollout/evaluate';
+import { runInProcess } from '../training/in-process';
+import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';
 
 const EXAMPLES = path.resolve(__dirname, '..', '..', 'examples');
@@ -48,7 +48,7 @@ export const envBench: Bench = async (ctx) => {
   const curve: Point[] = [{ step: 0, success: initial.accuracy, metrics: initial.metrics ?? {} }];
   const describe = (p: Point) => Object.entries(p.metrics).filter(([k]) => k !== 'success').map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ');
   ctx.log(`[bench] ${taskName}: start (${warmWallS.toFixed(0)} s to prepare): success ${(initial.accuracy * 100).toFixed(1)}%, ${describe(curve[0])}`);
-  const result = await runLocalGrpo(config, weights, {
+  const result = await runInProcess(config, weights, {
     evalEvery: config.train.eval_every,
     onStep: (r) => {
       if (r.accuracy === undefined) return;

@@ -5,10 +5,10 @@ import path from 'node:path';
 import { plot } from 'asciichart';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
-import { runLocalGrpo } from '../training/local-run';
+import { runInProcess } from '../training/in-process';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
-import { relaxEnvironment } from '../workers/environment';
+import { relaxEnvironment } from '../config/environment';
 import type { Bench } from './index';
 
 export const grpoBench: Bench = async (ctx) => {
@@ -18,7 +18,7 @@ export const grpoBench: Bench = async (ctx) => {
   const home = relaxEnvironment().home;
   const warm = await loadOrTrainWarmStart(config, ADD2_SFT, path.join(home, 'warm-starts'), ctx.log);
 
-  const result = await runLocalGrpo(config, warm.weights, {
+  const result = await runInProcess(config, warm.weights, {
     onStep: (r) => {
       if (r.accuracy !== undefined) {
         ctx.log(`[grpo] step ${String(r.step).padStart(4)}: reward ${r.rewardMean.toFixed(3)}, held-out accuracy ${(r.accuracy * 100).toFixed(1)}%, ${r.stepMs.toFixed(0)} ms/step`);

@@ -1,6 +1,8 @@
-// `relax bench pipeline`: the same N GRPO steps (a) as a plain in-process loop over the engine
-// library and (b) through the trainingRun workflow on the local stack (Temporal, Postgres, worker
-// processes), side by side in one run: the difference is the orchestration overhead.
+// `relax bench pipeline`: the same N GRPO steps (a) in process (training/in-process.ts) and (b)
+// through the trainingRun workflow on the local stack (Temporal, Postgres, worker processes), side
+// by side in one run. Both sides call the same RL core with the same seeds (prompts, sampling,
+// advantages, loss), so they compute the same thing and the difference is the orchestration
+// overhead; the bench checks it by comparing the two runs' per-step rewards and final accuracy.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,23 +10,23 @@ import { Pool } from 'pg';
 import { RelaxClient } from '../client';
 import { parseRunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
-import { runLocalGrpo } from '../training/local-run';
+import { runInProcess } from '../training/in-process';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
-import { relaxEnvironment } from '../workers/environment';
+import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { TrainingResult } from '../workflows/training-run';
 import type { Bench } from './index';
 
 export const pipelineBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 20);
-  const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps, eval_every: steps } });
+  const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps, eval_every: steps, warmup_steps: Math.min(ADD2_GRPO.train?.warmup_steps ?? 0, steps) } });
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(config, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), ctx.log);
   const samplesPerStep = config.rollout.prompts_per_step * config.algorithm.group_size;
 
   ctx.log(`[bench] (a) in-process loop: ${steps} steps of ${samplesPerStep} samples`);
-  const local = await runLocalGrpo(config, warm.weights, { evalEvery: steps });
+  const local = await runInProcess(config, warm.weights, { evalEvery: steps });
 
   ctx.log('[bench] (b) the trainingRun workflow on the local stack (starting it; not timed)');
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-pipeline-'));
@@ -55,6 +57,9 @@ export const pipelineBench: Bench = async (ctx) => {
   // built in each worker, the first and last evaluations) that the wall times include.
   const localSteadyMs = median(local.curve.map((r) => r.stepMs).slice(1));
   const steadyOverheadMs = workflowSteadyMs - localSteadyMs;
+  // The same computation on both sides: identical per-step mean rewards and final accuracy.
+  const maxRewardDifference = Math.max(...local.curve.map((r, i) => Math.abs(r.rewardMean - (result.rewards[i]?.[1] ?? Number.NaN))));
+  const sameComputation = maxRewardDifference < 1e-9 && local.finalAccuracy === result.evalAccuracy;
   const summary = {
     bench: 'pipeline',
     steps,
@@ -64,8 +69,11 @@ export const pipelineBench: Bench = async (ctx) => {
     overhead_ms_per_step: overheadMs,
     overhead_fraction_of_step: overheadMs / localStepMs,
     steady_state: { in_process_step_ms: localSteadyMs, workflow_step_ms: workflowSteadyMs, overhead_ms_per_step: steadyOverheadMs, overhead_fraction_of_step: steadyOverheadMs / localSteadyMs },
-    note: 'both paths include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step',
+    same_computation: sameComputation,
+    max_step_reward_difference: maxRewardDifference,
+    note: 'both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step',
   };
+  ctx.log(`[bench] same computation on both sides: ${sameComputation ? 'yes' : 'NO'} (per-step mean rewards differ by at most ${maxRewardDifference}; final accuracy ${local.finalAccuracy} in process, ${result.evalAccuracy} through the workflow)`);
   ctx.log(`[bench] steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
   ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
   return summary;

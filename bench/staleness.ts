@@ -14,7 +14,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { readMetrics } from '../store/metrics';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
-import { relaxEnvironment } from '../workers/environment';
+import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 

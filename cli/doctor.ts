@@ -5,7 +5,7 @@ import { loadTfjsBackend, onnxRuntimeInfo } from '../engines/backends';
 import type { Device } from '../engines/device';
 import { createPool, redactUrl } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
-import { findTemporalBinary } from '../workers/environment';
+import { findTemporalBinary } from '../config/environment';
 
 export interface Check {
   name: string;
@@ -74,7 +74,7 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
       const b = await loadTfjsBackend(opts.device);
       return `${b.backend} (${b.package})`;
     },
-    'run `npm ci`; for native speed install @tensorflow/tfjs-node (see docs/engines.md)',
+    'run `npm ci`; for native speed install @tensorflow/tfjs-node (see docs/architecture.md#engines)',
   );
 
   await check(

@@ -10,7 +10,7 @@ import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
-import { relaxEnvironment } from '../workers/environment';
+import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
 import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
@@ -145,23 +145,6 @@ export function buildProgram(): Command {
       const checks = await runChecks({ ...a, device: parseDevice(o.device) });
       console.log(formatChecks(checks));
       if (checks.some((c) => !c.ok)) process.exitCode = 1;
-    });
-
-  program
-    .command('smoke')
-    .description('run the plumbing smoke workflow on a running stack and print its result')
-    .option('--config <file>', 'run config JSON file')
-    .option('--json <object>', 'run config as inline JSON')
-    .option('--id <workflowId>', 'workflow id (default: run_id, else generated)')
-    .action(async (o) => {
-      const client = await RelaxClient.connect();
-      try {
-        const handle = await client.startSmoke(readJsonConfig(o.config, o.json) as object, o.id);
-        console.log(`started ${handle.workflowId}`);
-        console.log(JSON.stringify(await handle.result(), null, 2));
-      } finally {
-        await client.close();
-      }
     });
 
   program

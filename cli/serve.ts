@@ -1,22 +1,14 @@
 // `relax serve --run <run_id>`: a run's policy behind the OpenAI-compatible endpoint
-// (serve/openai-server.ts, docs/openai-endpoint.md). Model names:
-//   "<run_id>"      the run's newest retained policy version, reloaded when a newer one is
-//                   published (the registry is checked at most once per second)
-//   "<run_id>@<n>"  version n, while checkpoint retention keeps its files
-// One engine serves every version: weights are graph inputs, so a switch is a pointer swap (the
-// weights of the last few versions asked for stay in memory). The server runs one request at a time,
-// so switching versions between requests never races a generation.
+// (rollout/openai-server.ts, docs/openai-endpoint.md): "<run_id>" is the run's newest retained
+// version, "<run_id>@<n>" version n (rollout/policy-engine.ts resolves them). The server runs one
+// request at a time, so switching versions between requests never races a generation.
 import type { Pool } from 'pg';
-import { runContext } from '../activities/run-context';
+import { loadRunContext } from '../training/run-context';
 import { resolveAddresses } from '../client';
-import { loadCheckpoint } from '../engines/checkpoint';
-import { parseDevice } from '../engines/device';
-import type { PolicyWeights } from '../engines/model';
-import { RolloutEngine } from '../engines/rollout';
-import { modelNotFound, startOpenAIServer, type OpenAIServer, type OpenAIServerOptions, type ResolvedModel } from '../serve/openai-server';
-import { CheckpointPrunedError, getRetainedCheckpoint, retainedVersions } from '../store/checkpoint-registry';
+import { startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
+import { PolicyEngine, type PolicyEngineOptions } from '../rollout/policy-engine';
 import { openStore, redactUrl } from '../store/db';
-import { formatVersions } from '../store/checkpoint-retention';
+import { loadPolicyWeights } from '../training/policy-versions';
 
 export interface ServeCommandOptions {
   run: string;
@@ -26,113 +18,29 @@ export interface ServeCommandOptions {
   device?: string;
 }
 
-export interface RunModelResolver extends Pick<OpenAIServerOptions, 'resolveModel' | 'listModels'> {
-  runId: string;
-  release(): Promise<void>;
-}
-
-export interface RunModelResolverOptions {
-  /** How often the registry is asked for a newer version, at most. Default 1000 ms. */
-  latestCheckMs?: number;
-  /** Versions whose weights stay in memory. Default 4. */
-  cachedVersions?: number;
-  device?: string;
-}
-
-/**
- * Model names of one run to its policy versions, on one rollout engine. Meant for one
- * startOpenAIServer (which serializes requests): the engine is switched between versions per request.
- */
-export async function createRunModelResolver(pool: Pool, runId: string, options: RunModelResolverOptions = {}): Promise<RunModelResolver> {
-  const run = await runContext(pool, runId);
-  const tokenizer = run.task.tokenizer();
-  const engine = await RolloutEngine.create(run.model, { intraOpNumThreads: 1, ...(options.device ? { device: parseDevice(options.device) } : {}) });
-  const latestCheckMs = options.latestCheckMs ?? 1000;
-  const cachedVersions = options.cachedVersions ?? 4;
-  const weights = new Map<number, PolicyWeights>();
-  let latest: { version: number | undefined; checkedAt: number } = { version: undefined, checkedAt: -Infinity };
-
-  async function newestVersion(): Promise<number | undefined> {
-    if (Date.now() - latest.checkedAt >= latestCheckMs) {
-      const retained = await retainedVersions(pool, runId);
-      latest = { version: retained[retained.length - 1], checkedAt: Date.now() };
-    }
-    return latest.version;
-  }
-
-  async function weightsOf(model: string, version: number): Promise<PolicyWeights> {
-    const hit = weights.get(version);
-    if (hit) {
-      // Most recently used last: the first entry is the one to evict.
-      weights.delete(version);
-      weights.set(version, hit);
-      return hit;
-    }
-    let checkpoint;
-    try {
-      checkpoint = await getRetainedCheckpoint(pool, runId, version);
-    } catch (err) {
-      if (err instanceof CheckpointPrunedError) throw modelNotFound(model, err.message);
-      throw err;
-    }
-    if (!checkpoint) {
-      const retained = await retainedVersions(pool, runId);
-      throw modelNotFound(model, `run ${runId} has no policy version ${version}; ${retained.length ? `its retained versions are ${formatVersions(retained)}` : 'it has no retained version yet'}`);
-    }
-    const loaded = await loadCheckpoint(checkpoint.path, { model: run.model, sha256: checkpoint.sha256 });
-    weights.set(version, loaded.weights);
-    if (weights.size > cachedVersions) weights.delete(weights.keys().next().value as number);
-    return loaded.weights;
-  }
-
-  async function versionOf(model: string): Promise<number> {
-    if (model === runId) {
-      const v = await newestVersion();
-      if (v === undefined) throw modelNotFound(model, `run ${runId} has no published policy version yet (version 0 is published when the run starts); try again once it has`);
-      return v;
-    }
-    const pinned = /^(.*)@(\d+)$/.exec(model);
-    if (pinned && pinned[1] === runId && Number.isSafeInteger(Number(pinned[2]))) return Number(pinned[2]);
-    throw modelNotFound(model, `this server serves run ${runId} only: ask for "${runId}" (its newest policy version) or "${runId}@<n>" (version n)`);
-  }
-
-  return {
-    runId,
-    async resolveModel(model: string): Promise<ResolvedModel> {
-      const version = await versionOf(model);
-      const w = await weightsOf(model, version);
-      if (engine.policyVersion !== version) engine.setWeights(version, w);
-      return { engine, tokenizer, policyVersion: version, name: `${runId}@${version}` };
-    },
-    async listModels(): Promise<string[]> {
-      return [runId, ...(await retainedVersions(pool, runId)).map((v) => `${runId}@${v}`)];
-    },
-    release: () => engine.release(),
-  };
-}
-
 export interface RunServer {
   server: OpenAIServer;
-  resolver: RunModelResolver;
+  policy: PolicyEngine;
   close(): Promise<void>;
 }
 
 /** Serves one run's policy versions on the OpenAI-compatible endpoint. The pool stays the caller's. */
-export async function startRunServer(pool: Pool, options: ServeCommandOptions & RunModelResolverOptions): Promise<RunServer> {
-  const resolver = await createRunModelResolver(pool, options.run, options);
+export async function startRunServer(pool: Pool, options: ServeCommandOptions & Omit<PolicyEngineOptions, 'loadWeights'>): Promise<RunServer> {
+  const run = await loadRunContext(pool, options.run);
+  const policy = await PolicyEngine.create(pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { ...options, loadWeights: (v) => loadPolicyWeights(pool, run, v) });
   let server: OpenAIServer;
   try {
-    server = await startOpenAIServer({ resolveModel: resolver.resolveModel, listModels: resolver.listModels, host: options.host, port: options.port });
+    server = await startOpenAIServer({ resolveModel: (m) => policy.resolveModel(m), listModels: () => policy.listModels(), host: options.host, port: options.port });
   } catch (err) {
-    await resolver.release();
+    await policy.release();
     throw err;
   }
   return {
     server,
-    resolver,
+    policy,
     async close() {
       await server.close();
-      await resolver.release();
+      await policy.release();
     },
   };
 }

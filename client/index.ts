@@ -6,8 +6,7 @@ import path from 'node:path';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
-import { relaxEnvironment } from '../workers/environment';
-import type { SmokeResult } from '../workflows/smoke';
+import { relaxEnvironment } from '../config/environment';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 
 /** What `relax dev` writes to <home>/stack.json while it runs, so other commands find the stack. */
@@ -57,17 +56,6 @@ export class RelaxClient {
       throw new Error(`cannot reach Temporal at ${target}: ${(err as Error).message}\n  fix: start \`relax dev\` or set TEMPORAL_ADDRESS`);
     }
     return new RelaxClient(new Client({ connection, namespace: namespace ?? resolved.namespace }), connection);
-  }
-
-  /** Starts the plumbing smoke workflow; throws RunConfigError before sending an invalid config. */
-  async startSmoke(config: RunConfigInput, workflowId?: string): Promise<WorkflowHandle<(input: unknown) => Promise<SmokeResult>>> {
-    const parsed = parseRunConfig(config);
-    const id = workflowId ?? parsed.run_id ?? `smoke-${Date.now().toString(36)}`;
-    return this.client.workflow.start('smokeWorkflow', {
-      taskQueue: roleTaskQueue('control'),
-      workflowId: id,
-      args: [config],
-    });
   }
 
   /** Starts a training run (the `trainingRun` workflow); throws RunConfigError before sending an invalid config. */

@@ -3,7 +3,8 @@
 // all start a run the same way. Keys are snake_case because users type them as JSON.
 //
 // Kept out of workflow modules on purpose: large zod schemas allocated per cached workflow have
-// caused worker out-of-memory crashes (see ENVIRONMENT.md); workflows validate through an activity.
+// caused worker out-of-memory crashes (an open Temporal TypeScript SDK issue); workflows validate
+// through an activity (activities/control.ts startRun).
 import { z } from 'zod';
 
 const positiveInt = z.number().int().positive();
@@ -12,7 +13,18 @@ const probability = z.number().min(0).max(1);
 
 const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
-export const ModelConfigSchema = z
+/** A user function by module path (a file path, absolute or relative to the worker's working directory, or a package name). */
+const UserFunctionSchema = z
+  .object({
+    module: z.string().min(1),
+    export: z.string().min(1).default('default'),
+  })
+  .strict();
+
+/** Options of a registered estimator or loss: validated by that estimator's or loss's own schema at run start. */
+const RegisteredOptionsSchema = z.record(z.string(), z.unknown()).default({});
+
+export const PolicyModelConfigSchema = z
   .object({
     d_model: positiveInt.default(64),
     n_layers: positiveInt.max(48).default(2),
@@ -24,8 +36,12 @@ export const ModelConfigSchema = z
 
 export const AlgorithmConfigSchema = z
   .object({
-    advantage: z.enum(['grpo', 'dr_grpo', 'rloo', 'reinforce_pp']).default('grpo'),
-    policy_loss: z.enum(['ppo_clip', 'gspo']).default('ppo_clip'),
+    /** A registered estimator (training/advantages.ts: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline) or a user module. */
+    advantage: z.union([z.string().min(1), UserFunctionSchema]).default('grpo'),
+    advantage_options: RegisteredOptionsSchema,
+    /** A registered policy loss (training/losses.ts: ppo_clip, gspo) or a user module. */
+    policy_loss: z.union([z.string().min(1), UserFunctionSchema]).default('ppo_clip'),
+    policy_loss_options: RegisteredOptionsSchema,
     loss_aggregation: z.enum(['token_mean', 'sequence_mean', 'sequence_sum_norm']).default('token_mean'),
     group_size: z.number().int().min(2).max(1024).default(8),
     clip_low: z.number().positive().max(1).default(0.2),
@@ -150,16 +166,6 @@ export const GenerateConfigSchema = z
   })
   .strict();
 
-/** Knobs of the plumbing smoke workflow (foundation issue); ignored by training runs. */
-export const SmokeConfigSchema = z
-  .object({
-    samples: positiveInt.max(10_000).default(8),
-    rollout_delay_ms: nonNegativeInt.max(600_000).default(0),
-    hold_seconds: nonNegativeInt.max(86_400).default(0),
-    heartbeat_timeout_s: positiveInt.max(3600).default(10),
-  })
-  .strict();
-
 export const RunConfigSchema = z
   .object({
     run_id: z
@@ -170,7 +176,7 @@ export const RunConfigSchema = z
     seed: nonNegativeInt.max(2 ** 31 - 1).default(0),
     mode: z.enum(['sync', 'async']).default('sync'),
     max_staleness: nonNegativeInt.max(64).default(0),
-    model: ModelConfigSchema.prefault({}),
+    model: PolicyModelConfigSchema.prefault({}),
     algorithm: AlgorithmConfigSchema.prefault({}),
     rollout: RolloutConfigSchema.prefault({}),
     train: TrainConfigSchema.prefault({}),
@@ -178,7 +184,6 @@ export const RunConfigSchema = z
     reward: RewardConfigSchema.prefault({}),
     env: EnvConfigSchema.prefault({}),
     generate: GenerateConfigSchema.prefault({}),
-    smoke: SmokeConfigSchema.prefault({}),
   })
   .strict()
   .superRefine((c, ctx) => {

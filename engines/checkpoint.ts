@@ -1,7 +1,9 @@
-// Policy checkpoints: one directory per policy version holding model.safetensors (float32 weights,
-// the model config in its metadata) and config.json (format, version, model config, sha256 of the
-// weights file). Versions are immutable: publishing the same version again succeeds only with
-// identical bytes, which makes a retried publish idempotent.
+// Policy checkpoint files, all of them: one directory per policy version holding model.safetensors
+// (float32 weights, the model config in its metadata) and config.json (format, version, model
+// config, sha256 of the weights file), and beside them the trainer's optimizer state per version.
+// Written (atomically), read, verified and deleted here only; which versions exist is the
+// checkpoint registry's job (store/checkpoint-registry.ts). Versions are immutable: publishing the
+// same version again succeeds only with identical bytes, which makes a retried publish idempotent.
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -47,11 +49,6 @@ export function encodeCheckpointWeights(model: ModelConfig, weights: PolicyWeigh
   );
 }
 
-/** The sha256 a checkpoint of these weights will have. */
-export function weightsContentHash(model: ModelConfig, weights: PolicyWeights): string {
-  return sha256Hex(encodeCheckpointWeights(model, weights));
-}
-
 /** Directory of `policyVersion` under a run's checkpoint root. */
 export function checkpointDir(root: string, policyVersion: number): string {
   if (!Number.isInteger(policyVersion) || policyVersion < 0) throw new Error(`policyVersion must be a non-negative integer, got ${policyVersion}`);
@@ -59,8 +56,8 @@ export function checkpointDir(root: string, policyVersion: number): string {
 }
 
 /**
- * The trainer's AdamW state for `policyVersion` (written by the train activity next to the weights,
- * outside the version's directory, so loading a checkpoint never depends on it).
+ * The trainer's AdamW state for `policyVersion` (written next to the weights, outside the version's
+ * directory, so loading a checkpoint never depends on it).
  */
 export function optimizerStatePath(root: string, policyVersion: number): string {
   if (!Number.isInteger(policyVersion) || policyVersion < 0) throw new Error(`policyVersion must be a non-negative integer, got ${policyVersion}`);
@@ -171,4 +168,75 @@ export async function listCheckpointVersions(root: string): Promise<number[]> {
     .filter((m): m is RegExpExecArray => m !== null)
     .map((m) => Number(m[1]))
     .sort((a, b) => a - b);
+}
+
+/**
+ * Writes the optimizer state of `policyVersion` atomically (a temporary file renamed into place).
+ * Publish it before the weights: a published version then always has its moments.
+ */
+export async function writeOptimizerState(root: string, policyVersion: number, bytes: Uint8Array): Promise<void> {
+  const file = optimizerStatePath(root, policyVersion);
+  await mkdir(path.dirname(file), { recursive: true });
+  const tmp = `${file}.tmp-${process.pid}-${randomUUID().slice(0, 8)}`;
+  await writeFile(tmp, bytes);
+  await rename(tmp, file);
+}
+
+/** The optimizer state of `policyVersion`, or undefined when none was written (a warm start, version 0). */
+export async function readOptimizerState(root: string, policyVersion: number): Promise<Uint8Array | undefined> {
+  try {
+    return new Uint8Array(await readFile(optimizerStatePath(root, policyVersion)));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
+/** A version's files checked against the hash the registry recorded: ok, or the problem found. */
+export async function verifyCheckpointFiles(dir: string, policyVersion: number, sha256: string): Promise<{ ok: true } | { ok: false; problem: string }> {
+  try {
+    const { info } = await loadCheckpoint(dir, { sha256 });
+    if (info.policyVersion !== policyVersion) return { ok: false, problem: `checkpoint ${dir} holds policy version ${info.policyVersion}, but the registry lists it as version ${policyVersion}` };
+    return { ok: true };
+  } catch (err) {
+    return { ok: false, problem: (err as Error).message };
+  }
+}
+
+/** File names in `dir`, or none when it does not exist. */
+async function namesIn(dir: string): Promise<Set<string>> {
+  try {
+    return new Set(await readdir(dir));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return new Set();
+    throw err;
+  }
+}
+
+/**
+ * Deletes what is still on disk of the given versions (weights directory and optimizer state).
+ * Each parent directory is listed once and only present entries are removed, so a long run does not
+ * pay one failed unlink per version it ever pruned; missing files are fine (a retry, a concurrent
+ * call). Only a directory named like the version's own (checkpointDir) is deleted: a path pointing
+ * anywhere else (a hand-registered path, someone's warm start) is not ours to remove; `warnFor`
+ * names the versions to warn about when that happens (once, when they are first pruned).
+ */
+export async function deleteCheckpointFiles(root: string, versions: ReadonlyArray<{ policyVersion: number; path: string }>, warnFor: ReadonlySet<number> = new Set()): Promise<void> {
+  const listed = new Map<string, Set<string>>();
+  const present = async (file: string): Promise<boolean> => {
+    const dir = path.dirname(file);
+    if (!listed.has(dir)) listed.set(dir, await namesIn(dir));
+    return (listed.get(dir) as Set<string>).has(path.basename(file));
+  };
+  for (const v of versions) {
+    const weightsDir = path.resolve(v.path);
+    const expectedName = path.basename(checkpointDir(root, v.policyVersion));
+    if (path.basename(weightsDir) !== expectedName) {
+      if (warnFor.has(v.policyVersion)) console.warn(`[checkpoints] version ${v.policyVersion} is pruned but its path ${v.path} is not a ${expectedName}/ checkpoint directory; left in place`);
+    } else if (await present(weightsDir)) {
+      await rm(weightsDir, { recursive: true, force: true });
+    }
+    const optimizer = optimizerStatePath(root, v.policyVersion);
+    if (await present(optimizer)) await rm(optimizer, { force: true });
+  }
 }

@@ -1,5 +1,5 @@
 // The model's ops on tfjs eager tensors: what the trainer differentiates. Works on every tfjs
-// backend; on wasm it avoids the slow paths measured there (see ENVIRONMENT.md): matmul gradients
+// backend; on wasm it avoids the slow paths measured there (docs/architecture.md#engines): matmul gradients
 // use explicit transposes instead of BatchMatMul's transpose flags, no transpose exceeds rank 4, and
 // the embedding gradient needs the UnsortedSegmentSum kernel from engines/wasm-kernels.ts.
 import * as tf from '@tensorflow/tfjs';

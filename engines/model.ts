@@ -9,6 +9,7 @@
 // every step, and a transposed matmul is the slow path on the wasm backend. Linear weights are stored
 // [in, out] so every projection is a plain x @ W.
 import { z } from 'zod';
+import { mixSeed, seededRandom } from '../config/seeds';
 
 export const modelConfigSchema = z
   .object({
@@ -102,28 +103,6 @@ export function shapeSize(shape: readonly number[]): number {
 
 /** A policy's weights: parameter name -> float32 values, row-major, shapes as in parameterSpec. */
 export type PolicyWeights = Record<string, Float32Array>;
-
-/**
- * A seeded uniform [0, 1) generator (mulberry32). Used for weight init here and for sampling in the
- * rollout engine, so a seed reproduces a run on any machine.
- */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Mixes a seed with a string (FNV-1a), so each parameter gets its own stream. */
-export function mixSeed(seed: number, label: string): number {
-  let h = (0x811c9dc5 ^ seed) >>> 0;
-  for (let i = 0; i < label.length; i++) h = Math.imul(h ^ label.charCodeAt(i), 0x01000193) >>> 0;
-  return h;
-}
 
 /** Fresh weights for `cfg`, a pure function of `seed`. */
 export function initWeights(cfg: ModelConfig, seed: number): PolicyWeights {

@@ -12,7 +12,8 @@ import * as ort from 'onnxruntime-node';
 import { onnxRuntimeInfo } from './backends';
 import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
 import type { Device } from './device';
-import { attentionBias, checkWeights, mixSeed, parameterSpec, parseModelConfig, seededRandom, type ModelConfig, type PolicyWeights } from './model';
+import { mixSeed, seededRandom } from '../config/seeds';
+import { attentionBias, checkWeights, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';
 import { buildGenerationModel, GRAPH_NAMES } from './model-onnx';
 
 export interface SamplingParams {

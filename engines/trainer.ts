@@ -11,6 +11,10 @@
 // The event loop: one micro-batch's forward + backward is synchronous tfjs work; between micro-batches
 // (and before the update) the trainer yields with setImmediate, so a Temporal worker in the same
 // process keeps heartbeating during a step. Pick microBatchSize to bound the longest blocking stretch.
+//
+// Over 400 lines because the trainer is one stateful object (variables, AdamW moments, schedule)
+// whose parts (padding, micro-batched accumulation, clipping, the update, optimizer-state export)
+// all work on that state; splitting it would pass its internals between files.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
 import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';

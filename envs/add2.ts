@@ -1,7 +1,7 @@
 // add2: two-number addition, "a+b=" -> the digits of a + b, then eos. Small enough for a tiny
 // policy trained from scratch to learn within minutes, exact enough that reward is 0/1.
 import { CharTokenizer } from '../engines/tokenizers/char';
-import { mulberry32, randomInt } from './random';
+import { seededRandom, randomInt } from '../config/seeds';
 import { checkPromptCount, type Task, type TaskPrompt } from './task';
 
 export const ADD2_MAX_OPERAND = 99;
@@ -27,10 +27,10 @@ export function add2Prompt(a: number, b: number): TaskPrompt {
   return { text: `${a}+${b}=`, answer: String(a + b) };
 }
 
-/** n prompts with a, b uniform in [0, 99], drawn from mulberry32(seed). */
+/** n prompts with a, b uniform in [0, 99], drawn from seededRandom(seed). */
 export function add2TrainPrompts(seed: number, n: number): TaskPrompt[] {
   checkPromptCount(seed, n);
-  const rng = mulberry32(seed);
+  const rng = seededRandom(seed);
   return Array.from({ length: n }, () => add2Prompt(randomInt(rng, 0, ADD2_MAX_OPERAND), randomInt(rng, 0, ADD2_MAX_OPERAND)));
 }
 
@@ -44,14 +44,14 @@ export function add2TrainPrompts(seed: number, n: number): TaskPrompt[] {
  */
 export function add2WarmStartPrompts(seed: number, n: number): TaskPrompt[] {
   checkPromptCount(seed, n);
-  const rng = mulberry32(seed);
+  const rng = seededRandom(seed);
   const operand = () => (rng() < 0.5 ? randomInt(rng, 0, 9) : randomInt(rng, 10, ADD2_MAX_OPERAND));
   return Array.from({ length: n }, () => add2Prompt(operand(), operand()));
 }
 
 /** 500 distinct (a, b) pairs from a fixed seed. Not excluded from training: a uniform sample of the task. */
 export function add2HeldOut(): TaskPrompt[] {
-  const rng = mulberry32(HELD_OUT_SEED);
+  const rng = seededRandom(HELD_OUT_SEED);
   const seen = new Set<string>();
   const prompts: TaskPrompt[] = [];
   while (prompts.length < ADD2_HELD_OUT_SIZE) {

@@ -4,7 +4,7 @@
 // final answer "2368" and eos. Reward 1 for a correct final answer, -0.1 for each malformed tool call.
 import { CharTokenizer } from '../engines/tokenizers/char';
 import type { DemonstrationSegment, Environment, StepResult } from './interaction';
-import { mulberry32, randomInt } from './random';
+import { seededRandom, randomInt } from '../config/seeds';
 import { checkPromptCount, type Task, type TaskPrompt } from './task';
 
 const ALPHABET = '0123456789*=[];?';
@@ -22,7 +22,7 @@ export function calculatorPrompt(a: number, b: number): TaskPrompt {
 
 function prompts(seed: number, n: number): TaskPrompt[] {
   checkPromptCount(seed, n);
-  const rng = mulberry32(seed);
+  const rng = seededRandom(seed);
   return Array.from({ length: n }, () => calculatorPrompt(randomInt(rng, 10, 99), randomInt(rng, 10, 99)));
 }
 

@@ -4,7 +4,7 @@
 // every move costs 0.02; a turn without a move costs 0.05 and changes nothing.
 import { CharTokenizer } from '../engines/tokenizers/char';
 import type { Environment, StepResult } from './interaction';
-import { mulberry32, randomInt } from './random';
+import { seededRandom, randomInt } from '../config/seeds';
 import { checkPromptCount, type Task, type TaskPrompt } from './task';
 
 const ALPHABET = '0123456789udlr:;?';
@@ -47,7 +47,7 @@ export function gridworldPrompt(goal: [number, number], start: [number, number])
 
 function prompts(seed: number, n: number): TaskPrompt[] {
   checkPromptCount(seed, n);
-  const rng = mulberry32(seed);
+  const rng = seededRandom(seed);
   const cell = (): [number, number] => [randomInt(rng, 0, GRID_SIZE - 1), randomInt(rng, 0, GRID_SIZE - 1)];
   return Array.from({ length: n }, () => {
     const start = cell();

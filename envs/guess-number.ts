@@ -4,7 +4,7 @@
 // Binary search needs at most 4 turns; a policy guessing at random finds it about half the time in 6.
 import { CharTokenizer } from '../engines/tokenizers/char';
 import type { Environment, StepResult } from './interaction';
-import { mulberry32, randomInt } from './random';
+import { seededRandom, randomInt } from '../config/seeds';
 import { checkPromptCount, type Task, type TaskPrompt } from './task';
 
 const ALPHABET = '0123456789?hl';
@@ -43,7 +43,7 @@ export class GuessNumberEnv implements Environment {
 
 function prompts(seed: number, n: number): TaskPrompt[] {
   checkPromptCount(seed, n);
-  const rng = mulberry32(seed);
+  const rng = seededRandom(seed);
   return Array.from({ length: n }, () => ({ text: '?', answer: String(randomInt(rng, 0, 9)) }));
 }
 

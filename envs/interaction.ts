@@ -1,6 +1,6 @@
 // Interaction environments: the policy talks to an environment over several turns (tool calls,
 // feedback, moves) and is rewarded per turn and/or at the end. A task with `interaction` set is
-// rolled out by training/multi-turn.ts instead of single-turn generation: the policy's tokens are
+// rolled out by rollout/episodes.ts instead of single-turn generation: the policy's tokens are
 // trained on (loss mask 1), the environment's observations are context only (loss mask 0, no
 // log-probs), and the whole trajectory is one sample in the transfer queue.
 import type { TaskPrompt } from './task';

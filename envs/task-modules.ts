@@ -70,15 +70,7 @@ export function taskFromModule(spec: string, m: TaskModule): Task {
   };
 }
 
-const loaded = new Map<string, Promise<Task>>();
-
-/** The task a module path names (loaded once per process). Throws UserModuleError naming the problem. */
-export function loadTaskModule(spec: string): Promise<Task> {
-  let task = loaded.get(spec);
-  if (!task) {
-    task = loadUserExport('task', spec, 'default').then((m) => taskFromModule(spec, m as TaskModule));
-    loaded.set(spec, task);
-    task.catch(() => loaded.delete(spec));
-  }
-  return task;
+/** The task a module path names (the module is loaded once per process through loadUserExport). Throws UserModuleError naming the problem. */
+export async function loadTaskModule(spec: string): Promise<Task> {
+  return taskFromModule(spec, (await loadUserExport('task', spec, 'default')) as TaskModule);
 }

@@ -1,7 +1,9 @@
 // User modules named by path in the run config: `reward` (functions called with a per-call timeout,
 // their failures captured per sample: a bad sample is marked failed and the run goes on within
 // train.failure_budget; without reward.module the task's built-in reward is used, through the same
-// capture), and through loadUserExport the `env`, `generate` and `task` modules.
+// capture), and through loadUserExport the `env`, `generate`, `task`, `algorithm.advantage` and
+// `algorithm.policy_loss` modules, each loaded once per process. withTimeout is the one timeout
+// helper for calls into user code (rewards, environments, generate functions).
 //
 // A module is a CommonJS file (or package) whose export is a function; ES modules (.mjs, or a
 // package with "type": "module") load too, through import() when require() cannot load them.
@@ -12,6 +14,9 @@
 // stops heartbeating, Temporal's heartbeat timeout moves the activity to another worker, and the
 // retry meets the same loop: fix the function. A synchronous call that returns after its timeout is
 // reported as timed out.
+//
+// Over 400 lines because loading (resolution, CommonJS / ES module fallbacks, export checks) and
+// calling (timeouts, result checks) share the error vocabulary that names the config field to fix.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -118,11 +123,12 @@ function checkReward(value: unknown): string | null {
 // Loading
 
 /** The run config section a user module is named in (its errors say which). */
-export type ModuleField = 'reward' | 'env' | 'generate' | 'task';
+export type ModuleField = 'reward' | 'env' | 'generate' | 'task' | 'advantage' | 'policy_loss';
 
-/** How errors name the config field that held the module: "reward.module", or "task" itself. */
+/** How errors name the config field that held the module: "reward.module", "algorithm.advantage.module", or "task" itself. */
 function moduleLabel(field: ModuleField): string {
-  return field === 'task' ? 'task' : `${field}.module`;
+  if (field === 'task') return 'task';
+  return field === 'advantage' || field === 'policy_loss' ? `algorithm.${field}.module` : `${field}.module`;
 }
 
 const exportCache = new Map<string, Promise<unknown>>();
@@ -247,7 +253,7 @@ function pickExport(mod: unknown, spec: string, exportName: string, resolved: st
     const names = exportNames(mod);
     const existing = names.length ? `it exports ${names.map((n) => JSON.stringify(n)).join(', ')}` : 'it exports nothing';
     const fix = names.length
-      ? `set ${field}.export to one of those, or export a ${field === 'env' ? 'class' : field === 'task' ? 'task object' : 'function'} named ${JSON.stringify(exportName)}`
+      ? `set ${moduleLabel(field).replace(/\.module$/, "")}.export to one of those, or export a ${field === 'env' ? 'class' : field === 'task' ? 'task object' : 'function'} named ${JSON.stringify(exportName)}`
       : `export the function (module.exports = function reward(input) {...}, or exports.${exportName === 'default' ? 'default' : exportName} = ...)`;
     throw new UserModuleError(
       `${moduleLabel(field)} ${JSON.stringify(spec)} (${resolved}) has no export ${JSON.stringify(exportName)}: ${existing}: ${fix}`,
@@ -268,34 +274,17 @@ function pickExport(mod: unknown, spec: string, exportName: string, resolved: st
   return value;
 }
 
-const cache = new Map<string, Promise<LoadedReward>>();
-
 /**
  * The user reward function reward.module/export names, validated (the module resolves and loads,
  * the export exists and is a function); undefined when no module is configured (use the task's
- * built-in reward). Cached per resolved file and export, so a worker loads a module once. Throws
+ * built-in reward). Loaded through loadUserExport, so a worker loads a module once. Throws
  * UserModuleError. Relative paths resolve against `cwd` (default: the process's working directory).
  */
 export async function loadRewardFunction(spec: RewardSpec | undefined, cwd: string = process.cwd()): Promise<LoadedReward | undefined> {
   if (!spec?.module) return undefined;
-  const moduleSpec = spec.module;
   const exportName = spec.export ?? 'default';
-  const scope = spec.scope ?? 'sample';
-  const resolved = resolveModule(moduleSpec, cwd);
-  const key = `${resolved}\0${exportName}`;
-  let loading = cache.get(key);
-  if (!loading) {
-    loading = (async () => {
-      const mod = await loadModule(moduleSpec, resolved, cwd);
-      return pickExport(mod, moduleSpec, exportName, resolved, cwd) as SampleReward & GroupReward;
-    })().then((fn) => ({ module: moduleSpec, resolvedPath: resolved, exportName, scope, fn }) as LoadedReward);
-    cache.set(key, loading);
-    // A failure is not cached: the next call (after the user fixed the module) tries again.
-    loading.catch(() => cache.delete(key));
-  }
-  const loaded = await loading;
-  // The scope is the config's, not the cache's: one function may be configured either way.
-  return loaded.scope === scope ? loaded : ({ ...loaded, scope } as LoadedReward);
+  const fn = (await loadUserExport('reward', spec.module, exportName, cwd)) as SampleReward & GroupReward;
+  return { module: spec.module, resolvedPath: resolveModule(spec.module, cwd, 'reward'), exportName, scope: spec.scope ?? 'sample', fn } as LoadedReward;
 }
 
 /**
@@ -310,48 +299,64 @@ export async function validateRewardConfig(config: RunConfig, cwd: string = proc
 // ---------------------------------------------------------------------------------------------
 // Calling
 
-type CallOutcome = { ok: true; value: unknown } | { ok: false; error: string };
+/** Thrown by withTimeout when the call ran past its timeout. */
+export class UserCodeTimeout extends Error {
+  override name = 'UserCodeTimeout';
+}
 
 /**
- * Calls fn(signal) with a timeout. Sync throws, rejections and timeouts become errors; the timer is
- * always cleared, and a promise that settles after its timeout is ignored (its rejection handled).
+ * The one timeout helper for user code (rewards, environments, generate functions): calls
+ * fn(signal) and returns its result, or throws UserCodeTimeout ("<what> timed out after N ms") once
+ * timeoutMs passes, aborting `signal`. A throw or rejection of fn is rethrown as it is. A synchronous
+ * call cannot be interrupted (see the top of this file); one that overran still counts as timed out,
+ * so the outcome does not depend on whether the function was async. The timer is always cleared,
+ * and a promise that settles after its timeout is ignored (its rejection handled).
  */
-async function callWithTimeout(call: (signal: AbortSignal) => unknown, timeoutMs: number): Promise<CallOutcome> {
+export async function withTimeout<T>(what: string, timeoutMs: number, fn: (signal: AbortSignal) => T | Promise<T>): Promise<T> {
   const controller = new AbortController();
-  const timedOut = `reward function timed out after ${timeoutMs} ms`;
+  const timedOut = `${what} timed out after ${timeoutMs} ms`;
   const started = performance.now();
-  let result: unknown;
-  try {
-    result = call(controller.signal);
-  } catch (err) {
-    return { ok: false, error: clip(`reward function threw: ${describeThrown(err)}`) };
-  }
+  const result = fn(controller.signal);
   const isThenable = result !== null && (typeof result === 'object' || typeof result === 'function') && typeof (result as PromiseLike<unknown>).then === 'function';
   if (!isThenable) {
-    // A synchronous call cannot be interrupted (see the top of this file); one that overran still
-    // counts as timed out, so the outcome does not depend on whether the function was async.
     const elapsed = performance.now() - started;
     if (elapsed > timeoutMs) {
       controller.abort();
-      return { ok: false, error: `${timedOut} (it ran synchronously for ${Math.round(elapsed)} ms)` };
+      throw new UserCodeTimeout(`${timedOut} (it ran synchronously for ${Math.round(elapsed)} ms)`);
     }
-    return { ok: true, value: result };
+    return result as T;
   }
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<CallOutcome>((resolve) => {
+  const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       controller.abort(new Error(timedOut));
-      resolve({ ok: false, error: timedOut });
+      reject(new UserCodeTimeout(timedOut));
     }, timeoutMs);
   });
-  const settled = Promise.resolve(result as PromiseLike<unknown>).then(
-    (value): CallOutcome => ({ ok: true, value }),
-    (err): CallOutcome => ({ ok: false, error: clip(`reward function rejected: ${describeThrown(err)}`) }),
-  );
+  const settled = Promise.resolve(result as PromiseLike<T>);
+  settled.catch(() => undefined);
   try {
     return await Promise.race([settled, timeout]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+type CallOutcome = { ok: true; value: unknown } | { ok: false; error: string };
+
+/** A reward call through withTimeout, its failure described for the sample's error. */
+async function callReward(call: (signal: AbortSignal) => unknown, timeoutMs: number): Promise<CallOutcome> {
+  let sync = true;
+  try {
+    const value = await withTimeout('reward function', timeoutMs, (signal) => {
+      const r = call(signal);
+      sync = false;
+      return r;
+    });
+    return { ok: true, value };
+  } catch (err) {
+    if (err instanceof UserCodeTimeout) return { ok: false, error: err.message };
+    return { ok: false, error: clip(`reward function ${sync ? 'threw' : 'rejected'}: ${describeThrown(err)}`) };
   }
 }
 
@@ -390,7 +395,7 @@ export async function scoreGroup(opts: ScoreGroupOptions): Promise<ScoredSample[
 
   if (reward?.scope === 'group') {
     const fn = reward.fn;
-    const outcome = await callWithTimeout((signal) => fn({ prompt: { ...prompt }, responses: [...responses], task: task.name, signal }), timeoutMs);
+    const outcome = await callReward((signal) => fn({ prompt: { ...prompt }, responses: [...responses], task: task.name, signal }), timeoutMs);
     if (!outcome.ok) return failAll(n, outcome.error);
     const value = outcome.value;
     const isList = Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView));
@@ -407,13 +412,13 @@ export async function scoreGroup(opts: ScoreGroupOptions): Promise<ScoredSample[
   const call: SampleReward = reward ? reward.fn : ({ prompt: p, response }) => task.reward(p, response);
   return Promise.all(
     responses.map(async (response): Promise<ScoredSample> => {
-      const outcome = await callWithTimeout((signal) => call({ prompt: { ...prompt }, response, task: task.name, signal }), timeoutMs);
+      const outcome = await callReward((signal) => call({ prompt: { ...prompt }, response, task: task.name, signal }), timeoutMs);
       return outcome.ok ? checked(outcome.value) : { reward: null, error: outcome.error };
     }),
   );
 }
 
-/** Forgets loaded modules (tests). Node's own require cache is left alone. */
-export function clearRewardModuleCache(): void {
-  cache.clear();
+/** Forgets loaded user modules (tests). Node's own require cache is left alone. */
+export function clearUserModuleCache(): void {
+  exportCache.clear();
 }

@@ -18,7 +18,7 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import type { TaskPrompt } from '../envs/task';
-import type { AgentSample, SessionRecorder } from '../serve/sessions';
+import type { AgentSample, SessionRecorder } from './sessions';
 
 export interface AgentEpisodesOptions {
   /** The agent program and its arguments, e.g. ["node", "examples/agents/add2-agent.js"]. */

@@ -12,23 +12,19 @@ const dist = (p) => require(path.join(root, 'dist', p));
 const { startEphemeralStack } = dist('workers/local-stack.js');
 const { RelaxClient } = dist('client/index.js');
 const { execFileSync } = require('node:child_process');
-const { findTemporalBinary } = dist('workers/environment.js');
+const { findTemporalBinary } = dist('config/environment.js');
+
+// A tiny add2 run with the KL term on (so every activity type runs), in both modes.
+const TINY = {
+  model: { context_length: 16 },
+  algorithm: { group_size: 4, kl_coef: 0.01 },
+  rollout: { prompts_per_step: 4, parallelism: 2 },
+  train: { steps: 3, eval_every: 2 },
+};
 
 const RUNS = [
-  {
-    name: 'training-run',
-    start: (client) =>
-      client.startTraining(
-        {
-          model: { context_length: 16 },
-          algorithm: { group_size: 4, kl_coef: 0.01 },
-          rollout: { prompts_per_step: 4, parallelism: 2 },
-          train: { steps: 3, eval_every: 2 },
-        },
-        'history-training-run',
-      ),
-  },
-  { name: 'smoke', start: (client) => client.startSmoke({ smoke: { samples: 4, hold_seconds: 1 } }, 'history-smoke') },
+  { name: 'training-run', start: (client) => client.startTraining(TINY, 'history-training-run') },
+  { name: 'training-run-async', start: (client) => client.startTraining({ ...TINY, mode: 'async', max_staleness: 1 }, 'history-training-run-async') },
 ];
 
 async function main() {

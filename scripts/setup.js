@@ -46,7 +46,7 @@ function onPath(name) {
 }
 
 // 1. Dependencies. onnxruntime-node's install script would fetch CUDA binaries from a host that
-// may be unreachable; its bundled CPU binaries are enough (GPU hosts: see docs/engines.md).
+// may be unreachable; its bundled CPU binaries are enough (GPU hosts: see docs/architecture.md#engines).
 const installedLock = path.join(root, 'node_modules', '.package-lock.json');
 if (mtime(installedLock) < mtime(path.join(root, 'package-lock.json'))) {
   step('installing dependencies', () => run('npm', ['ci', '--no-audit', '--no-fund'], { ONNXRUNTIME_NODE_INSTALL: 'skip' }));

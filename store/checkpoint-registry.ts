@@ -1,13 +1,10 @@
 // The checkpoint registry: which policy versions of a run are published, where, and with which
 // content hash. The weights themselves are files (engines/checkpoint.ts); this is the index every
-// worker trusts. A version is registered once: re-registering identical content is a no-op (a retried
+// worker trusts (training/policy-versions.ts puts the two together). A version is registered once: re-registering identical content is a no-op (a retried
 // publish), anything else is a conflict. Checkpoint retention deletes the files of old versions but
 // keeps their rows, marked pruned_at, so the run's lineage stays readable and a reader asking for a
 // pruned version gets a clear error instead of a missing file.
-import { readdir, rm, stat } from 'node:fs/promises';
-import path from 'node:path';
-import { CheckpointConfigSchema } from '../config/run-config';
-import { checkpointDir, loadCheckpoint, optimizerStatePath } from '../engines/checkpoint';
+import { stat } from 'node:fs/promises';
 import { formatVersions, versionsToPrune, type RetentionPolicy } from './checkpoint-retention';
 import type { Queryable } from './transfer-queue';
 
@@ -102,28 +99,6 @@ export async function listCheckpoints(db: Queryable, runId: string): Promise<Che
   return rows.map(fromDb);
 }
 
-export type CheckpointVerification = { checkpoint: CheckpointRecord; ok: true } | { checkpoint: CheckpointRecord; ok: false; problem: string };
-
-/**
- * Re-reads a registered version from disk and checks it against the registry: the weights file's
- * sha256, its config, every tensor's shape, and the version it says it is. A missing or corrupt
- * checkpoint is reported (ok: false, with the problem), not thrown; an unregistered version throws.
- */
-export async function verifyCheckpoint(db: Queryable, runId: string, policyVersion: number): Promise<CheckpointVerification> {
-  const checkpoint = await getCheckpoint(db, runId, policyVersion);
-  if (!checkpoint) throw new Error(`policy version ${policyVersion} of run ${runId} is not registered`);
-  if (checkpoint.prunedAt) return { checkpoint, ok: false, problem: (await prunedCheckpointError(db, checkpoint)).message };
-  try {
-    const { info } = await loadCheckpoint(checkpoint.path, { sha256: checkpoint.sha256 });
-    if (info.policyVersion !== policyVersion) {
-      return { checkpoint, ok: false, problem: `checkpoint ${checkpoint.path} holds policy version ${info.policyVersion}, but the registry lists it as version ${policyVersion}` };
-    }
-    return { checkpoint, ok: true };
-  } catch (err) {
-    return { checkpoint, ok: false, problem: (err as Error).message };
-  }
-}
-
 // ---- Pruned versions: the error a reader gets ----
 
 /** A version whose files checkpoint retention deleted; `retained` lists the versions that still have files. */
@@ -148,18 +123,32 @@ export async function retainedVersions(db: Queryable, runId: string): Promise<nu
   return rows.map((r) => r.v);
 }
 
-/** checkpoint.every / keep_last of a run as recorded in its config (defaults applied); undefined when unreadable. */
+/** checkpoint.every / keep_last of a run as recorded in its config (the registered config has its defaults filled); undefined when unreadable. */
 async function runRetention(db: Queryable, runId: string): Promise<{ every: number; keepLast: number } | undefined> {
-  const { rows } = await db.query<{ checkpoint: unknown }>(`SELECT config->'checkpoint' AS checkpoint FROM runs WHERE run_id = $1`, [runId]);
-  if (!rows[0]) return undefined;
-  const parsed = CheckpointConfigSchema.safeParse(rows[0].checkpoint ?? {});
-  return parsed.success ? { every: parsed.data.every, keepLast: parsed.data.keep_last } : undefined;
+  const { rows } = await db.query<{ every: unknown; keep_last: unknown }>(
+    `SELECT config->'checkpoint'->'every' AS every, config->'checkpoint'->'keep_last' AS keep_last FROM runs WHERE run_id = $1`,
+    [runId],
+  );
+  const { every, keep_last: keepLast } = rows[0] ?? {};
+  return Number.isInteger(every) && Number.isInteger(keepLast) ? { every: every as number, keepLast: keepLast as number } : undefined;
 }
 
 /** The error to raise for a pruned version: names the run's retention settings and the versions still retained. */
 export async function prunedCheckpointError(db: Queryable, checkpoint: CheckpointRecord, context?: string): Promise<CheckpointPrunedError> {
   const [retained, retention] = await Promise.all([retainedVersions(db, checkpoint.runId), runRetention(db, checkpoint.runId)]);
   return new CheckpointPrunedError(checkpoint.runId, checkpoint.policyVersion, retained, retention, context);
+}
+
+/** A version that is not (yet) registered: an engine asked for it too early, or a bad reference. */
+export class MissingPolicyVersionError extends Error {
+  override readonly name = 'MissingPolicyVersionError';
+}
+
+/** getRetainedCheckpoint for a caller that needs the version: MissingPolicyVersionError when it is not registered. */
+export async function requireRetainedCheckpoint(db: Queryable, runId: string, policyVersion: number): Promise<CheckpointRecord> {
+  const checkpoint = await getRetainedCheckpoint(db, runId, policyVersion);
+  if (!checkpoint) throw new MissingPolicyVersionError(`policy version ${policyVersion} of run ${runId} is not published`);
+  return checkpoint;
 }
 
 /**
@@ -240,30 +229,33 @@ async function recentRunsHint(db: Queryable): Promise<string> {
 
 export interface PruneCheckpointsRequest extends RetentionPolicy {
   runId: string;
-  /** The run's checkpoint root: its optimizer state lives at optimizerStatePath(checkpointRoot, v). */
-  checkpointRoot: string;
   /** The version just published and registered; versions above it are never touched. */
   latest: number;
 }
 
+export interface MarkedPruned {
+  /** The versions this call marked, ascending (empty when a previous call already did). */
+  marked: number[];
+  /** Every pruned version of the run (marked now or before): their files are to be deleted. */
+  pruned: CheckpointRecord[];
+}
+
 /**
- * Applies checkpoint retention (store/checkpoint-retention.ts) to a run: marks the versions it prunes
- * (pruned_at) and deletes their weight directories and optimizer-state files. Returns the versions
- * this call marked, ascending (empty when a previous call already did).
+ * Applies checkpoint retention (store/checkpoint-retention.ts) to a run's rows: marks the versions it
+ * prunes (pruned_at) and returns them, with every version pruned before, whose files the caller then
+ * deletes (training/policy-versions.ts prunePolicyVersions).
  *
  * Order: mark in the database first, then delete the files. Readers trust a row whose pruned_at is
  * NULL, so the opposite order could crash between the two and leave a trusted row pointing at
  * missing files. Marked first, a crash leaves at worst a pruned row whose files still exist: readers
- * refuse it (getRetainedCheckpoint), and the next call deletes those files, because it deletes the
- * files of every pruned row still on disk, not only of the rows it marked. Deleting tolerates missing
- * files, so a retried or concurrent call succeeds and ends in the same state.
+ * refuse it (getRetainedCheckpoint), and the next call deletes those files, because it returns every
+ * pruned row, not only the rows it marked.
  *
  * A reader may have looked a version up just before it was marked; `protect` (max_staleness + 1)
  * keeps every version a rollout engine can still be asked for, so that read is never of a pruned one.
  */
-export async function pruneCheckpoints(db: Queryable, request: PruneCheckpointsRequest): Promise<number[]> {
-  const { runId, checkpointRoot, latest } = request;
-  if (!checkpointRoot) throw new Error('checkpointRoot must name the run\'s checkpoint root');
+export async function markPrunedCheckpoints(db: Queryable, request: PruneCheckpointsRequest): Promise<MarkedPruned> {
+  const { runId, latest } = request;
   const registered = await listCheckpoints(db, runId);
   if (!registered.some((c) => c.policyVersion === latest)) {
     const have = registered.length > 0 ? `registered: ${formatVersions(registered.map((c) => c.policyVersion))}` : 'the run has no registered versions';
@@ -277,43 +269,5 @@ export async function pruneCheckpoints(db: Queryable, request: PruneCheckpointsR
     [runId, prune],
   );
   const marked = new Set(rows.map((r) => r.policy_version));
-  await deletePrunedFiles(checkpointRoot, registered.filter((c) => c.prunedAt || marked.has(c.policyVersion)), marked);
-  return [...marked].sort((a, b) => a - b);
-}
-
-/** File names in `dir`, or none when it does not exist. */
-async function namesIn(dir: string): Promise<Set<string>> {
-  try {
-    return new Set(await readdir(dir));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return new Set();
-    throw err;
-  }
-}
-
-/**
- * Deletes what is still on disk of pruned versions. Each parent directory is listed once and only
- * present entries are removed, so a long run does not pay one failed unlink per version it ever pruned.
- */
-async function deletePrunedFiles(checkpointRoot: string, pruned: readonly CheckpointRecord[], markedNow: ReadonlySet<number>): Promise<void> {
-  const listed = new Map<string, Set<string>>();
-  const present = async (file: string): Promise<boolean> => {
-    const dir = path.dirname(file);
-    if (!listed.has(dir)) listed.set(dir, await namesIn(dir));
-    return (listed.get(dir) as Set<string>).has(path.basename(file));
-  };
-  for (const c of pruned) {
-    const weightsDir = path.resolve(c.path);
-    // Only a directory named like this version's (checkpointDir) is deleted: a registry row pointing
-    // anywhere else (a hand-registered path, someone's warm start) is not ours to remove. Said once,
-    // when the version is marked, not on every later step.
-    const expectedName = path.basename(checkpointDir(checkpointRoot, c.policyVersion));
-    if (path.basename(weightsDir) !== expectedName) {
-      if (markedNow.has(c.policyVersion)) console.warn(`[checkpoints] run ${c.runId}: version ${c.policyVersion} is pruned but its path ${c.path} is not a ${expectedName}/ checkpoint directory; left in place`);
-    } else if (await present(weightsDir)) {
-      await rm(weightsDir, { recursive: true, force: true });
-    }
-    const optimizer = optimizerStatePath(checkpointRoot, c.policyVersion);
-    if (await present(optimizer)) await rm(optimizer, { force: true });
-  }
+  return { marked: [...marked].sort((a, b) => a - b), pruned: registered.filter((c) => c.prunedAt || marked.has(c.policyVersion)) };
 }

@@ -10,10 +10,6 @@ export interface StoreOptions {
   maxConnections?: number;
 }
 
-export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  return env.DATABASE_URL || undefined;
-}
-
 export function createPool({ url, maxConnections = 4 }: StoreOptions): Pool {
   const pool = new Pool({ connectionString: url, max: maxConnections, connectionTimeoutMillis: 10_000 });
   // An idle client that loses its server (database restarted) must not crash the process.

@@ -1,3 +1,4 @@
+// Run events (run_events): a run's start and end, with the worker and task queue that handled them.
 import type { Pool } from 'pg';
 
 export interface RunEvent {

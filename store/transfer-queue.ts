@@ -1,11 +1,16 @@
-// The transfer queue: every stage meets here, never in the controller. Rollout writes samples,
-// reference / reward / advantage stages fill in their columns, and a train step claims a batch.
+// The transfer queue: every stage meets here, never in the controller. Rollout writes samples
+// already scored (ready to train on) or failed, the reference stage fills in reference log-probs, and
+// a train step claims a batch, then records the advantages it computed for it.
 //
 // Exactly-once training rests on three things: a train step's sample set is chosen and recorded
 // (train_steps + train_step_samples) in one transaction before the update runs; a retried step gets
 // that recorded set back unchanged; and an update is marked applied once, with the policy version it
 // produced. Every write is batched into one statement per chunk: the embedded database pays about a
 // millisecond per statement, whatever its size.
+//
+// Over 400 lines because each statement and the validation of the columns it writes belong together:
+// the checks mirror the table's constraints, so a bad sample is refused by name before anything is
+// written, and the selection, retry and pruning statements share the exactly-once rules above.
 import type { Pool } from 'pg';
 
 /** A pool or a checked-out client: anything that runs one statement. */
@@ -13,9 +18,9 @@ export type Queryable = Pick<Pool, 'query'>;
 
 export const SAMPLE_STATUSES = ['generated', 'scored', 'consumed', 'failed'] as const;
 /**
- * generated: written by rollout. scored: reward and advantage are in, ready to train on.
- * consumed: claimed by a train step (consumed_by_step). failed: its reward function or environment
- * threw; `error` says why, and it is never trained on.
+ * generated: written but not ready to train on (insertSamples' default). scored: its reward is in,
+ * ready to train on (what rollout writes). consumed: claimed by a train step (consumed_by_step).
+ * failed: its reward function or environment threw; `error` says why, and it is never trained on.
  */
 export type SampleStatus = (typeof SAMPLE_STATUSES)[number];
 
@@ -287,7 +292,7 @@ function sampleWeight(s: NewSample): number {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Writes by rollout and the scoring stages
+// Writes by rollout, the reference stage and the train step's advantages
 
 export interface InsertSamplesOptions {
   /** Upper bound on array elements per INSERT statement; bounds statement size, not row count. */
@@ -390,53 +395,31 @@ export async function readSamples(db: Queryable, runId: string, filter: SampleFi
   return rows.map(sampleFromDb);
 }
 
-// Scoring stages only touch samples still in flight: never a consumed or a failed one.
+// The reference stage only touches samples still in flight: never a consumed or a failed one.
 const IN_FLIGHT = `s.status IN ('generated', 'scored')`;
 const KEY_JOIN = 's.run_id = $1 AND s.iteration = u.iteration AND s.group_index = u.group_index AND s.sample_index = u.sample_index';
 
 // A per-token array of the wrong length violates samples_per_token_lengths; name the sample instead.
-async function withLengthDiagnosis<T>(db: Queryable, runId: string, field: string, rows: ReadonlyArray<SampleKey & { values: ArrayLike<number> | null }>, run: () => Promise<T>): Promise<T> {
+async function withLengthDiagnosis<T>(db: Queryable, runId: string, field: string, rows: ReadonlyArray<SampleKey & { values: ArrayLike<number> }>, run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (err) {
     if ((err as { code?: string; constraint?: string }).constraint !== 'samples_per_token_lengths') throw err;
-    const withValues = rows.filter((r) => r.values != null);
     // Inside a caller's (now aborted) transaction this lookup fails too: then the original error stands.
     const lengths = await db
       .query<{ iteration: number; group_index: number; sample_index: number; n: number }>(
         `SELECT iteration, group_index, sample_index, cardinality(response_tokens) AS n FROM samples
           WHERE run_id = $1 AND (iteration, group_index, sample_index) IN (SELECT * FROM unnest($2::integer[], $3::integer[], $4::integer[]))`,
-        [runId, ...keyColumns(withValues)],
+        [runId, ...keyColumns(rows)],
       )
       .then((r) => r.rows, () => []);
     const responseLength = new Map(lengths.map((l) => [`${l.iteration}/${l.group_index}/${l.sample_index}`, l.n]));
-    for (const r of withValues) {
+    for (const r of rows) {
       const n = responseLength.get(`${r.iteration}/${r.groupIndex}/${r.sampleIndex}`);
-      if (n !== undefined && r.values!.length !== n) checkPerToken(r.values, n, `${field} of sample ${describeKey(r)}`);
+      if (n !== undefined && r.values.length !== n) checkPerToken(r.values, n, `${field} of sample ${describeKey(r)}`);
     }
     throw err;
   }
-}
-
-export interface ScoreUpdate extends SampleKey {
-  reward: number;
-  rewards?: Record<string, number> | null;
-}
-
-/** Writes rewards in one statement per call; returns how many in-flight samples it updated. */
-export async function updateScores(db: Queryable, runId: string, scores: readonly ScoreUpdate[]): Promise<number> {
-  checkKeys(scores, 'scores');
-  scores.forEach((s, i) => {
-    checkFinite(s.reward, `scores[${i}].reward`);
-    if (s.reward == null) throw new Error(`scores[${i}].reward is required`);
-  });
-  const { rowCount } = await db.query(
-    `UPDATE samples s SET reward = u.reward, rewards = u.rewards, updated_at = now()
-       FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::real[], $6::jsonb[]) AS u(iteration, group_index, sample_index, reward, rewards)
-      WHERE ${KEY_JOIN} AND ${IN_FLIGHT}`,
-    [runId, ...keyColumns(scores), scores.map((s) => s.reward), scores.map((s) => (s.rewards == null ? null : JSON.stringify(s.rewards)))],
-  );
-  return rowCount ?? 0;
 }
 
 export interface ReferenceLogprobsUpdate extends SampleKey {
@@ -459,29 +442,6 @@ export async function setReferenceLogprobs(db: Queryable, runId: string, updates
 
 export interface AdvantageUpdate extends SampleKey {
   advantage: number;
-  /** Per-token advantages, for estimators that assign them (PPO with GAE). */
-  advantages?: ArrayLike<number> | null;
-}
-
-/**
- * Writes advantages and marks the samples 'scored': the last stage before training, so this is
- * what makes a sample eligible for selectTrainBatch. Returns how many in-flight samples it updated.
- */
-export async function setAdvantages(db: Queryable, runId: string, updates: readonly AdvantageUpdate[]): Promise<number> {
-  checkKeys(updates, 'updates');
-  updates.forEach((u, i) => {
-    checkFinite(u.advantage, `updates[${i}].advantage`);
-    if (u.advantage == null) throw new Error(`updates[${i}].advantage is required`);
-  });
-  return withLengthDiagnosis(db, runId, 'advantages', updates.map((u) => ({ ...u, values: u.advantages ?? null })), async () => {
-    const { rowCount } = await db.query(
-      `UPDATE samples s SET advantage = u.advantage, advantages = u.advantages::real[], status = 'scored', updated_at = now()
-         FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::real[], $6::text[]) AS u(iteration, group_index, sample_index, advantage, advantages)
-        WHERE ${KEY_JOIN} AND ${IN_FLIGHT}`,
-      [runId, ...keyColumns(updates), updates.map((u) => u.advantage), updates.map((u) => arrayLiteral(u.advantages))],
-    );
-    return rowCount ?? 0;
-  });
 }
 
 /**
@@ -496,25 +456,6 @@ export async function recordStepAdvantages(db: Queryable, runId: string, step: n
        FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::real[]) AS u(iteration, group_index, sample_index, advantage)
       WHERE ${KEY_JOIN} AND s.consumed_by_step = $6`,
     [runId, ...keyColumns(updates), updates.map((u) => u.advantage), step],
-  );
-  return rowCount ?? 0;
-}
-
-export interface SampleFailure extends SampleKey {
-  error: string;
-}
-
-/** Marks samples failed, each with its own error (a reward function threw); consumed samples are left alone. */
-export async function markFailed(db: Queryable, runId: string, failures: readonly SampleFailure[]): Promise<number> {
-  checkKeys(failures, 'failures');
-  failures.forEach((f, i) => {
-    if (!f.error) throw new Error(`failures[${i}].error must say what went wrong`);
-  });
-  const { rowCount } = await db.query(
-    `UPDATE samples s SET status = 'failed', error = u.error, updated_at = now()
-       FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[]) AS u(iteration, group_index, sample_index, error)
-      WHERE ${KEY_JOIN} AND s.consumed_by_step IS NULL`,
-    [runId, ...keyColumns(failures), failures.map((f) => f.error)],
   );
   return rowCount ?? 0;
 }
@@ -647,11 +588,6 @@ export interface StepApplied {
 }
 
 /**
- * Records that step `step`'s update ran and produced `policyVersion`. Idempotent: a repeat with the
- * same version returns the step as first recorded; a different version, or a version another step
- * already produced, throws TrainStepConflictError (an update is never applied twice).
- */
-/**
  * Records that step `step` consumed its sample set but its update was dropped (not finite): no
  * policy version. Idempotent; a step already applied cannot be skipped.
  */
@@ -669,6 +605,11 @@ export async function markStepSkipped(db: Queryable, runId: string, step: number
   return existing;
 }
 
+/**
+ * Records that step `step`'s update ran and produced `policyVersion`. Idempotent: a repeat with the
+ * same version returns the step as first recorded; a different version, or a version another step
+ * already produced, throws TrainStepConflictError (an update is never applied twice).
+ */
 export async function markStepApplied(db: Queryable, runId: string, step: number, applied: StepApplied): Promise<TrainStep> {
   checkNonNegativeInteger(step, 'step');
   checkNonNegativeInteger(applied.policyVersion, 'policyVersion');

@@ -1,7 +1,8 @@
+// The add2 task: prompts, reward, held-out set and the seeded generator its prompt sets come from.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { accuracy, add2HeldOut, add2Prompt, add2Reward, add2Task, add2Tokenizer, add2TrainPrompts, add2WarmStartPrompts } from '../envs/add2';
-import { mulberry32 } from '../envs/random';
+import { seededRandom } from '../config/seeds';
 import { getTask, taskNames } from '../envs/registry';
 
 const P = add2Prompt(17, 25);
@@ -66,10 +67,10 @@ test('add2TrainPrompts: reproducible per seed, uniform operands over [0, 99]', (
   assert.throws(() => add2TrainPrompts(1, -1), /prompt count is -1/);
 });
 
-test('mulberry32 stays in [0, 1) and depends on the seed', () => {
-  const a = mulberry32(42);
-  const b = mulberry32(42);
-  const c = mulberry32(43);
+test('seededRandom stays in [0, 1) and depends on the seed', () => {
+  const a = seededRandom(42);
+  const b = seededRandom(42);
+  const c = seededRandom(43);
   const xs = Array.from({ length: 1000 }, () => a());
   assert.deepEqual(Array.from({ length: 1000 }, () => b()), xs);
   assert.notEqual(c(), xs[0]);

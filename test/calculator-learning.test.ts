@@ -4,14 +4,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadTfjsBackend } from '../engines/backends';
-import { calculatorConfig, calculatorWarmStart } from '../training/calculator-recipe';
-import { runLocalGrpo } from '../training/local-run';
+import { calculatorConfig, calculatorWarmStart } from '../training/recipes';
+import { runInProcess } from '../training/in-process';
 
 test('GRPO on the calculator environment raises tool use and final-answer accuracy', async (t) => {
   await loadTfjsBackend({ kind: 'cpu' });
   const config = calculatorConfig({ steps: 10, promptsPerStep: 32 });
   const warm = await calculatorWarmStart(config, 150);
-  const result = await runLocalGrpo(config, warm.weights, { evalEvery: 10 });
+  const result = await runInProcess(config, warm.weights, { evalEvery: 10 });
   const last = result.curve[result.curve.length - 1];
   const toolUse = last.evalMetrics?.tool_use ?? 0;
   t.diagnostic(`accuracy ${warm.accuracy} -> ${result.finalAccuracy}, tool use ${warm.toolUse} -> ${toolUse}`);

@@ -13,8 +13,8 @@ import {
   latestCheckpoint,
   listCheckpoints,
   registerCheckpoint,
-  verifyCheckpoint,
 } from '../store/checkpoint-registry';
+import { verifyPolicyVersion } from '../training/policy-versions';
 import { freshDatabase, uniqueId, type TestDatabase } from './helpers';
 
 let db: TestDatabase;
@@ -69,11 +69,11 @@ test('latest, get and list see the registered versions in order', async () => {
   assert.deepEqual(await listCheckpoints(db.pool, await newRun()), [], 'runs do not see each other');
 });
 
-test('verifyCheckpoint re-hashes the files: a flipped byte, a missing directory or a wrong registry hash is reported', async () => {
+test('verifyPolicyVersion re-hashes the files: a flipped byte, a missing directory or a wrong registry hash is reported', async () => {
   const runId = await newRun();
   const infos = await Promise.all([0, 1, 2, 3].map((v) => publish(runId, v)));
   for (const info of infos) await registerCheckpoint(db.pool, { runId, policyVersion: info.policyVersion, path: info.dir, sha256: info.sha256, step: info.policyVersion });
-  assert.deepEqual(await verifyCheckpoint(db.pool, runId, 0), { checkpoint: await getCheckpoint(db.pool, runId, 0), ok: true });
+  assert.deepEqual(await verifyPolicyVersion(db.pool, runId, 0), { checkpoint: await getCheckpoint(db.pool, runId, 0), ok: true });
 
   const file = await open(path.join(infos[1].dir, WEIGHTS_FILE), 'r+');
   try {
@@ -85,20 +85,20 @@ test('verifyCheckpoint re-hashes the files: a flipped byte, a missing directory 
   } finally {
     await file.close();
   }
-  const corrupt = await verifyCheckpoint(db.pool, runId, 1);
+  const corrupt = await verifyPolicyVersion(db.pool, runId, 1);
   assert.equal(corrupt.ok, false);
   assert.match(!corrupt.ok ? corrupt.problem : '', /model\.safetensors: sha256 [0-9a-f]{64} does not match/);
 
   await rm(infos[2].dir, { recursive: true });
-  const missing = await verifyCheckpoint(db.pool, runId, 2);
+  const missing = await verifyPolicyVersion(db.pool, runId, 2);
   assert.match(!missing.ok ? missing.problem : '', /cannot read config\.json/);
 
   // A registry entry whose hash is not the file's (e.g. a directory replaced wholesale with other weights).
   await registerCheckpoint(db.pool, { runId, policyVersion: 9, path: infos[3].dir, sha256: infos[0].sha256, step: 9 });
-  const replaced = await verifyCheckpoint(db.pool, runId, 9);
+  const replaced = await verifyPolicyVersion(db.pool, runId, 9);
   assert.match(!replaced.ok ? replaced.problem : '', new RegExp(`does not match the expected ${infos[0].sha256}`));
 
-  assert.equal((await verifyCheckpoint(db.pool, runId, 3)).ok, true, 'intact neighbours still verify');
-  await assert.rejects(verifyCheckpoint(db.pool, runId, 42), /policy version 42 of run .* is not registered/);
+  assert.equal((await verifyPolicyVersion(db.pool, runId, 3)).ok, true, 'intact neighbours still verify');
+  await assert.rejects(verifyPolicyVersion(db.pool, runId, 42), /policy version 42 of run .* is not registered/);
 });
 

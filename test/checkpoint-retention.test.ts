@@ -1,4 +1,4 @@
-// Checkpoint retention: the pure keep/prune rule on hand-worked cases, pruneCheckpoints against a
+// Checkpoint retention: the pure keep/prune rule on hand-worked cases, prunePolicyVersions against a
 // real database and real checkpoint files (rows kept and marked, files deleted, crash-safe and
 // idempotent), and checkpoint.init_from resolved from the registry. Needs no Temporal server.
 import assert from 'node:assert/strict';
@@ -14,12 +14,11 @@ import {
   getRetainedCheckpoint,
   latestCheckpoint,
   listCheckpoints,
-  pruneCheckpoints,
   registerCheckpoint,
   resolveInitFrom,
   retainedVersions,
-  verifyCheckpoint,
 } from '../store/checkpoint-registry';
+import { prunePolicyVersions, verifyPolicyVersion } from '../training/policy-versions';
 import { formatVersions, versionsToKeep, versionsToPrune, type RetentionInput } from '../store/checkpoint-retention';
 import { freshDatabase, uniqueId, type TestDatabase } from './helpers';
 
@@ -131,19 +130,19 @@ async function prunedVersions(runId: string): Promise<number[]> {
   return (await listCheckpoints(db.pool, runId)).filter((c) => c.prunedAt).map((c) => c.policyVersion);
 }
 
-test('optimizerStatePath is the path the train activity has always written', () => {
+test('optimizerStatePath is the path the trainer has always written', () => {
   assert.equal(optimizerStatePath('/ckpt/run', 7), path.join('/ckpt/run', 'optimizer', 'v00000007.safetensors'));
   assert.equal(optimizerStatePath('/ckpt/run', 123456789), path.join('/ckpt/run', 'optimizer', 'v123456789.safetensors'));
   assert.throws(() => optimizerStatePath('/ckpt/run', -1), /policyVersion must be a non-negative integer/);
 });
 
-test('pruneCheckpoints deletes the files of pruned versions, keeps their rows marked, and a retry changes nothing', async () => {
+test('prunePolicyVersions deletes the files of pruned versions, keeps their rows marked, and a retry changes nothing', async () => {
   const { runId, checkpointRoot } = await newRun({ every: 5, keep_last: 2 });
   await publishVersions(runId, checkpointRoot, 0, 12);
   const policy = { runId, checkpointRoot, every: 5, keepLast: 2, protect: 2 };
 
   // Keep 0, periodic 5 and 10 (the newest two multiples of 5), protected 11 and 12.
-  assert.deepEqual(await pruneCheckpoints(db.pool, { ...policy, latest: 12 }), [1, 2, 3, 4, 6, 7, 8, 9]);
+  assert.deepEqual(await prunePolicyVersions(db.pool, { ...policy, latest: 12 }), [1, 2, 3, 4, 6, 7, 8, 9]);
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 5, 10, 11, 12]);
   assert.deepEqual(await optimizerVersionsOnDisk(checkpointRoot), [0, 5, 10, 11, 12]);
   assert.deepEqual((await listCheckpoints(db.pool, runId)).map((c) => c.policyVersion), range(0, 12), 'every row stays');
@@ -154,21 +153,21 @@ test('pruneCheckpoints deletes the files of pruned versions, keeps their rows ma
   assert.equal((await latestCheckpoint(db.pool, runId))?.policyVersion, 12);
 
   // A retried call (the activity retried after it had finished) prunes nothing more and succeeds.
-  assert.deepEqual(await pruneCheckpoints(db.pool, { ...policy, latest: 12 }), []);
+  assert.deepEqual(await prunePolicyVersions(db.pool, { ...policy, latest: 12 }), []);
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 5, 10, 11, 12]);
 
   // Three more steps: 5 leaves the newest two multiples (10, 15), 11..13 leave the protect window.
   await publishVersions(runId, checkpointRoot, 13, 15);
-  assert.deepEqual(await pruneCheckpoints(db.pool, { ...policy, latest: 15 }), [5, 11, 12, 13]);
+  assert.deepEqual(await prunePolicyVersions(db.pool, { ...policy, latest: 15 }), [5, 11, 12, 13]);
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 10, 14, 15]);
   assert.deepEqual(await optimizerVersionsOnDisk(checkpointRoot), [0, 10, 14, 15]);
-  for (const v of [0, 10, 14, 15]) assert.equal((await verifyCheckpoint(db.pool, runId, v)).ok, true, `retained version ${v} verifies`);
+  for (const v of [0, 10, 14, 15]) assert.equal((await verifyPolicyVersion(db.pool, runId, v)).ok, true, `retained version ${v} verifies`);
 });
 
 test('a reader asking for a pruned version gets an error naming the retention settings and the retained versions', async () => {
   const { runId, checkpointRoot } = await newRun({ every: 10, keep_last: 5 });
   await publishVersions(runId, checkpointRoot, 0, 30);
-  await pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 30, every: 10, keepLast: 5, protect: 3 });
+  await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 30, every: 10, keepLast: 5, protect: 3 });
   const expected = `policy version 7 of run ${runId} was pruned by checkpoint retention (checkpoint.every=10, keep_last=5); start from a retained version: 0, 10, 20, 28..30`;
 
   await assert.rejects(getRetainedCheckpoint(db.pool, runId, 7), (err: Error) => {
@@ -180,14 +179,14 @@ test('a reader asking for a pruned version gets an error naming the retention se
   assert.equal((await getRetainedCheckpoint(db.pool, runId, 20))?.policyVersion, 20);
   assert.equal(await getRetainedCheckpoint(db.pool, runId, 99), undefined, 'unregistered stays undefined, as with getCheckpoint');
 
-  const verified = await verifyCheckpoint(db.pool, runId, 7);
+  const verified = await verifyPolicyVersion(db.pool, runId, 7);
   assert.equal(verified.ok, false);
   assert.equal(!verified.ok && verified.problem, expected);
 
   // Retention settings the config does not record are the schema's defaults (every 10, keep_last 5).
   const other = await newRun();
   await publishVersions(other.runId, other.checkpointRoot, 0, 2);
-  await pruneCheckpoints(db.pool, { ...other, latest: 2, every: 10, keepLast: 5, protect: 1 });
+  await prunePolicyVersions(db.pool, { ...other, latest: 2, every: 10, keepLast: 5, protect: 1 });
   await assert.rejects(getRetainedCheckpoint(db.pool, other.runId, 1), /pruned by checkpoint retention \(checkpoint\.every=10, keep_last=5\); start from a retained version: 0, 2$/);
 });
 
@@ -201,7 +200,7 @@ test('a crash between marking and deleting leaves nothing trusted and missing: t
   await rm(checkpointDir(checkpointRoot, 2), { recursive: true });
   await rm(optimizerStatePath(checkpointRoot, 3));
 
-  assert.deepEqual(await pruneCheckpoints(db.pool, request), [], 'the rows were marked by the crashed call');
+  assert.deepEqual(await prunePolicyVersions(db.pool, request), [], 'the rows were marked by the crashed call');
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 4, 6]);
   assert.deepEqual(await optimizerVersionsOnDisk(checkpointRoot), [0, 4, 6]);
   assert.deepEqual(await prunedVersions(runId), [1, 2, 3, 5]);
@@ -211,24 +210,24 @@ test('concurrent calls both succeed and together prune each version once', async
   const { runId, checkpointRoot } = await newRun();
   await publishVersions(runId, checkpointRoot, 0, 9);
   const request = { runId, checkpointRoot, latest: 9, every: 3, keepLast: 2, protect: 2 };
-  const [a, b] = await Promise.all([pruneCheckpoints(db.pool, request), pruneCheckpoints(db.pool, request)]);
+  const [a, b] = await Promise.all([prunePolicyVersions(db.pool, request), prunePolicyVersions(db.pool, request)]);
   assert.deepEqual([...a, ...b].sort((x, y) => x - y), [1, 2, 3, 4, 5, 7]);
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 6, 8, 9]);
   assert.deepEqual(await optimizerVersionsOnDisk(checkpointRoot), [0, 6, 8, 9]);
 });
 
-test('pruneCheckpoints never touches versions above latest, refuses an unregistered latest, and leaves foreign paths alone', async () => {
+test('prunePolicyVersions never touches versions above latest, refuses an unregistered latest, and leaves foreign paths alone', async () => {
   const { runId, checkpointRoot } = await newRun();
   await publishVersions(runId, checkpointRoot, 0, 8);
   // A delayed call relative to version 4 while 5..8 exist (a retried activity of an older step).
-  assert.deepEqual(await pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 4, every: 100, keepLast: 1, protect: 1 }), [1, 2, 3]);
+  assert.deepEqual(await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 4, every: 100, keepLast: 1, protect: 1 }), [1, 2, 3]);
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 4, 5, 6, 7, 8]);
 
   await assert.rejects(
-    pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 9, every: 100, keepLast: 1, protect: 1 }),
+    prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 9, every: 100, keepLast: 1, protect: 1 }),
     new RegExp(`cannot prune run ${runId} relative to policy version 9: it is not registered \\(registered: 0\\.\\.8\\); register the version just published, then prune`),
   );
-  await assert.rejects(pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 8, every: 100, keepLast: 1, protect: 0 }), /protect must be an integer >= 1/);
+  await assert.rejects(prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 8, every: 100, keepLast: 1, protect: 0 }), /protect must be an integer >= 1/);
 
   // A version registered at a directory that is not a vNNNNNNNN/ checkpoint dir (e.g. someone's warm
   // start) is marked pruned but its files are not ours to delete.
@@ -240,7 +239,7 @@ test('pruneCheckpoints never touches versions above latest, refuses an unregiste
   const warnings: string[] = [];
   console.warn = (line: string) => warnings.push(line);
   try {
-    assert.deepEqual(await pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 10, every: 100, keepLast: 1, protect: 1 }), [4, 5, 6, 7, 8, 9]);
+    assert.deepEqual(await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 10, every: 100, keepLast: 1, protect: 1 }), [4, 5, 6, 7, 8, 9]);
   } finally {
     console.warn = warn;
   }
@@ -249,7 +248,7 @@ test('pruneCheckpoints never touches versions above latest, refuses an unregiste
   assert.equal(warnings.length, 1);
   console.warn = (line: string) => warnings.push(line);
   try {
-    await pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 10, every: 100, keepLast: 1, protect: 1 });
+    await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 10, every: 100, keepLast: 1, protect: 1 });
   } finally {
     console.warn = warn;
   }
@@ -300,7 +299,7 @@ test('resolveInitFrom says what is wrong: unknown run, no versions, unregistered
   );
   await assert.rejects(resolveInitFrom(db.pool, `${runId}@99999999999`), /has policy versions 0\.\.12 registered, not version 99999999999/);
 
-  await pruneCheckpoints(db.pool, { runId, checkpointRoot, latest: 12, every: 5, keepLast: 1, protect: 2 });
+  await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 12, every: 5, keepLast: 1, protect: 2 });
   await assert.rejects(resolveInitFrom(db.pool, `${runId}@7`), (err: Error) => {
     assert.ok(err instanceof CheckpointPrunedError);
     assert.match(

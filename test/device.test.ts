@@ -1,3 +1,4 @@
+// Device selection: parsing cpu / cuda:N and pinning a worker process to one GPU.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { deviceLabel, parseDevice, pinProcessToDevice } from '../engines/device';

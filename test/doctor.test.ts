@@ -1,3 +1,4 @@
+// relax doctor: passes against a running stack, names each missing service with a fix.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { freePort } from '../workers/ports';

@@ -7,10 +7,11 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { loadTfjsBackend } from '../engines/backends';
 import { checkpointDir } from '../engines/checkpoint';
-import { initWeights, seededRandom, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { seededRandom } from '../config/seeds';
+import { initWeights, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { RolloutEngine, type GeneratedSample } from '../engines/rollout';
 import { Trainer, trainSequenceFromSample } from '../engines/trainer';
-import { policyLoss, sftLoss } from '../engines/trainer-losses';
+import { policyLoss, sftLoss } from '../training/losses';
 import { add2Tokenizer, add2TrainPrompts } from '../envs/add2';
 
 const MODEL: ModelConfig = TINY_MODEL;

@@ -14,8 +14,8 @@ import { GuessNumberEnv, guessReward } from '../envs/guess-number';
 import type { Environment, StepResult } from '../envs/interaction';
 import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
-import { rolloutEpisodes } from '../training/multi-turn';
-import { customGenerateRows, episodeRows } from '../training/rollout-rows';
+import { rolloutEpisodes } from '../rollout/episodes';
+import { customGenerateRows, episodeRows } from '../rollout/producers';
 import { sftSequence } from '../training/sft';
 
 const EXAMPLES = path.resolve(__dirname, '..', '..', 'examples');

@@ -12,7 +12,7 @@ import { Client, Connection } from '@temporalio/client';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
-import { mulberry32 } from '../envs/random';
+import { seededRandom } from '../config/seeds';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { freePort } from '../workers/ports';
 import { startTemporalServer, type TemporalServer } from '../workers/temporal-server';
@@ -91,7 +91,7 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
   await waitFor('the first train step', async () => ((await progress())?.step ?? 0) >= 1 || undefined);
 
   // Kill order: every role at least twice, in a seeded random order, at seeded random moments.
-  const rng = mulberry32(20261130);
+  const rng = seededRandom(20261130);
   const roles: Role[] = ['control', 'rollout', 'reference', 'train', 'train', 'rollout', 'control', 'reference', 'train', 'rollout'];
   const killed: string[] = [];
   let lastKillStep = 0;

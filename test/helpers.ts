@@ -8,9 +8,10 @@ import fs from 'node:fs';
 import { Client, Connection } from '@temporalio/client';
 import { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
-import { listCheckpoints, verifyCheckpoint } from '../store/checkpoint-registry';
+import { listCheckpoints } from '../store/checkpoint-registry';
 import { versionsToKeep } from '../store/checkpoint-retention';
 import { openStore } from '../store/db';
+import { verifyPolicyVersion } from '../training/policy-versions';
 import { startEmbeddedPostgres } from '../store/embedded';
 import { RELAX_BIN } from '../workers/local-stack';
 import { forwardLines } from '../workers/temporal-server';
@@ -156,7 +157,7 @@ export async function checkCheckpointRegistry(pool: Pool, runId: string, latest:
       assert.ok(!fs.existsSync(c.path), `pruned v${c.policyVersion} still has files at ${c.path}`);
       pruned.push(c.policyVersion);
     } else {
-      const v = await verifyCheckpoint(pool, runId, c.policyVersion);
+      const v = await verifyPolicyVersion(pool, runId, c.policyVersion);
       assert.ok(v.ok, `checkpoint v${c.policyVersion}: ${v.ok ? '' : v.problem}`);
       retained.push(c.policyVersion);
     }

@@ -1,3 +1,4 @@
+// Database migrations: idempotent, serialized, and they create the schema the data plane uses.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createPool } from '../store/db';

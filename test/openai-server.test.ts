@@ -1,9 +1,12 @@
-// The OpenAI-compatible endpoint (serve/), exercised with the official `openai` client against real
+// The OpenAI-compatible endpoint (rollout/openai-server.ts), exercised with the official `openai` client against real
 // rollout engines: models, completions and chat completions with log-probs (equal to what the engine
 // itself generates for the same seed), stop / max_tokens / finish_reason, OpenAI-shaped errors,
 // sessions recorded as one sample, agent programs run as real child processes
 // (rollout/agent-rollout.ts, examples/agents/add2-agent.js) whose samples then train the policy, the
 // judge reward module, and `relax serve`'s model names over a real database (cli/serve.ts).
+//
+// Over 400 lines because one real endpoint is driven through every route, parameter check and
+// session rule, and then through agent rollouts and relax serve, sharing one engine and database.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -15,15 +18,15 @@ import { loadTfjsBackend } from '../engines/backends';
 import { publishCheckpoint } from '../engines/checkpoint';
 import { initWeights, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { RolloutEngine, type SamplingParams } from '../engines/rollout';
-import { policyLoss } from '../engines/trainer-losses';
+import { policyLoss } from '../training/losses';
 import { Trainer, trainSequenceFromSample } from '../engines/trainer';
 import { add2Reward, add2Task, add2Tokenizer, add2TrainPrompts } from '../envs/add2';
-import { clearRewardModuleCache, loadRewardFunction, scoreGroup } from '../envs/user-modules';
+import { clearUserModuleCache, loadRewardFunction, scoreGroup } from '../envs/user-modules';
 import { runAgentEpisodes, type AgentEpisodeResult } from '../rollout/agent-rollout';
-import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../serve/openai-server';
+import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../rollout/openai-server';
 import { registerCheckpoint } from '../store/checkpoint-registry';
-import { advantagesFor } from '../training/grpo';
-import { promptTokens } from '../training/policy';
+import { grpoAdvantages } from '../engines/rl/advantages';
+import { promptTokens } from '../rollout/producers';
 import { freshDatabase } from './helpers';
 
 const ROOT = path.resolve(__dirname, '../..');
@@ -428,7 +431,7 @@ describe('agent rollouts', () => {
     const rewards = results.map((r) => r.reward as number);
     assert.deepEqual(rewards, firsts.map((t) => (t === target ? 1 : 0)), 'the rewards the agents reported');
 
-    const advantages = advantagesFor('grpo', rewards, G);
+    const advantages = grpoAdvantages(rewards, G);
     const sequences = results.map((r, i) =>
       trainSequenceFromSample(r.sample!.promptTokens, { tokens: r.sample!.responseTokens, logprobs: r.sample!.rolloutLogprobs }, { advantage: advantages[i], lossMask: r.sample!.lossMask }),
     );
@@ -458,7 +461,7 @@ describe('judge reward (examples/rewards/judge.js)', () => {
       if (saved[k] === undefined) delete process.env[k];
       else process.env[k] = saved[k];
     }
-    clearRewardModuleCache();
+    clearUserModuleCache();
   });
 
   test('a judge served by the endpoint scores responses as digit / 9; a reply without a digit fails the sample', async () => {

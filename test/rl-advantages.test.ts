@@ -1,11 +1,10 @@
+// The advantage estimators' math (engines/rl/advantages.ts) against hand-computed numbers.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  advantagesPerToken,
   drGrpoAdvantages,
   grpoAdvantages,
   reinforcePlusPlusAdvantages,
-  reinforcePlusPlusBaselineAdvantages,
   rlooAdvantages,
 } from '../engines/rl/advantages';
 
@@ -60,12 +59,6 @@ test('reinforcePlusPlusAdvantages normalizes over the whole batch', () => {
   assertClose(reinforcePlusPlusAdvantages([1, 2, 3, 4], { eps: 0 }), [-1.161895, -0.3872983, 0.3872983, 1.161895]);
 });
 
-test('reinforcePlusPlusBaselineAdvantages centres per group, then normalizes over the batch', () => {
-  // groups of 2: [1, 0] -> [0.5, -0.5]; [3, 3] -> [0, 0]
-  // batch [0.5, -0.5, 0, 0]: mean 0, sum sq 0.5, sample var 0.5/3, std 0.4082483 -> [1.2247449, -1.2247449, 0, 0]
-  assertClose(reinforcePlusPlusBaselineAdvantages([1, 0, 3, 3], 2, { eps: 0 }), [1.2247449, -1.2247449, 0, 0]);
-});
-
 test('rewards that do not fill whole groups are rejected with both numbers', () => {
   assert.throws(() => grpoAdvantages([1, 0, 1, 0, 1], 2), /5 entries, not a multiple of groupSize 2/);
   assert.throws(() => rlooAdvantages([1, 0, 1], 2), /3 entries, not a multiple of groupSize 2/);
@@ -78,16 +71,3 @@ test('a non-finite reward is rejected naming its index', () => {
   assert.throws(() => reinforcePlusPlusAdvantages([0, 1, 2, Number.NaN]), /reward at index 3/);
 });
 
-test('advantagesPerToken puts each sample advantage on its loss-mask tokens', () => {
-  // prompt tokens and padding (mask 0) get 0
-  const rows = advantagesPerToken([2, -1], [
-    [0, 1, 1, 0],
-    [1, 1, 0, 0],
-  ]);
-  assert.deepEqual(rows.map((r) => Array.from(r)), [
-    [0, 2, 2, 0],
-    [-1, -1, 0, 0],
-  ]);
-  assert.throws(() => advantagesPerToken([1, 2], [[1]]), /2 entries but lossMask has 1 rows/);
-  assert.throws(() => advantagesPerToken([1], [[1, 0.5]]), /lossMask\[0\]\[1\] is 0.5/);
-});

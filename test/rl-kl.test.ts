@@ -1,6 +1,7 @@
+// The KL estimators on plain numbers (k1, k2, k3 against hand values) and reward shaping with them.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { klEstimate, klPenaltyRewards, klPenaltyTokenRewards } from '../engines/rl/kl';
+import { klEstimate, klPenaltyRewards } from '../engines/rl/kl';
 
 const LN2 = Math.log(2);
 const HALF = Math.log(0.5);
@@ -38,12 +39,3 @@ test('klPenaltyRewards subtracts coef * summed KL over each response', () => {
   assertNear(shaped[1], -0.03068528);
 });
 
-test('klPenaltyTokenRewards spreads the penalty per token and adds the reward at the last token', () => {
-  // row 0: [-0.1 * 0.1931472, -0.1 * 0.3068528 + 1] = [-0.01931472, 0.96931472]; sums to 0.95 like the sequence form
-  const rows = klPenaltyTokenRewards([1, 0], [[HALF, QUARTER], [QUARTER]], [[QUARTER, HALF], [HALF]], 0.1, 'k3');
-  assertNear(rows[0][0], -0.01931472);
-  assertNear(rows[0][1], 0.96931472);
-  assertNear(rows[1][0], -0.03068528);
-  assert.throws(() => klPenaltyTokenRewards([1], [[HALF]], [[HALF, HALF]], 0.1, 'k1'), /logprobs\[0\] has 1 tokens but refLogprobs\[0\] has 2/);
-  assert.throws(() => klPenaltyRewards([1, 2], [[HALF]], [[HALF]], 0.1, 'k1'), /rewards has 2 entries/);
-});

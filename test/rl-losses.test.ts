@@ -1,3 +1,4 @@
+// The policy-gradient losses (engines/rl/losses.ts) as tfjs tensors, against hand-computed values.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as tf from '@tensorflow/tfjs';
@@ -6,15 +7,13 @@ import {
   entropyBonus,
   entropyFromLogits,
   gspoLoss,
-  klK1,
-  klK2,
-  klK3,
   klLoss,
   ppoClipLoss,
   sftCrossEntropy,
   tokenEntropy,
   tokenLogprobs,
 } from '../engines/rl/losses';
+import { klTensor } from '../engines/rl/kl';
 
 function assertClose(actual: tf.Tensor | number, expected: number | readonly number[], tol = 1e-5): void {
   const got = typeof actual === 'number' ? [actual] : Array.from(actual.dataSync());
@@ -175,17 +174,17 @@ test('gspoLoss value and gradient equal the sequence-level GSPO objective', () =
   assertClose(tf.grad(loss)(inputs.logprobs), [-0.3053507, -0.3053507, 0, 0.1364551, 0.1364551, 0.1364551]);
 });
 
-test('klK1, klK2, klK3 tensors match the hand values; k3 >= 0', () => {
+test('klTensor k1, k2, k3 match the hand values; k3 >= 0', () => {
   const logp = tf.tensor1d([Math.log(0.5), Math.log(0.25), -2]);
   const ref = tf.tensor1d([Math.log(0.25), Math.log(0.5), -2]);
   // d = ref - logp = [-ln2, +ln2, 0]
   // k1 = logp - ref = [0.6931472, -0.6931472, 0]; k2 = d^2/2 = [0.2402265, 0.2402265, 0]
   // k3 = e^d - d - 1 = [0.5 + 0.6931472 - 1, 2 - 0.6931472 - 1, 0] = [0.1931472, 0.3068528, 0]
-  assertClose(klK1(logp, ref), [0.6931472, -0.6931472, 0]);
-  assertClose(klK2(logp, ref), [0.2402265, 0.2402265, 0]);
-  assertClose(klK3(logp, ref), [0.1931472, 0.3068528, 0]);
+  assertClose(klTensor(logp, ref, 'k1'), [0.6931472, -0.6931472, 0]);
+  assertClose(klTensor(logp, ref, 'k2'), [0.2402265, 0.2402265, 0]);
+  assertClose(klTensor(logp, ref, 'k3'), [0.1931472, 0.3068528, 0]);
   const grid = tf.linspace(-30, 30, 241);
-  assert.ok(tf.min(klK3(tf.zerosLike(grid), grid)).dataSync()[0] >= 0);
+  assert.ok(tf.min(klTensor(tf.zerosLike(grid), grid, 'k3')).dataSync()[0] >= 0);
   // as a loss term: token_mean of k3 over the first two tokens = (0.1931472 + 0.3068528) / 2 = 0.25
   const mask = tf.tensor2d([[1, 1, 0]]);
   assertClose(klLoss(logp.reshape([1, 3]) as tf.Tensor2D, ref.reshape([1, 3]) as tf.Tensor2D, mask, 'k3'), 0.25);

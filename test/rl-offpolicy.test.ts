@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as tf from '@tensorflow/tfjs';
 import { behaviorImportanceWeights, ppoClipLoss, staleTokenMask } from '../engines/rl/losses';
-import { policyLoss } from '../engines/trainer-losses';
+import { policyLoss } from '../training/losses';
 
 function close(actual: tf.Tensor | ArrayLike<number>, expected: readonly number[], tol = 1e-5): void {
   const got = Array.from(actual instanceof tf.Tensor ? actual.dataSync() : actual);

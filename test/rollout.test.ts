@@ -1,7 +1,8 @@
 // The rollout engine's sampling contract on real ONNX Runtime sessions.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { initWeights, seededRandom, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { seededRandom } from '../config/seeds';
+import { initWeights, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { RolloutEngine, sampleToken, type SamplingParams } from '../engines/rollout';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };

@@ -1,3 +1,4 @@
+// The run config: defaults, and an error naming the field for each kind of bad input.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
@@ -10,7 +11,8 @@ test('an empty config gets every default', () => {
   assert.equal(c.model.n_heads, 8);
   assert.equal(c.algorithm.group_size, 8);
   assert.equal(c.train.lr, 1e-4);
-  assert.equal(c.smoke.samples, 8);
+  assert.equal(c.algorithm.advantage, 'grpo');
+  assert.deepEqual(c.algorithm.advantage_options, {});
   assert.equal(c.run_id, undefined);
 });
 
@@ -57,7 +59,8 @@ const INVALID: Array<[name: string, input: unknown, field: RegExp]> = [
   ['negative top_k', { rollout: { top_k: -5 } }, /^rollout\.top_k: /],
   ['checkpoint every zero steps', { checkpoint: { every: 0 } }, /^checkpoint\.every: /],
   ['section that is not an object', { train: 5 }, /^train: /],
-  ['smoke samples over the cap', { smoke: { samples: 1e9 } }, /^smoke\.samples: /],
+  ['a removed section', { smoke: { samples: 8 } }, /^smoke: unknown field/],
+  ['an estimator module without a path', { algorithm: { advantage: { export: 'x' } } }, /^algorithm\.advantage: /],
 ];
 
 for (const [name, input, field] of INVALID) {

@@ -1,3 +1,4 @@
+// Tokenizers: the character tokenizer and a Hugging Face tokenizer.json, round trips and specials.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -4,10 +4,11 @@ import assert from 'node:assert/strict';
 import { before, test } from 'node:test';
 import * as tf from '@tensorflow/tfjs';
 import { loadTfjsBackend } from '../engines/backends';
-import { initWeights, parameterSpec, seededRandom, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { seededRandom } from '../config/seeds';
+import { initWeights, parameterSpec, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { decodeSafetensors } from '../engines/safetensors';
 import { learningRate, NonFiniteUpdateError, Trainer, type TrainSequence, type TrainingLoss } from '../engines/trainer';
-import { policyLoss, sftLoss } from '../engines/trainer-losses';
+import { policyLoss, sftLoss } from '../training/losses';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
 

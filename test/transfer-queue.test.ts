@@ -1,6 +1,9 @@
-// The transfer queue on a real database: batched writes, idempotent re-writes that never touch a
-// consumed sample, and exactly-once train steps (a retry reuses the recorded set, concurrent steps
-// never share a sample, an update is applied once).
+// The transfer queue on a real database, through the paths production uses (rollout inserts samples
+// 'scored' or 'failed', the reference stage adds log-probs, a train step selects a batch and records
+// its advantages): batched and chunked writes, validation naming the bad sample, idempotent re-writes
+// that never touch a consumed sample, and exactly-once train steps (a retry reuses the recorded set,
+// concurrent steps never share a sample, staleness filters the selection, an update is applied once),
+// and pruning that keeps what a retry needs.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Pool } from 'pg';
@@ -8,16 +11,14 @@ import { createPool } from '../store/db';
 import {
   getTrainStep,
   insertSamples,
-  markFailed,
   markStepApplied,
   pruneConsumed,
   queueStats,
   readSamples,
+  recordStepAdvantages,
   selectTrainBatch,
-  setAdvantages,
   setReferenceLogprobs,
   TrainStepConflictError,
-  updateScores,
   type NewSample,
   type Queryable,
   type SampleKey,
@@ -74,10 +75,10 @@ function grid(iterations: number[], groups: number, groupSize: number, extra: (k
   );
 }
 
-/** Writes samples and scores them, so they are ready for training. */
+/** Writes samples as rollout does, scored: ready for training. */
 async function readySamples(runId: string, samples: NewSample[]): Promise<void> {
-  await insertSamples(db.pool, runId, samples);
-  assert.equal(await setAdvantages(db.pool, runId, samples.map((s) => ({ ...s, advantage: s.sampleIndex - 0.5 }))), samples.length);
+  const scored = samples.map((s) => ({ ...s, reward: s.sampleIndex, status: 'scored' as const }));
+  assert.deepEqual(await insertSamples(db.pool, runId, scored), { written: samples.length, skippedConsumed: 0 });
 }
 
 const keyOf = (k: SampleKey) => `${k.iteration}/${k.groupIndex}/${k.sampleIndex}`;
@@ -91,6 +92,8 @@ test('insertSamples writes 5000 samples in one statement (or in chunks of a boun
     lossMask: [1, 1, 0],
     reward: 0.75,
     rewards: { 'format "ok"': 1, 'correct\\ness': 0.5 },
+    advantage: 1.5,
+    advantages: [0.25, -0.5, 0],
     tokenVersions: [0, 0, 1],
   });
   const { db: counted, statements } = countingDb(db.pool);
@@ -115,6 +118,8 @@ test('insertSamples writes 5000 samples in one statement (or in chunks of a boun
   assert.equal(first.reward, 0.75);
   assert.equal(typeof first.reward, 'number');
   assert.deepEqual(first.rewards, { 'format "ok"': 1, 'correct\\ness': 0.5 });
+  assert.equal(first.advantage, 1.5);
+  assert.deepEqual(first.advantages, [0.25, -0.5, 0]);
   assert.deepEqual(first.tokenVersions, [0, 0, 1]);
   assert.equal(first.status, 'generated');
   assert.equal(first.consumedByStep, null);
@@ -135,34 +140,54 @@ test('bad samples are refused with the sample and field named, before anything i
   await assert.rejects(insertSamples(db.pool, runId, [sample(0, 0, 0), sample(0, 0, 0)]), /samples\[1\] \(iteration 0, group 0, index 0\) appears twice/);
   await assert.rejects(insertSamples(db.pool, runId, [sample(0, 0, 0, { status: 'failed' })]), /\.error is required when status is 'failed'/);
   await assert.rejects(insertSamples(db.pool, runId, [sample(0, 0, 0, { reward: Number.NaN })]), /\.reward must be a finite number/);
+  await assert.rejects(insertSamples(db.pool, runId, [sample(0, 0, 0), sample(0, 0, 1, { advantages: [1] })]), /samples\[1\] \(iteration 0, group 0, index 1\)\.advantages has 1 entries but the response has 4 tokens/);
   assert.equal((await readSamples(db.pool, runId)).length, 0);
 });
 
 test('re-inserting the same keys overwrites them (a retried rollout) without duplicating', async () => {
   const runId = await newRun();
-  await insertSamples(db.pool, runId, grid([0], 2, 4));
-  await updateScores(db.pool, runId, [{ iteration: 0, groupIndex: 0, sampleIndex: 0, reward: 1 }]);
+  const scoredOrFailed = (k: SampleKey): Partial<NewSample> =>
+    k.groupIndex === 1 && k.sampleIndex === 3 ? { status: 'failed', error: 'environment threw' } : { status: 'scored', reward: 1, rewards: { exact: 1 } };
+  await insertSamples(db.pool, runId, grid([0], 2, 4, scoredOrFailed));
+  assert.deepEqual((await queueStats(db.pool, runId)).byStatus, { generated: 0, scored: 7, consumed: 0, failed: 1 });
   const retry = grid([0], 2, 4, () => ({ responseTokens: [99, 98], lossMask: [1, 1], rolloutLogprobs: [-1, -2] }));
   assert.deepEqual(await insertSamples(db.pool, runId, retry), { written: 8, skippedConsumed: 0 });
   const rows = await readSamples(db.pool, runId);
   assert.equal(rows.length, 8);
-  assert.ok(rows.every((r) => r.responseTokens.join() === '99,98' && r.reward === null && r.status === 'generated'));
+  assert.ok(rows.every((r) => r.responseTokens.join() === '99,98' && r.reward === null && r.rewards === null && r.status === 'generated' && r.error === null));
 });
 
-test('scores, reference log-probs and advantages are one statement per batch; failed samples stay failed', async () => {
+test('scored and failed samples, reference log-probs and step advantages are one statement per batch; failed samples are never trained on', async () => {
   const runId = await newRun();
-  const samples = grid([0], 8, 4);
-  await insertSamples(db.pool, runId, samples);
-  const { db: counted, statements } = countingDb(db.pool);
-  assert.equal(await updateScores(counted, runId, samples.map((s) => ({ ...s, reward: s.sampleIndex, rewards: { exact: s.sampleIndex } }))), 32);
-  assert.equal(await setReferenceLogprobs(counted, runId, samples.map((s) => ({ ...s, refLogprobs: Array.from(s.responseTokens, () => -0.5) }))), 32);
-  assert.equal(await markFailed(counted, runId, [{ iteration: 0, groupIndex: 7, sampleIndex: 3, error: 'reward function threw: TypeError: x is undefined' }]), 1);
-  assert.equal(
-    await setAdvantages(counted, runId, samples.map((s) => ({ ...s, advantage: s.sampleIndex - 1.5, advantages: Array.from(s.responseTokens, () => 0.25) }))),
-    31,
-    'the failed sample is not made ready',
+  const failedKey = { iteration: 0, groupIndex: 7, sampleIndex: 3 };
+  const samples = grid([0], 8, 4, (k) =>
+    keyOf(k) === keyOf(failedKey)
+      ? { status: 'failed', error: 'reward function threw: TypeError: x is undefined' }
+      : { status: 'scored', reward: k.sampleIndex, rewards: { exact: k.sampleIndex } },
   );
-  assert.equal(statements.length, 4);
+  const { db: counted, statements } = countingDb(db.pool);
+  assert.deepEqual(await insertSamples(counted, runId, samples), { written: 32, skippedConsumed: 0 });
+  await assert.rejects(
+    setReferenceLogprobs(db.pool, runId, [{ iteration: 0, groupIndex: 1, sampleIndex: 0, refLogprobs: [-1] }]),
+    /refLogprobs of sample \(iteration 0, group 1, index 0\) has 1 entries but the response has 4 tokens/,
+  );
+  const ref = samples.map((s) => ({ ...s, refLogprobs: Array.from(s.responseTokens, () => -0.5) }));
+  assert.equal(await setReferenceLogprobs(counted, runId, ref), 31, 'the failed sample is not in flight');
+  const stats = await queueStats(db.pool, runId);
+  assert.deepEqual(stats.byStatus, { generated: 0, scored: 31, consumed: 0, failed: 1 });
+  assert.equal(stats.oldestUnconsumedIteration, 0);
+  assert.equal(stats.newestSamplePolicyVersion, 0);
+  assert.equal(stats.lastAppliedStep, null);
+
+  const batch = await selectTrainBatch(db.pool, runId, 0, { size: 40, requireRefLogprobs: true });
+  assert.ok(batch);
+  assert.equal(batch.samples.length, 31, 'the failed sample is not selected');
+  assert.ok(!batch.samples.some((s) => keyOf(s) === keyOf(failedKey)));
+  const advantages = [...batch.samples, failedKey].map((s) => ({ ...s, advantage: s.sampleIndex - 1.5 }));
+  assert.equal(await recordStepAdvantages(counted, runId, 0, advantages), 31, 'only the rows step 0 consumed');
+  assert.equal(await recordStepAdvantages(db.pool, runId, 1, advantages), 0, 'nor the rows of another step');
+  assert.equal(statements.length, 3);
+  assert.equal(await selectTrainBatch(db.pool, runId, 1, { size: 40 }), null, 'nothing left: the failed sample never becomes ready');
 
   const rows = await readSamples(db.pool, runId);
   const s = rows.find((r) => keyOf(r) === '0/2/3')!;
@@ -170,21 +195,14 @@ test('scores, reference log-probs and advantages are one statement per batch; fa
   assert.deepEqual(s.rewards, { exact: 3 });
   assert.deepEqual(s.refLogprobs, Array(s.responseTokens.length).fill(-0.5));
   assert.equal(s.advantage, 1.5);
-  assert.deepEqual(s.advantages, Array(s.responseTokens.length).fill(0.25));
-  assert.equal(s.status, 'scored');
-  const failed = rows.find((r) => keyOf(r) === '0/7/3')!;
-  assert.equal(failed.status, 'failed');
+  assert.deepEqual([s.status, s.consumedByStep], ['consumed', 0]);
+  const failed = rows.find((r) => keyOf(r) === keyOf(failedKey))!;
+  assert.deepEqual([failed.status, failed.consumedByStep, failed.refLogprobs, failed.advantage], ['failed', null, null, null]);
   assert.match(failed.error ?? '', /reward function threw/);
-
-  await assert.rejects(
-    setReferenceLogprobs(db.pool, runId, [{ iteration: 0, groupIndex: 1, sampleIndex: 0, refLogprobs: [-1] }]),
-    /refLogprobs of sample \(iteration 0, group 1, index 0\) has 1 entries but the response has 4 tokens/,
-  );
-  const stats = await queueStats(db.pool, runId);
-  assert.deepEqual(stats.byStatus, { generated: 0, scored: 31, consumed: 0, failed: 1 });
-  assert.equal(stats.oldestUnconsumedIteration, 0);
-  assert.equal(stats.newestSamplePolicyVersion, 0);
-  assert.equal(stats.lastAppliedStep, null);
+  const after = await queueStats(db.pool, runId);
+  assert.deepEqual(after.byStatus, { generated: 0, scored: 0, consumed: 31, failed: 1 });
+  assert.equal(after.oldestUnconsumedIteration, null, 'a failed sample is not waiting to be trained on');
+  assert.deepEqual([after.lastSelectedStep, after.lastAppliedStep], [0, null]);
 });
 
 test('selectTrainBatch: oldest iteration first, and a retried step gets exactly its recorded set back', async () => {
@@ -308,9 +326,11 @@ test('consumed samples are never overwritten nor re-queued, even after pruning; 
   const before = await readSamples(db.pool, runId);
   const rewritten = samples.map((s) => ({ ...s, responseTokens: [7], lossMask: [1], rolloutLogprobs: [-3] }));
   assert.deepEqual(await insertSamples(db.pool, runId, rewritten), { written: 0, skippedConsumed: 8 });
-  assert.deepEqual(await readSamples(db.pool, runId), before, 'consumed rows untouched by a late rollout retry');
-  assert.equal(await updateScores(db.pool, runId, samples.map((s) => ({ ...s, reward: 5 }))), 0);
-  assert.equal(await markFailed(db.pool, runId, samples.map((s) => ({ ...s, error: 'late' }))), 0);
+  const lateFailure = samples.map((s) => ({ ...s, status: 'failed' as const, error: 'late' }));
+  assert.deepEqual(await insertSamples(db.pool, runId, lateFailure), { written: 0, skippedConsumed: 8 });
+  assert.equal(await setReferenceLogprobs(db.pool, runId, samples.map((s) => ({ ...s, refLogprobs: Array.from(s.responseTokens, () => -1) }))), 0);
+  assert.equal(await recordStepAdvantages(db.pool, runId, 9, samples.map((s) => ({ ...s, advantage: 5 }))), 0, 'not consumed by step 9');
+  assert.deepEqual(await readSamples(db.pool, runId), before, 'consumed rows untouched by a late rollout retry, a late failure or a late stage');
 
   // Newest step is 3; keep 2 -> steps 0 and 1 go.
   assert.equal(await pruneConsumed(db.pool, runId, { keepLastSteps: 2 }), 4);

@@ -4,11 +4,11 @@
 import type { PolicyWeights } from '../engines/model';
 import type { RolloutEngine } from '../engines/rollout';
 import type { Trainer, TrainSequence } from '../engines/trainer';
-import { sftLoss } from '../engines/trainer-losses';
+import { sftLoss } from './losses';
 import type { Task, TaskPrompt } from '../envs/task';
-import { mulberry32 } from '../envs/random';
-import { evaluateGreedy } from './evaluate';
-import { promptTokens } from './policy';
+import { seededRandom, sftBatchSeed } from '../config/seeds';
+import { evaluateGreedy } from '../rollout/evaluate';
+import { promptTokens } from '../rollout/producers';
 
 /**
  * One supervised example: prompt then answer + eos, or for a multi-turn task a demonstration
@@ -66,9 +66,9 @@ export async function sftWarmStart(o: WarmStartOptions): Promise<WarmStartResult
   const curve: WarmStartResult['curve'] = [];
   let lastInBand: WarmStartResult | undefined;
   for (let step = 1; step <= o.maxSteps; step++) {
-    const seed = o.seed * 1_000_003 + step;
+    const seed = sftBatchSeed(o.seed, step);
     const prompts = o.task.warmStartPrompts ? o.task.warmStartPrompts(seed, o.batchSize) : o.task.trainPrompts(seed, o.batchSize);
-    const random = mulberry32(seed);
+    const random = seededRandom(seed);
     const m = await o.trainer.trainStep(prompts.map((p) => sftSequence(o.task, p, random)), loss);
     const point: WarmStartResult['curve'][number] = { step, loss: m.loss };
     curve.push(point);

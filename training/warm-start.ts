@@ -9,7 +9,7 @@ import type { PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { loadTask } from '../envs/registry';
-import { policyModelConfig } from './policy';
+import { policyModelConfig } from './options';
 import { sftWarmStart } from './sft';
 
 export interface SftRecipe {

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Role } from '../config/task-queues';
 import { openStore } from '../store/db';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
-import { PACKAGE_ROOT } from './environment';
+import { PACKAGE_ROOT } from '../config/environment';
 import { freePort } from './ports';
 import { forwardLines, startTemporalServer, type TemporalServer } from './temporal-server';
 

@@ -1,3 +1,4 @@
+// A free TCP port on loopback, for servers a process starts (tests, the local stack).
 import net from 'node:net';
 
 /** A TCP port free on 127.0.0.1 right now. */

@@ -2,7 +2,7 @@
 // Web UI) as a child process, and waits until it answers.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Connection } from '@temporalio/client';
-import { findTemporalBinary } from './environment';
+import { findTemporalBinary } from '../config/environment';
 
 export interface TemporalServerOptions {
   /** Persist state here (so a restart resumes running workflows); omit for in-memory. */

@@ -1,3 +1,4 @@
+// How a workflow fails on an activity failure that retrying cannot fix.
 import { ActivityFailure, ApplicationFailure } from '@temporalio/workflow';
 
 /**

@@ -9,7 +9,7 @@ import {
   continueAsNew,
   defineQuery,
   defineSignal,
-  patched,
+  deprecatePatch,
   proxyActivities,
   setHandler,
   upsertMemo,
@@ -18,9 +18,9 @@ import {
 } from '@temporalio/workflow';
 import { defineSearchAttributeKey } from '@temporalio/common';
 import type { ControlActivities } from '../activities/control';
-import type { ReferenceTrainingActivities } from '../activities/reference';
-import type { RolloutTrainingActivities } from '../activities/rollout';
-import type { TrainActivities, TrainingRunActivities, TrainStepInput, TrainStepResult } from '../activities/train';
+import type { ReferenceActivities } from '../activities/reference';
+import type { RolloutActivities } from '../activities/rollout';
+import type { TrainActivities, TrainStepInput, TrainStepResult } from '../activities/train';
 import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 import { failWorkflowOnNonRetryable, isNonRetryableActivityFailure } from './failures';
@@ -76,7 +76,10 @@ export const stopSignal = defineSignal('stop');
 
 export const RelaxRunIdKey = defineSearchAttributeKey('RelaxRunId', 'KEYWORD');
 
-/** Patch id: advantages and metrics inside the train step, the trainer instance kept across steps. */
+/**
+ * Patch id (deprecated: every supported execution has it): advantages and metrics inside the train
+ * step, the trainer instance kept across steps.
+ */
 export const FEWER_ROUND_TRIPS = 'fewer-round-trips-per-step';
 
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
@@ -93,7 +96,7 @@ const control = proxyActivities<ControlActivities>({
   retry: { initialInterval: '1 second', maximumAttempts: 10 },
 });
 
-const trainShared = proxyActivities<TrainActivities & TrainingRunActivities>({
+const trainShared = proxyActivities<TrainActivities>({
   taskQueue: roleTaskQueue('train'),
   startToCloseTimeout: '1 minute',
   retry: { initialInterval: '1 second', maximumAttempts: 10 },
@@ -102,14 +105,14 @@ const trainShared = proxyActivities<TrainActivities & TrainingRunActivities>({
 // Rollout and reference work is stateless between calls (engines reload any version from the
 // checkpoint registry), so it goes to the shared queues: a dead worker's activity is retried on
 // another one once its heartbeats stop.
-const rollout = proxyActivities<RolloutTrainingActivities>({
+const rollout = proxyActivities<RolloutActivities>({
   taskQueue: roleTaskQueue('rollout'),
   startToCloseTimeout: '10 minutes',
   heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '500 milliseconds', maximumAttempts: 20 },
 });
 
-const reference = proxyActivities<ReferenceTrainingActivities>({
+const reference = proxyActivities<ReferenceActivities>({
   taskQueue: roleTaskQueue('reference'),
   startToCloseTimeout: '10 minutes',
   heartbeatTimeout: '10 seconds',
@@ -121,163 +124,172 @@ function pushPoint(curve: Array<[number, number]>, point: [number, number]): voi
   if (curve.length > CURVE_POINTS) curve.splice(0, curve.length - CURVE_POINTS);
 }
 
-export async function trainingRun(input: unknown, carry?: TrainingCarry): Promise<TrainingResult> {
-  let paused = carry?.paused ?? false;
-  let stopRequested = false;
-  const progress: TrainingProgress = carry?.progress ?? { status: 'starting', step: 0, totalSteps: 0, policyVersion: 0, rewards: [], accuracies: [] };
-  setHandler(trainingProgressQuery, () => progress);
-  setHandler(pauseSignal, () => void (paused = true));
-  setHandler(resumeSignal, () => void (paused = false));
-  setHandler(stopSignal, () => void (stopRequested = true));
-  // Executions that started before this change ran separate advantage and metrics activities and
-  // asked for a trainer instance every step; they replay and finish the old way.
-  const fewerRoundTrips = patched(FEWER_ROUND_TRIPS);
-  const trainer: TrainerChoice = { sticky: fewerRoundTrips };
+/** What one execution of a run holds: small state only (ids, counters, versions, flags). */
+interface RunState {
+  input: unknown;
+  config: RunConfig;
+  runId: string;
+  progress: TrainingProgress;
+  /** Set by the pause / resume / stop signals. */
+  signals: { paused: boolean; stopRequested: boolean };
+  trainer: TrainerChoice;
+}
 
-  let config: RunConfig;
-  if (carry) {
-    config = carry.config;
-  } else {
-    config = await control.startRun({ input, workflowId: workflowInfo().workflowId, kind: 'training' }).catch(failWorkflowOnNonRetryable);
-    await trainShared.initPolicy({ runId: config.run_id as string }).catch(failWorkflowOnNonRetryable);
-    const initial = await rollout.evaluate({ runId: config.run_id as string, policyVersion: 0 });
-    progress.totalSteps = config.train.steps;
-    pushPoint(progress.accuracies, [0, initial.accuracy]);
-    progress.lastAccuracy = initial.accuracy;
-  }
+export async function trainingRun(input: unknown, carry?: TrainingCarry): Promise<TrainingResult> {
+  const progress: TrainingProgress = carry?.progress ?? { status: 'starting', step: 0, totalSteps: 0, policyVersion: 0, rewards: [], accuracies: [] };
+  const signals = { paused: carry?.paused ?? false, stopRequested: false };
+  setHandler(trainingProgressQuery, () => progress);
+  setHandler(pauseSignal, () => void (signals.paused = true));
+  setHandler(resumeSignal, () => void (signals.paused = false));
+  setHandler(stopSignal, () => void (signals.stopRequested = true));
+  // Executions started before this patch ran separate advantage and metrics activities; their code
+  // path is gone (docs/architecture.md says what running executions are promised).
+  deprecatePatch(FEWER_ROUND_TRIPS);
+
+  const config = carry?.config ?? (await startRun(input, progress));
   const runId = config.run_id as string;
   progress.runId = runId;
   upsertSearchAttributes([{ key: RelaxRunIdKey, value: runId }]);
+  const run: RunState = { input, config, runId, progress, signals, trainer: {} };
+  if (config.mode === 'async') await asyncIterations(run);
+  else await syncIterations(run);
+  return finishRun(run);
+}
 
+/** Validates and registers the run, publishes version 0 and evaluates it. */
+async function startRun(input: unknown, progress: TrainingProgress): Promise<RunConfig> {
+  const config = await control.startRun({ input, workflowId: workflowInfo().workflowId }).catch(failWorkflowOnNonRetryable);
+  await trainShared.initPolicy({ runId: config.run_id as string }).catch(failWorkflowOnNonRetryable);
+  const initial = await rollout.evaluate({ runId: config.run_id as string, policyVersion: 0 });
+  progress.totalSteps = config.train.steps;
+  pushPoint(progress.accuracies, [0, initial.accuracy]);
+  progress.lastAccuracy = initial.accuracy;
+  return config;
+}
+
+/** Waits while paused (a stop ends the wait); returns false when the run should stop. */
+async function unlessPaused(run: RunState): Promise<boolean> {
+  if (run.signals.stopRequested) return false;
+  if (run.signals.paused) {
+    run.progress.status = 'paused';
+    await condition(() => !run.signals.paused || run.signals.stopRequested);
+    if (run.signals.stopRequested) return false;
+  }
+  run.progress.status = 'running';
+  return true;
+}
+
+/** Sync (on-policy): iteration i is generated by the policy that step i + 1 starts from. */
+async function syncIterations(run: RunState): Promise<void> {
+  let executed = 0;
+  while (run.progress.step < run.config.train.steps && (await unlessPaused(run))) {
+    if (executed >= ITERATIONS_PER_EXECUTION) await continueAsNew<typeof trainingRun>(run.input, { config: run.config, progress: run.progress, paused: run.signals.paused });
+    const started = Date.now();
+    const summary = await rolloutIteration(run, run.progress.step, run.progress.policyVersion);
+    await trainIteration(run, run.progress.step + 1, summary, started);
+    executed++;
+  }
+}
+
+/**
+ * Async: rollout runs ahead of training. Iteration i may start once step i - max_staleness is
+ * done, under the newest published version; each step adds at most one version, so every sample a
+ * step consumes is at most max_staleness versions old (the train step enforces it again in the
+ * transfer queue). Step i + 1 trains iteration i as soon as its rollout is complete.
+ */
+async function asyncIterations(run: RunState): Promise<void> {
+  const { config, progress } = run;
+  const k = config.max_staleness;
+  const end = Math.min(config.train.steps, progress.step + ITERATIONS_PER_EXECUTION);
+  const ready = new Map<number, RolloutSummary>();
+  let producerError: unknown;
+  let lastStepEnd = Date.now();
+  const producer = (async () => {
+    for (let iteration = progress.step; iteration < end; iteration++) {
+      const waitStarted = Date.now();
+      await condition(() => run.signals.stopRequested || (!run.signals.paused && progress.step >= iteration - k));
+      if (run.signals.stopRequested) return;
+      const waitMs = Date.now() - waitStarted;
+      ready.set(iteration, { ...(await rolloutIteration(run, iteration, progress.policyVersion)), waitMs });
+    }
+  })().catch((err) => void (producerError = err));
+
+  while (progress.step < end && (await unlessPaused(run))) {
+    await condition(() => ready.has(progress.step) || producerError !== undefined || run.signals.stopRequested);
+    if (producerError !== undefined) throw producerError;
+    if (run.signals.stopRequested) break;
+    const summary = ready.get(progress.step) as RolloutSummary;
+    ready.delete(progress.step);
+    await trainIteration(run, progress.step + 1, summary, lastStepEnd);
+    lastStepEnd = Date.now();
+  }
+  await producer;
+  if (producerError !== undefined) throw producerError;
+  if (!run.signals.stopRequested && progress.step < config.train.steps) {
+    await continueAsNew<typeof trainingRun>(run.input, { config, progress, paused: run.signals.paused });
+  }
+}
+
+/** Rollout of one iteration: generate (fanned out), the failure budget, reference log-probs. */
+async function rolloutIteration(run: RunState, iteration: number, policyVersion: number): Promise<RolloutSummary> {
+  const { config, runId } = run;
+  const rolloutStarted = Date.now();
   const groups = config.rollout.prompts_per_step;
   const parallelism = Math.min(config.rollout.parallelism, groups);
-
-  /** Rollout of one iteration: generate (fanned out), the failure budget, reference log-probs. */
-  const rolloutIteration = async (iteration: number, policyVersion: number): Promise<RolloutSummary> => {
-    const rolloutStarted = Date.now();
-    // The iteration's prompt groups split evenly over `parallelism` activities.
-    const slices = Array.from({ length: parallelism }, (_, k) => {
-      const first = Math.floor((k * groups) / parallelism);
-      return { firstGroup: first, groups: Math.floor(((k + 1) * groups) / parallelism) - first };
+  // The iteration's prompt groups split evenly over `parallelism` activities.
+  const slices = Array.from({ length: parallelism }, (_, k) => {
+    const first = Math.floor((k * groups) / parallelism);
+    return { firstGroup: first, groups: Math.floor(((k + 1) * groups) / parallelism) - first };
+  });
+  const generated = await Promise.all(slices.map((s) => rollout.generate({ runId, iteration, policyVersion, ...s }))).catch(failWorkflowOnNonRetryable);
+  const samples = generated.reduce((n, g) => n + g.samples, 0);
+  const failed = generated.reduce((n, g) => n + g.failed, 0);
+  if (failed > config.train.failure_budget * samples) {
+    throw ApplicationFailure.create({
+      message: `step ${iteration + 1}: the reward failed on ${failed} of ${samples} samples, over train.failure_budget (${config.train.failure_budget}); see the failed samples' errors in the transfer queue`,
+      type: 'FailureBudgetExceeded',
+      nonRetryable: true,
     });
-    const generated = await Promise.all(slices.map((s) => rollout.generate({ runId, iteration, policyVersion, ...s }))).catch(failWorkflowOnNonRetryable);
-    const samples = generated.reduce((n, g) => n + g.samples, 0);
-    const failed = generated.reduce((n, g) => n + g.failed, 0);
-    if (failed > config.train.failure_budget * samples) {
-      throw ApplicationFailure.create({
-        message: `step ${iteration + 1}: the reward failed on ${failed} of ${samples} samples, over train.failure_budget (${config.train.failure_budget}); see the failed samples' errors in the transfer queue`,
-        type: 'FailureBudgetExceeded',
-        nonRetryable: true,
-      });
-    }
-    const rewardMean = generated.reduce((n, g) => n + g.rewardSum, 0) / Math.max(1, samples - failed);
-    if (config.algorithm.kl_coef > 0 && (fewerRoundTrips || config.algorithm.kl_mode === 'loss')) await reference.referenceLogprobs({ runId, iteration });
-    return { samples, failed, rewardMean, busyMs: Date.now() - rolloutStarted };
-  };
-
-  /** One train step on an iteration's samples, then progress and (every eval_every) an evaluation. */
-  const trainIteration = async (step: number, summary: RolloutSummary, started: number): Promise<void> => {
-    if (!fewerRoundTrips) await control.computeAdvantages({ runId, iteration: step - 1 });
-    const rolloutMetrics = {
-      reward_mean: summary.rewardMean,
-      samples: summary.samples,
-      failed_samples: summary.failed,
-      rollout_busy_ms: summary.busyMs,
-      ...(summary.waitMs !== undefined ? { rollout_wait_ms: summary.waitMs } : {}),
-    };
-    const trained = await trainOnSomeInstance(trainer, {
-      runId,
-      step,
-      fromVersion: progress.policyVersion,
-      ...(fewerRoundTrips ? { rolloutMetrics } : {}),
-      ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: config.max_staleness } : {}),
-    });
-    progress.policyVersion = trained.policyVersion;
-    progress.step = step;
-    progress.lastReward = summary.rewardMean;
-    pushPoint(progress.rewards, [step, summary.rewardMean]);
-    progress.samplesPerSecond = summary.samples / Math.max(0.001, (Date.now() - started) / 1000);
-
-    const metrics: Record<string, number> = { ...trained.metrics, ...rolloutMetrics };
-    if (step % config.train.eval_every === 0 || step === config.train.steps || stopRequested) {
-      const { accuracy } = await rollout.evaluate({ runId, policyVersion: progress.policyVersion, ...(fewerRoundTrips ? { step } : {}) });
-      progress.lastAccuracy = accuracy;
-      pushPoint(progress.accuracies, [step, accuracy]);
-      metrics.eval_accuracy = accuracy;
-    }
-    // The train step and the evaluation record their own metrics in executions with the patch.
-    if (!fewerRoundTrips) await control.recordMetrics({ runId, step, metrics });
-  };
-
-  if (config.mode === 'async') {
-    await asyncIterations();
-  } else {
-    // Sync (on-policy): iteration i is generated by the policy that step i + 1 starts from.
-    let executed = 0;
-    while (progress.step < config.train.steps) {
-      if (stopRequested) break;
-      if (paused) {
-        progress.status = 'paused';
-        await condition(() => !paused || stopRequested);
-        continue;
-      }
-      if (executed >= ITERATIONS_PER_EXECUTION) {
-        await continueAsNew<typeof trainingRun>(input, { config, progress, paused });
-      }
-      progress.status = 'running';
-      const started = Date.now();
-      const summary = await rolloutIteration(progress.step, progress.policyVersion);
-      await trainIteration(progress.step + 1, summary, started);
-      executed++;
-    }
   }
+  const rewardMean = generated.reduce((n, g) => n + g.rewardSum, 0) / Math.max(1, samples - failed);
+  if (config.algorithm.kl_coef > 0) await reference.referenceLogprobs({ runId, iteration });
+  return { samples, failed, rewardMean, busyMs: Date.now() - rolloutStarted };
+}
 
-  /**
-   * Async: rollout runs ahead of training. Iteration i may start once step i - max_staleness is
-   * done, under the newest published version; each step adds at most one version, so every sample a
-   * step consumes is at most max_staleness versions old (the train step enforces it again in the
-   * transfer queue). Step i + 1 trains iteration i as soon as its rollout is complete.
-   */
-  async function asyncIterations(): Promise<void> {
-    const k = config.max_staleness;
-    const end = Math.min(config.train.steps, progress.step + ITERATIONS_PER_EXECUTION);
-    const ready = new Map<number, RolloutSummary>();
-    let producerError: unknown;
-    let lastStepEnd = Date.now();
-    const producer = (async () => {
-      for (let iteration = progress.step; iteration < end; iteration++) {
-        const waitStarted = Date.now();
-        await condition(() => stopRequested || (!paused && progress.step >= iteration - k));
-        if (stopRequested) return;
-        const waitMs = Date.now() - waitStarted;
-        ready.set(iteration, { ...(await rolloutIteration(iteration, progress.policyVersion)), waitMs });
-      }
-    })().catch((err) => void (producerError = err));
-
-    while (progress.step < end) {
-      if (stopRequested) break;
-      if (paused) {
-        progress.status = 'paused';
-        await condition(() => !paused || stopRequested);
-        continue;
-      }
-      progress.status = 'running';
-      await condition(() => ready.has(progress.step) || producerError !== undefined || stopRequested);
-      if (producerError !== undefined) throw producerError;
-      if (stopRequested) break;
-      const summary = ready.get(progress.step) as RolloutSummary;
-      ready.delete(progress.step);
-      await trainIteration(progress.step + 1, summary, lastStepEnd);
-      lastStepEnd = Date.now();
-    }
-    await producer;
-    if (producerError !== undefined) throw producerError;
-    if (!stopRequested && progress.step < config.train.steps) {
-      await continueAsNew<typeof trainingRun>(input, { config, progress, paused });
-    }
+/** One train step on an iteration's samples, then progress and (every eval_every) an evaluation. */
+async function trainIteration(run: RunState, step: number, summary: RolloutSummary, started: number): Promise<void> {
+  const { config, runId, progress } = run;
+  const rolloutMetrics = {
+    reward_mean: summary.rewardMean,
+    samples: summary.samples,
+    failed_samples: summary.failed,
+    rollout_busy_ms: summary.busyMs,
+    ...(summary.waitMs !== undefined ? { rollout_wait_ms: summary.waitMs } : {}),
+  };
+  const trained = await trainOnSomeInstance(run.trainer, {
+    runId,
+    step,
+    fromVersion: progress.policyVersion,
+    rolloutMetrics,
+    ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: config.max_staleness } : {}),
+  });
+  progress.policyVersion = trained.policyVersion;
+  progress.step = step;
+  progress.lastReward = summary.rewardMean;
+  pushPoint(progress.rewards, [step, summary.rewardMean]);
+  progress.samplesPerSecond = summary.samples / Math.max(0.001, (Date.now() - started) / 1000);
+  // The train step and the evaluation record their own metrics.
+  if (step % config.train.eval_every === 0 || step === config.train.steps || run.signals.stopRequested) {
+    const { accuracy } = await rollout.evaluate({ runId, policyVersion: progress.policyVersion, step });
+    progress.lastAccuracy = accuracy;
+    pushPoint(progress.accuracies, [step, accuracy]);
   }
+}
 
-  progress.status = stopRequested && progress.step < config.train.steps ? 'stopped' : 'completed';
+/** The run's result, memo and final status. */
+async function finishRun(run: RunState): Promise<TrainingResult> {
+  const { progress, config, runId } = run;
+  progress.status = run.signals.stopRequested && progress.step < config.train.steps ? 'stopped' : 'completed';
   const result: TrainingResult = {
     runId,
     steps: progress.step,
@@ -293,9 +305,8 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   return result;
 }
 
-/** Which trainer instance the run trains on; `sticky` keeps it across steps until it fails. */
+/** The trainer instance the run trains on, kept across steps until it fails. */
 interface TrainerChoice {
-  sticky: boolean;
   instanceQueue?: string;
 }
 
@@ -309,8 +320,8 @@ interface TrainerChoice {
 async function trainOnSomeInstance(choice: TrainerChoice, input: TrainStepInput): Promise<TrainStepResult> {
   const MAX_INSTANCES = 10;
   for (let attempt = 1; ; attempt++) {
-    const instanceQueue = (choice.sticky && choice.instanceQueue) || (await trainShared.workerInfo()).instanceQueue;
-    const pinned = proxyActivities<TrainingRunActivities>({
+    const instanceQueue = choice.instanceQueue ?? (await trainShared.workerInfo()).instanceQueue;
+    const pinned = proxyActivities<TrainActivities>({
       taskQueue: instanceQueue,
       scheduleToStartTimeout: '10 seconds',
       startToCloseTimeout: '10 minutes',

@@ -110,33 +110,3 @@ export function reinforcePlusPlusAdvantages(rewards: readonly number[], opts: Ba
   checkRewards(rewards);
   return batchNormalize(rewards, opts.eps ?? DEFAULT_EPS, opts.std ?? 'sample');
 }
-
-/** REINFORCE++-baseline: subtract the group mean first, then batch-normalize the centred rewards. */
-export function reinforcePlusPlusBaselineAdvantages(
-  rewards: readonly number[],
-  groupSize: number,
-  opts: BatchNormalizeOptions = {},
-): number[] {
-  const centred = drGrpoAdvantages(rewards, groupSize);
-  return batchNormalize(centred, opts.eps ?? DEFAULT_EPS, opts.std ?? 'sample');
-}
-
-/**
- * Per-token advantages for the loss: row i is advantages[i] at every token where lossMask[i] is 1
- * and 0 where it is 0 (prompt and padding). Rows keep the mask's lengths, so a padded [B, T] mask
- * gives a [B, T] result ready for tf.tensor2d.
- */
-export function advantagesPerToken(advantages: readonly number[], lossMask: readonly ArrayLike<number>[]): Float32Array[] {
-  if (advantages.length !== lossMask.length) {
-    throw new Error(`advantages has ${advantages.length} entries but lossMask has ${lossMask.length} rows: pass one mask row per sample`);
-  }
-  return lossMask.map((row, i) => {
-    const out = new Float32Array(row.length);
-    for (let t = 0; t < row.length; t++) {
-      const m = row[t];
-      if (m !== 0 && m !== 1) throw new Error(`lossMask[${i}][${t}] is ${m}: the loss mask must hold only 0 and 1`);
-      out[t] = m === 1 ? advantages[i] : 0;
-    }
-    return out;
-  });
-}

@@ -14,7 +14,7 @@
 // No backend has a gradient for gatherND, so the sampled token's log-prob is picked with a one-hot
 // multiply-and-sum, which is differentiable everywhere (cpu, wasm, tfjs-node).
 import * as tf from '@tensorflow/tfjs';
-import { K3_LOG_RATIO_CLAMP, type KlEstimator } from './kl';
+import { klTensor, LOG_RATIO_CLAMP, type KlEstimator } from './kl';
 
 export type { KlEstimator } from './kl';
 
@@ -26,9 +26,6 @@ export type { KlEstimator } from './kl';
  *   the length bias of sequence_mean; verl's "seq-mean-token-sum-norm").
  */
 export type LossAggregation = 'token_mean' | 'sequence_mean' | 'sequence_sum_norm';
-
-/** The policy log-ratio is clamped to +-20 before exp, as verl does, so a stale sample cannot overflow. */
-export const LOG_RATIO_CLAMP = 20;
 
 export function aggregateLoss(perToken: tf.Tensor, mask: tf.Tensor, aggregation: LossAggregation): tf.Scalar {
   return tf.tidy(() => {
@@ -197,24 +194,6 @@ export function staleTokenMask(tokenVersions: ArrayLike<number>, currentVersion:
   return out;
 }
 
-/** Schulman's k1 per token: logp - refLogp. */
-export function klK1(logprobs: tf.Tensor, refLogprobs: tf.Tensor): tf.Tensor {
-  return tf.sub(logprobs, refLogprobs);
-}
-
-/** Schulman's k2 per token: (logp - refLogp)^2 / 2. */
-export function klK2(logprobs: tf.Tensor, refLogprobs: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => tf.mul(tf.square(tf.sub(logprobs, refLogprobs)), 0.5));
-}
-
-/** Schulman's k3 per token: e^d - d - 1 with d = refLogp - logp (clamped to +-20), always >= 0. */
-export function klK3(logprobs: tf.Tensor, refLogprobs: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => {
-    const d = tf.clipByValue(tf.sub(refLogprobs, logprobs), -K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP);
-    return tf.sub(tf.sub(tf.exp(d), d), 1);
-  });
-}
-
 /** KL(pi || ref) as a loss term (GRPO puts coef * this in the loss; k3 is its choice). */
 export function klLoss(
   logprobs: tf.Tensor2D,
@@ -224,8 +203,7 @@ export function klLoss(
   aggregation: LossAggregation = 'token_mean',
 ): tf.Scalar {
   return tf.tidy(() => {
-    const perToken = estimator === 'k1' ? klK1(logprobs, refLogprobs) : estimator === 'k2' ? klK2(logprobs, refLogprobs) : klK3(logprobs, refLogprobs);
-    return aggregateLoss(perToken, mask, aggregation);
+    return aggregateLoss(klTensor(logprobs, refLogprobs, estimator), mask, aggregation);
   });
 }
 

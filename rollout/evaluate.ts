@@ -2,8 +2,8 @@
 // multi-turn tasks, greedy episodes against the task's environment.
 import type { RolloutEngine } from '../engines/rollout';
 import type { Task, TaskPrompt } from '../envs/task';
-import { evaluateEpisodes } from './multi-turn';
-import { promptTokens } from './policy';
+import { evaluateEpisodes } from './episodes';
+import { promptTokens } from './producers';
 
 export interface EvalResult {
   accuracy: number;

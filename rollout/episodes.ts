@@ -3,10 +3,12 @@
 // generation. The policy's tokens get loss mask 1 and their log-probs; the environment's
 // observations get loss mask 0 and log-prob 0 (they are context, not actions). The whole trajectory
 // is one sample: promptTokens = bos + the first observation, responseTokens = everything after.
+import { episodeTurnSeed } from '../config/seeds';
 import type { RolloutEngine, SamplingParams } from '../engines/rollout';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { Environment, InteractionSpec, StepResult } from '../envs/interaction';
 import type { Task, TaskPrompt } from '../envs/task';
+import { withTimeout } from '../envs/user-modules';
 
 export type EpisodeEnd = 'terminated' | 'truncated' | 'max_turns' | 'context_full' | 'error';
 
@@ -40,21 +42,6 @@ export interface EpisodeOptions {
   envSeed: number;
   /** Overrides the task's environment (a user class from env.module). */
   createEnv?: InteractionSpec['createEnv'];
-}
-
-/** fn's result, or an error naming `what` once timeoutMs passes (the timer is always cleared). */
-export async function withTimeout<T>(what: string, timeoutMs: number, fn: () => T | Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      Promise.resolve().then(fn),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`${what} timed out after ${timeoutMs} ms`)), timeoutMs);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 function checkStep(result: StepResult): StepResult {
@@ -135,7 +122,7 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
     }
     const generated = await engine.generate(
       active.map((l) => l.context),
-      { ...sampling, maxNewTokens: spec.maxTurnTokens, stopTokens: stops, seed: (sampling.seed ?? 0) * 31 + turn * 7_919 },
+      { ...sampling, maxNewTokens: spec.maxTurnTokens, stopTokens: stops, seed: episodeTurnSeed(sampling.seed ?? 0, turn) },
     );
     const next: Live[] = [];
     await Promise.all(

@@ -3,10 +3,10 @@
 //   POST /v1/completions        (legacy logprobs: {tokens, token_logprobs, text_offset, top_logprobs: null})
 //   POST /v1/chat/completions   (logprobs.content: [{token, logprob, bytes, top_logprobs: []}])
 // What a model name means is the caller's business (resolveModel): `relax serve` maps "<run_id>" to
-// the run's newest policy version and "<run_id>@<n>" to version n (cli/serve.ts).
+// the run's newest policy version and "<run_id>@<n>" to version n (rollout/policy-engine.ts).
 //
 // A request with a session id (the `user` field or the x-relax-session header) is recorded in
-// `sessions` (serve/sessions.ts), so an external agent program's whole conversation becomes one
+// `sessions` (rollout/sessions.ts), so an external agent program's whole conversation becomes one
 // training sample.
 //
 // Requests are served one at a time: the tiny policies generate in milliseconds, a request's n
@@ -89,7 +89,7 @@ function serialQueue(): <T>(task: () => Promise<T>) => Promise<T> {
   };
 }
 
-/** [bos, ...encode(text)], as training/policy.ts promptTokens; a text the tokenizer cannot encode is a 400. */
+/** [bos, ...encode(text)], as rollout/producers.ts promptTokens; a text the tokenizer cannot encode is a 400. */
 function encodePrompt(tokenizer: Tokenizer, text: string, param: string): number[] {
   try {
     return [tokenizer.bosId, ...tokenizer.encode(text)];

@@ -1,17 +1,111 @@
-// A rollout activity's samples for one slice of prompt groups, in the three ways a run can produce
-// them: single-turn generation scored by a reward, multi-turn episodes against an environment, or
-// a user generate function in full control of each group. Each returns transfer-queue rows
-// (without the iteration / group keys, which the activity adds).
+// Score and group a rollout: one slice of an iteration's prompt groups becomes transfer-queue
+// samples, in one of four ways a run can produce them: single-turn generation scored by a reward,
+// multi-turn episodes against an environment, a user generate function in full control of each
+// group, or an external agent program driving the policy through the OpenAI-compatible endpoint.
+// The rollout activity and the in-process loop both call rolloutSlice, with the same seeds.
 import type { RunConfig } from '../config/run-config';
+import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
-import { loadRewardFunction, loadUserExport, scoreGroup, type LoadedReward } from '../envs/user-modules';
+import { loadRewardFunction, loadUserExport, scoreGroup, withTimeout, type LoadedReward } from '../envs/user-modules';
 import type { Task, TaskPrompt } from '../envs/task';
-import { generateGroups } from './grpo';
-import { rolloutEpisodes, withTimeout } from './multi-turn';
-import { runAgentEpisodes } from '../rollout/agent-rollout';
-import type { SessionRecorder } from '../serve/sessions';
+import type { NewSample } from '../store/transfer-queue';
+import { rolloutEpisodes } from './episodes';
+import { runAgentEpisodes } from './agent-rollout';
+import type { SessionRecorder } from './sessions';
+
+/** The token ids a prompt is conditioned on: bos, then the prompt text. */
+export function promptTokens(tokenizer: Tokenizer, prompt: TaskPrompt): number[] {
+  return [tokenizer.bosId, ...tokenizer.encode(prompt.text)];
+}
+
+export function samplingParams(rollout: RunConfig['rollout'], eosId: number, seed: number): SamplingParams {
+  return {
+    maxNewTokens: rollout.max_new_tokens,
+    temperature: rollout.temperature,
+    topP: rollout.top_p,
+    topK: rollout.top_k,
+    stopTokens: [eosId],
+    seed,
+  };
+}
+
+/** The prompts of one iteration, the same on every rollout worker and every retry. */
+export function iterationPrompts(config: RunConfig, task: Task, iteration: number): TaskPrompt[] {
+  return task.trainPrompts(promptSeed(config.seed, iteration), config.rollout.prompts_per_step);
+}
+
+/** The groups [firstGroup, firstGroup + groups) of rollout iteration `iteration`. */
+export interface RolloutSlice {
+  iteration: number;
+  firstGroup: number;
+  groups: number;
+}
+
+export interface RolloutContext {
+  config: RunConfig;
+  task: Task;
+  /** The policy, at the version this slice is generated with. */
+  engine: RolloutEngine;
+  /** rollout.agent: the OpenAI-compatible endpoint the agent programs talk to. */
+  agentEndpoint?: () => Promise<AgentEndpoint>;
+  /** rollout.in_flight "continue": switches the engine to newer versions between decode steps. */
+  followUpdates?: Pick<SamplingParams, 'followUpdates' | 'beforeDecodeStep'>;
+}
+
+/**
+ * Generates group_size samples for each prompt of the slice, scores them, and returns them as
+ * transfer-queue samples keyed (iteration, group, index). A reward or episode that fails marks only
+ * its own sample failed, with the error; the rest of its group still trains. Rejects with
+ * UserModuleError for a user module that cannot be used.
+ */
+export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Promise<NewSample[]> {
+  const { config, task } = ctx;
+  const G = config.algorithm.group_size;
+  const prompts = iterationPrompts(config, task, slice.iteration).slice(slice.firstGroup, slice.firstGroup + slice.groups);
+  const seed = rolloutSeed(config.seed, slice.iteration, slice.firstGroup);
+  const sampling = { ...samplingParams(config.rollout, task.tokenizer().eosId, seed), ...ctx.followUpdates };
+  const rowsCtx: RowsContext = { config, task, engine: ctx.engine, sampling, seed };
+  const agentEndpoint = ctx.agentEndpoint;
+  const produce: (c: RowsContext, p: TaskPrompt[]) => Promise<RolloutRow[]> = config.rollout.agent
+    ? async (c, p) => {
+        if (!agentEndpoint) throw new Error('rollout.agent is set but this rollout has no agent endpoint');
+        return agentRows(c, await agentEndpoint(), p);
+      }
+    : config.generate.module
+      ? customGenerateRows
+      : task.interaction
+        ? episodeRows
+        : singleTurnRows;
+  const rows = await produce(rowsCtx, prompts);
+  return rows.map((r, i) => ({
+    iteration: slice.iteration,
+    groupIndex: slice.firstGroup + Math.floor(i / G),
+    sampleIndex: i % G,
+    promptTokens: r.promptTokens,
+    responseTokens: r.responseTokens,
+    lossMask: r.lossMask,
+    rolloutLogprobs: r.rolloutLogprobs,
+    reward: r.reward,
+    ...(r.rewards ? { rewards: r.rewards } : {}),
+    policyVersion: r.policyVersion,
+    ...(r.tokenVersions ? { tokenVersions: r.tokenVersions } : {}),
+    // Scored: ready to train on (advantages come from the train batch).
+    ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompts[Math.floor(i / G)].text)}: ${r.error}` } : { status: 'scored' as const }),
+  }));
+}
+
+/** Generates groupSize responses per prompt (groups adjacent), without scoring them. */
+async function generateGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams) {
+  const tokenizer = task.tokenizer();
+  const contexts = prompts.flatMap((p) => {
+    const ids = promptTokens(tokenizer, p);
+    return Array.from({ length: groupSize }, () => ids);
+  });
+  const samples = await engine.generate(contexts, sampling);
+  return { contexts, samples };
+}
 
 export interface RolloutRow {
   promptTokens: number[];
@@ -26,7 +120,7 @@ export interface RolloutRow {
 }
 
 /** What a user generate function (generate.module) is given for one prompt group. */
-export interface GenerateInput {
+export interface GenerateFunctionInput {
   prompt: TaskPrompt;
   groupSize: number;
   task: string;
@@ -48,7 +142,7 @@ export interface GeneratedTrajectory {
   reward?: number;
 }
 
-export type GenerateFunction = (input: GenerateInput) => GeneratedTrajectory[] | Promise<GeneratedTrajectory[]>;
+export type GenerateFunction = (input: GenerateFunctionInput) => GeneratedTrajectory[] | Promise<GeneratedTrajectory[]>;
 
 export interface RowsContext {
   config: RunConfig;
@@ -65,7 +159,7 @@ async function score(ctx: RowsContext, reward: LoadedReward | undefined, prompts
   return scored.flat().map((s) => ({ reward: s.reward, error: s.error === null ? null : `reward: ${s.error}` }));
 }
 
-export async function singleTurnRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
+async function singleTurnRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
   const G = ctx.config.algorithm.group_size;
   const tokenizer = ctx.task.tokenizer();
   const batch = await generateGroups(ctx.engine, ctx.task, prompts, G, ctx.sampling);
@@ -135,12 +229,12 @@ export async function customGenerateRows(ctx: RowsContext, prompts: TaskPrompt[]
   const groups = await Promise.all(
     prompts.map(async (prompt, g): Promise<RolloutRow[]> => {
       let oldest = ctx.engine.policyVersion ?? 0;
-      const input: GenerateInput = {
+      const input: GenerateFunctionInput = {
         prompt: { ...prompt },
         groupSize: G,
         task: ctx.task.name,
         tokenizer,
-        seed: ctx.seed * 1_009 + g,
+        seed: generateGroupSeed(ctx.seed, g),
         generate: async (contexts, params = {}) => {
           const out = await ctx.engine.generate(contexts, { ...ctx.sampling, ...params });
           for (const s of out) oldest = Math.min(oldest, s.policyVersion);
@@ -185,7 +279,7 @@ export interface AgentEndpoint {
 }
 
 /** One agent program run per sample; its session on the endpoint is the sample, its report the reward. */
-export async function agentRows(ctx: RowsContext, endpoint: AgentEndpoint, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
+async function agentRows(ctx: RowsContext, endpoint: AgentEndpoint, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
   const agent = ctx.config.rollout.agent;
   if (!agent) throw new Error('rollout.agent is not configured');
   const G = ctx.config.algorithm.group_size;

@@ -1,3 +1,0 @@
-export * from './advantages';
-export * from './kl';
-export * from './losses';

@@ -1,0 +1,98 @@
+// The RL loop in one process (no Temporal, no database): a thin driver over the same core the
+// workflow's activities call (rollout/producers.ts rolloutSlice, training/update.ts, the sample
+// buffer's rules in memory), with the same seeds, so it computes what a sync trainingRun with
+// rollout.parallelism 1 computes. For benchmarks (the baseline the workflow's overhead is measured
+// against), the fast learning tests, and notebook-style use.
+import type { RunConfig } from '../config/run-config';
+import type { PolicyWeights } from '../engines/model';
+import { RolloutEngine } from '../engines/rollout';
+import { Trainer } from '../engines/trainer';
+import { loadTask } from '../envs/registry';
+import type { Task } from '../envs/task';
+import { evaluateGreedy } from '../rollout/evaluate';
+import { rolloutSlice } from '../rollout/producers';
+import { policyModelConfig, trainerOptions } from './options';
+import { InMemorySampleBuffer } from './sample-buffer';
+import { computeUpdate, referenceLogprobs, resolveUpdateRule, stalenessMetrics, stepAdvantages } from './update';
+
+export interface StepReport {
+  step: number;
+  policyVersion: number;
+  rewardMean: number;
+  /** Held-out greedy accuracy, on evaluation steps. */
+  accuracy?: number;
+  /** Multi-turn tasks, on evaluation steps: the environments' numeric info averaged (e.g. tool_use). */
+  evalMetrics?: Record<string, number>;
+  samples: number;
+  /** Samples with a learning signal (trained on). */
+  trainedSamples: number;
+  /** The step's metrics, named as the workflow's train step records them. */
+  metrics: Record<string, number>;
+  stepMs: number;
+}
+
+export interface InProcessResult {
+  initialAccuracy: number;
+  finalAccuracy: number;
+  curve: StepReport[];
+  wallS: number;
+  weights: PolicyWeights;
+}
+
+/** Runs config.train.steps sync RL steps from `init`; hooks see each step. */
+export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks: { onStep?: (r: StepReport) => void; evalEvery?: number } = {}): Promise<InProcessResult> {
+  const started = performance.now();
+  const task = await loadTask(config.task);
+  const model = policyModelConfig(config.model, task.tokenizer().vocabSize);
+  const trainer = Trainer.create(trainerOptions(config, model, init));
+  const reference = config.algorithm.kl_coef > 0 ? Trainer.create({ model, weights: init, optimizer: { lr: 1 } }) : undefined;
+  const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
+  const rule = await resolveUpdateRule(config.algorithm);
+  const buffer = new InMemorySampleBuffer();
+  const evalEvery = hooks.evalEvery ?? config.train.eval_every;
+  const evaluate = (t: Task) => evaluateGreedy(engine, t, t.heldOut(), config.rollout.max_new_tokens);
+  try {
+    engine.setWeights(0, init);
+    const initialAccuracy = (await evaluate(task)).accuracy;
+    const curve: StepReport[] = [];
+    let finalAccuracy = initialAccuracy;
+    for (let step = 1; step <= config.train.steps; step++) {
+      const t0 = performance.now();
+      const iteration = step - 1;
+      const fromVersion = step - 1;
+      const samples = await rolloutSlice({ config, task, engine }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step });
+      if (reference) {
+        const scored = samples.filter((s) => s.status === 'scored');
+        const ref = await referenceLogprobs(reference, scored);
+        scored.forEach((s, i) => (s.refLogprobs = ref[i]));
+      }
+      await buffer.put(samples);
+      const batch = await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion });
+      const claimed = batch?.samples ?? [];
+      const metrics = claimed.length ? await computeUpdate(trainer, rule, claimed, stepAdvantages(rule, claimed), fromVersion) : { trained_samples: 0 };
+      engine.setWeights(step, await trainer.exportWeights());
+      const rewards = samples.filter((s) => s.reward != null).map((s) => s.reward as number);
+      const report: StepReport = {
+        step,
+        policyVersion: step,
+        rewardMean: rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length),
+        samples: samples.length,
+        trainedSamples: metrics.trained_samples,
+        metrics: { ...metrics, ...stalenessMetrics(claimed, fromVersion) },
+        stepMs: performance.now() - t0,
+      };
+      if (step % evalEvery === 0 || step === config.train.steps) {
+        const evaluation = await evaluate(task);
+        report.accuracy = finalAccuracy = evaluation.accuracy;
+        if (evaluation.metrics) report.evalMetrics = evaluation.metrics;
+      }
+      curve.push(report);
+      hooks.onStep?.(report);
+    }
+    return { initialAccuracy, finalAccuracy, curve, wallS: (performance.now() - started) / 1000, weights: await trainer.exportWeights() };
+  } finally {
+    trainer.dispose();
+    reference?.dispose();
+    await engine.release();
+  }
+}

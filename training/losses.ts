@@ -1,0 +1,173 @@
+// Policy losses by name, as the trainer's pluggable TrainingLoss. A run's `algorithm.policy_loss`
+// names a registered loss ("ppo_clip", "gspo") or a user module ({ module, export }) whose export
+// builds a TrainingLoss from { tf, algorithm, options }; `algorithm.policy_loss_options` is validated
+// by the loss's own schema. A new loss is one function and one registerPolicyLoss call (verl's
+// `register_policy_loss`). The math lives in engines/rl/losses.ts; these only wire micro-batch
+// tensors to it.
+import * as tf from '@tensorflow/tfjs';
+import { z } from 'zod';
+import type { RunConfig } from '../config/run-config';
+import { aggregateLoss, behaviorImportanceWeights, entropyBonus, gspoLoss, klLoss, ppoClipLoss, sftCrossEntropy, stopGradient, type KlEstimator, type LossAggregation } from '../engines/rl/losses';
+import type { LossInputs, TrainingLoss } from '../engines/trainer';
+import { loadUserExport } from '../envs/user-modules';
+import { AlgorithmConfigError } from './advantages';
+
+type Algorithm = RunConfig['algorithm'];
+
+/** Supervised fine-tuning: mean negative log-likelihood of the loss-mask targets. */
+export function sftLoss(): TrainingLoss {
+  return {
+    name: 'sft',
+    microBatchWeighting: 'tokens',
+    compute: ({ logits, targets, mask }) => ({ loss: sftCrossEntropy(logits, targets, mask) }),
+  };
+}
+
+export interface PolicyLossOptions {
+  algorithm: 'ppo' | 'gspo';
+  /** Ratio clipped to [1 - clipLow, 1 + clipHigh]. Defaults: ppo 0.2 / 0.2; gspo 3e-4 / 4e-4 (the paper's). */
+  clipLow?: number;
+  clipHigh?: number;
+  aggregation?: LossAggregation;
+  /** Coefficient of the KL(pi || ref) loss term (GRPO); 0 disables it. */
+  klCoef?: number;
+  klEstimator?: KlEstimator;
+  /** Coefficient of the entropy bonus; 0 disables it. */
+  entropyCoef?: number;
+  /**
+   * Off-policy correction (behaviorImportanceWeights): 'tis' truncates the importance weight at
+   * `importanceCap` (default 2); 'decoupled' leaves it uncapped unless `importanceCap` is given.
+   */
+  offPolicy?: 'none' | 'tis' | 'decoupled';
+  importanceCap?: number;
+}
+
+function required(inputs: LossInputs, field: 'oldLogprobs' | 'advantages' | 'refLogprobs', loss: string): tf.Tensor2D {
+  const t = inputs[field];
+  if (!t) throw new Error(`${loss} loss needs ${field} on every sequence`);
+  return t;
+}
+
+/** Clipped policy-gradient surrogate (PPO or GSPO) + optional KL-to-reference and entropy terms. */
+export function policyLoss(options: PolicyLossOptions): TrainingLoss {
+  const gspo = options.algorithm === 'gspo';
+  const aggregation = options.aggregation ?? (gspo ? 'sequence_mean' : 'token_mean');
+  const clipLow = options.clipLow ?? (gspo ? 3e-4 : 0.2);
+  const clipHigh = options.clipHigh ?? (gspo ? 4e-4 : 0.2);
+  const klCoef = options.klCoef ?? 0;
+  const entropyCoef = options.entropyCoef ?? 0;
+  const offPolicy = options.offPolicy ?? 'none';
+  const name = options.algorithm;
+  return {
+    name,
+    microBatchWeighting: aggregation === 'token_mean' ? 'tokens' : 'sequences',
+    compute(inputs) {
+      const behavior = required(inputs, 'oldLogprobs', name);
+      const metrics: Record<string, tf.Scalar> = {
+        // Mean |log pi_trainer - log pi_rollout| over loss tokens: the engines' numeric mismatch plus,
+        // in async mode, how far the policy moved since the sample was generated.
+        logprobMismatch: aggregateLoss(tf.abs(tf.sub(stopGradient(inputs.logprobs), behavior)), inputs.mask, 'token_mean'),
+      };
+      let oldLogprobs = behavior;
+      let weights: tf.Tensor2D | undefined;
+      if (offPolicy !== 'none') {
+        const cap = options.importanceCap ?? (offPolicy === 'tis' ? 2 : Infinity);
+        ({ weights, proxLogprobs: oldLogprobs } = behaviorImportanceWeights(inputs.logprobs, behavior, cap));
+        metrics.importanceWeightMean = aggregateLoss(weights, inputs.mask, 'token_mean');
+        if (Number.isFinite(cap)) metrics.importanceTruncatedFraction = aggregateLoss(tf.cast(tf.greaterEqual(weights, tf.scalar(cap)), 'float32'), inputs.mask, 'token_mean');
+      }
+      const surrogate = (gspo ? gspoLoss : ppoClipLoss)({
+        logprobs: inputs.logprobs,
+        oldLogprobs,
+        advantages: required(inputs, 'advantages', name),
+        mask: inputs.mask,
+        clipLow,
+        clipHigh,
+        aggregation,
+        ...(weights ? { weights } : {}),
+      });
+      let loss: tf.Scalar = surrogate.loss;
+      if (klCoef > 0) {
+        const kl = klLoss(inputs.logprobs, required(inputs, 'refLogprobs', name), inputs.mask, options.klEstimator ?? 'k3', aggregation);
+        loss = tf.add(loss, tf.mul(kl, tf.scalar(klCoef)));
+      }
+      if (entropyCoef > 0) loss = tf.add(loss, entropyBonus(inputs.logits, inputs.mask, entropyCoef));
+      return { loss, metrics: { ...metrics, clipFraction: surrogate.clipFraction, approxKl: surrogate.approxKl } };
+    },
+  };
+}
+
+/** What a policy-loss factory is given. `tf` is the trainer's own tfjs instance: build tensors with it. */
+export interface PolicyLossInput {
+  tf: typeof tf;
+  algorithm: Algorithm;
+  /** algorithm.policy_loss_options, validated by the loss's schema. */
+  options: Record<string, unknown>;
+}
+
+export type PolicyLossFactory = (input: PolicyLossInput) => TrainingLoss;
+
+export interface PolicyLossDefinition {
+  name: string;
+  /** Schema of algorithm.policy_loss_options for this loss. */
+  options: z.ZodType<Record<string, unknown>>;
+  create: PolicyLossFactory;
+}
+
+const losses = new Map<string, PolicyLossDefinition>();
+
+export function registerPolicyLoss(loss: PolicyLossDefinition): void {
+  if (losses.has(loss.name)) throw new Error(`a policy loss named "${loss.name}" is already registered`);
+  losses.set(loss.name, loss);
+}
+
+export function policyLossNames(): string[] {
+  return [...losses.keys()];
+}
+
+/** The clipped surrogate with the run's clip range, KL-in-loss, entropy bonus and off-policy correction. */
+function clippedLossFor(kind: 'ppo' | 'gspo'): PolicyLossFactory {
+  return ({ algorithm }) =>
+    policyLoss({
+      algorithm: kind,
+      clipLow: algorithm.clip_low,
+      clipHigh: algorithm.clip_high,
+      aggregation: algorithm.loss_aggregation,
+      klCoef: algorithm.kl_mode === 'loss' ? algorithm.kl_coef : 0,
+      klEstimator: algorithm.kl_estimator,
+      entropyCoef: algorithm.entropy_coef,
+      offPolicy: algorithm.off_policy,
+      ...(algorithm.importance_cap !== undefined ? { importanceCap: algorithm.importance_cap } : {}),
+    });
+}
+
+registerPolicyLoss({ name: 'ppo_clip', options: z.object({}).strict(), create: clippedLossFor('ppo') });
+registerPolicyLoss({ name: 'gspo', options: z.object({}).strict(), create: clippedLossFor('gspo') });
+
+/**
+ * The TrainingLoss `algorithm.policy_loss` names, built with the run's settings. Throws
+ * AlgorithmConfigError naming the field, or UserModuleError for a module that cannot be loaded.
+ */
+export async function resolvePolicyLoss(algorithm: Algorithm): Promise<TrainingLoss> {
+  const spec = algorithm.policy_loss;
+  let create: PolicyLossFactory;
+  let options = algorithm.policy_loss_options;
+  if (typeof spec !== 'string') {
+    create = (await loadUserExport('policy_loss', spec.module, spec.export)) as PolicyLossFactory;
+  } else {
+    const loss = losses.get(spec);
+    if (!loss) throw new AlgorithmConfigError('algorithm.policy_loss', `unknown policy loss ${JSON.stringify(spec)}: use one of ${policyLossNames().join(', ')}, or { "module": "<path>", "export": "<name>" } for your own`);
+    const parsed = loss.options.safeParse(options);
+    if (!parsed.success) {
+      const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(options)'}: ${i.message}`).join('; ');
+      throw new AlgorithmConfigError('algorithm.policy_loss_options', `not valid for policy loss "${spec}": ${problems}`);
+    }
+    create = loss.create;
+    options = parsed.data;
+  }
+  const built = create({ tf, algorithm, options });
+  if (!built || typeof built.compute !== 'function' || (built.microBatchWeighting !== 'tokens' && built.microBatchWeighting !== 'sequences')) {
+    throw new AlgorithmConfigError('algorithm.policy_loss', 'the loss factory must return { name, microBatchWeighting: "tokens" | "sequences", compute(inputs) }');
+  }
+  return built;
+}

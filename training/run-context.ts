@@ -1,0 +1,60 @@
+// What every stage of a training run needs to know about the run, loaded once per process from the
+// runs table (the config is immutable once the run is registered): its config, task, policy model
+// and checkpoint root.
+import path from 'node:path';
+import type { Pool } from 'pg';
+import { relaxEnvironment } from '../config/environment';
+import { parseRunConfig, type RunConfig } from '../config/run-config';
+import type { ModelConfig } from '../engines/model';
+import { loadTask } from '../envs/registry';
+import type { Task } from '../envs/task';
+import { policyModelConfig } from './options';
+import type { RunCheckpoints } from './policy-versions';
+
+export interface RunContext extends RunCheckpoints {
+  config: RunConfig;
+  task: Task;
+  model: ModelConfig;
+}
+
+/** The run is not in the runs table: nothing registered it, or another database was given. */
+export class UnknownRunError extends Error {
+  override readonly name = 'UnknownRunError';
+}
+
+/** The run's task could not be loaded (a task module that moved or broke since the run started). */
+export class RunTaskError extends Error {
+  override readonly name = 'RunTaskError';
+}
+
+const cache = new Map<string, Promise<RunContext>>();
+
+/** The run's context, cached per process; failures are not cached. Throws UnknownRunError or RunTaskError. */
+export function loadRunContext(pool: Pool, runId: string): Promise<RunContext> {
+  let loading = cache.get(runId);
+  if (!loading) {
+    loading = load(pool, runId);
+    cache.set(runId, loading);
+    loading.catch(() => cache.delete(runId));
+  }
+  return loading;
+}
+
+async function load(pool: Pool, runId: string): Promise<RunContext> {
+  const { rows } = await pool.query<{ config: unknown }>('SELECT config FROM runs WHERE run_id = $1', [runId]);
+  if (!rows[0]) throw new UnknownRunError(`run "${runId}" is not registered in the database`);
+  const config = parseRunConfig(rows[0].config);
+  let task: Task;
+  try {
+    task = await loadTask(config.task);
+  } catch (err) {
+    throw new RunTaskError((err as Error).message);
+  }
+  return {
+    runId,
+    config,
+    task,
+    model: policyModelConfig(config.model, task.tokenizer().vocabSize),
+    checkpointRoot: path.resolve(config.checkpoint.dir ?? path.join(relaxEnvironment().home, 'checkpoints', runId)),
+  };
+}

@@ -1,0 +1,108 @@
+// The RL core of a train step, shared by the train activity and the in-process loop: from a claimed
+// batch of scored samples to advantages (training/advantages.ts), training sequences with their
+// loss masks, and one policy-gradient update with the run's loss (training/losses.ts), with the
+// step's metrics named as the metrics table records them. No database, no Temporal: samples in,
+// update and metrics out. Also the reference policy's log-probs, which both paths write to samples.
+import type { RunConfig } from '../config/run-config';
+import { staleTokenMask } from '../engines/rl/losses';
+import { trainSequenceFromSample, type Trainer, type TrainingLoss, type TrainSequence } from '../engines/trainer';
+import { batchAdvantages, resolveAdvantageEstimator, type BatchSample, type ResolvedEstimator } from './advantages';
+import { resolvePolicyLoss } from './losses';
+import type { TrainSample } from './sample-buffer';
+
+type Algorithm = RunConfig['algorithm'];
+
+/** The run's advantage estimator and policy loss, resolved once (a user module loads once). */
+export interface UpdateRule {
+  algorithm: Algorithm;
+  estimator: ResolvedEstimator;
+  loss: TrainingLoss;
+}
+
+export async function resolveUpdateRule(algorithm: Algorithm): Promise<UpdateRule> {
+  const [estimator, loss] = await Promise.all([resolveAdvantageEstimator(algorithm), resolvePolicyLoss(algorithm)]);
+  return { algorithm, estimator, loss };
+}
+
+function batchSample(s: TrainSample): BatchSample {
+  if (s.reward === null) throw new Error(`sample ${s.iteration}/${s.groupIndex}/${s.sampleIndex} was selected for training without a reward`);
+  return { groupKey: `${s.iteration}/${s.groupIndex}`, reward: s.reward, rolloutLogprobs: s.rolloutLogprobs, refLogprobs: s.refLogprobs };
+}
+
+/** The batch's advantages, in its order: a pure function of the claimed set, so a retry computes the same. */
+export function stepAdvantages(rule: UpdateRule, samples: readonly TrainSample[]): number[] {
+  return batchAdvantages(rule.estimator, rule.algorithm, samples.map(batchSample));
+}
+
+/**
+ * Training sequences of the batch; samples without a learning signal (advantage 0) are left out.
+ * Each sample's own loss mask applies, and with algorithm.max_token_staleness tokens generated too
+ * many versions before `fromVersion` are masked out too.
+ */
+export function trainSequences(samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number, maxTokenStaleness: number | undefined): TrainSequence[] {
+  return samples
+    .map((s, i) => ({ s, advantage: advantages[i] }))
+    .filter(({ advantage }) => advantage !== 0)
+    .map(({ s, advantage }) => {
+      let lossMask: ArrayLike<number> = s.lossMask;
+      if (maxTokenStaleness !== undefined) {
+        const fresh = staleTokenMask(s.tokenVersions ?? s.responseTokens.map(() => s.policyVersion), fromVersion, maxTokenStaleness);
+        lossMask = Float32Array.from(s.lossMask, (m, t) => m * fresh[t]);
+      }
+      return trainSequenceFromSample(s.promptTokens, { tokens: s.responseTokens, logprobs: s.rolloutLogprobs ?? [] }, {
+        advantage,
+        lossMask,
+        ...(s.refLogprobs ? { refLogprobs: [...new Array(s.promptTokens.length - 1).fill(0), ...s.refLogprobs] } : {}),
+      });
+    })
+    .filter((seq) => Array.prototype.some.call(seq.lossMask, (m: number) => m > 0));
+}
+
+/**
+ * How many policy versions behind the trainer each consumed sample was: fromVersion - the version
+ * that generated it. Mean, max and a histogram (staleness_hist_<d>: samples d versions old).
+ */
+export function stalenessMetrics(samples: ReadonlyArray<Pick<TrainSample, 'policyVersion'>>, fromVersion: number): Record<string, number> {
+  if (!samples.length) return {};
+  const out: Record<string, number> = {};
+  let sum = 0;
+  let max = 0;
+  for (const s of samples) {
+    const d = fromVersion - s.policyVersion;
+    sum += d;
+    max = Math.max(max, d);
+    out[`staleness_hist_${d}`] = (out[`staleness_hist_${d}`] ?? 0) + 1;
+  }
+  return { staleness_mean: sum / samples.length, staleness_max: max, ...out };
+}
+
+/**
+ * One policy-gradient update of `trainer` on the batch: its metrics, or { trained_samples: 0 } when
+ * no sample carries a learning signal (no update is applied). Throws the trainer's
+ * NonFiniteUpdateError, applying nothing, when the loss or a gradient is not finite.
+ */
+export async function computeUpdate(trainer: Trainer, rule: UpdateRule, samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number): Promise<Record<string, number>> {
+  const sequences = trainSequences(samples, advantages, fromVersion, rule.algorithm.max_token_staleness);
+  if (!sequences.length) return { trained_samples: 0 };
+  const m = await trainer.trainStep(sequences, rule.loss);
+  return {
+    loss: m.loss,
+    grad_norm: m.gradNorm,
+    lr: m.lr,
+    entropy: m.entropy,
+    clip_fraction: m.clipFraction ?? 0,
+    ratio_mean: m.ratioMean ?? 1,
+    trained_samples: sequences.length,
+    duration_ms: m.durationMs,
+    ...(m.kl !== undefined ? { kl: m.kl } : {}),
+    ...(m.lossMetrics.logprobMismatch !== undefined ? { logprob_mismatch: m.lossMetrics.logprobMismatch } : {}),
+    ...(m.lossMetrics.importanceWeightMean !== undefined ? { importance_weight_mean: m.lossMetrics.importanceWeightMean } : {}),
+    ...(m.lossMetrics.importanceTruncatedFraction !== undefined ? { importance_truncated_fraction: m.lossMetrics.importanceTruncatedFraction } : {}),
+  };
+}
+
+/** Per response token, the frozen reference policy's log-probs of each sample (the KL term's ref_logprobs). */
+export async function referenceLogprobs(reference: Trainer, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> }>): Promise<number[][]> {
+  const full = await reference.logprobs(samples.map((s) => [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)]));
+  return samples.map((s, i) => Array.from(full[i].slice(s.promptTokens.length - 1)));
+}
