@@ -2,6 +2,7 @@
 // policy (policy version 0 of the run), for the KL term. Served on the shared reference queue.
 import { Trainer } from '../engines/trainer';
 import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
+import { referenceTrainerOptions } from '../training/options';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { referenceLogprobs } from '../training/update';
@@ -14,7 +15,7 @@ async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<Trainer
   let reference = references.get(run.runId);
   if (!reference) {
     const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));
-    reference = Trainer.create({ model: run.model, weights, optimizer: { lr: 1 } });
+    reference = Trainer.create(referenceTrainerOptions(run.model, weights));
     references.set(run.runId, reference);
   }
   return reference;

@@ -15,7 +15,7 @@ import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPoli
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
 import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, type UpdateRule } from '../training/update';
-import { failuresMapped, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 export interface PolicyVersionInfo {
   policyVersion: number;
@@ -194,7 +194,11 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
   const { runId, step, fromVersion, iteration = step - 1 } = input;
   const run = await runContext(ctx, runId);
   const startedAt = new Date();
-  const [recorded, previousEnd] = await Promise.all([getTrainStep(ctx.pool, runId, step), previousSpanEnd(ctx.pool, runId, 'train', startedAt)]);
+  const [recorded, previousEnd] = await Promise.all([
+    getTrainStep(ctx.pool, runId, step),
+    previousSpanEnd(ctx.pool, runId, 'train', startedAt),
+    recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion }),
+  ]);
   const claim = await claimBatch(ctx, run, { ...input, iteration }, recorded);
   if ('done' in claim) return claim.done;
   const { samples } = claim;

@@ -329,8 +329,9 @@ export async function withTimeout<T>(what: string, timeoutMs: number, fn: (signa
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      controller.abort(new Error(timedOut));
+      // Settle as timed out first: aborting may make the call reject at once, with the abort reason.
       reject(new UserCodeTimeout(timedOut));
+      controller.abort(new Error(timedOut));
     }, timeoutMs);
   });
   const settled = Promise.resolve(result as PromiseLike<T>);

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { checkpointDir, listCheckpointVersions, optimizerStatePath, publishCheckpoint } from '../engines/checkpoint';
+import { parseRunConfig } from '../config/run-config';
 import { initWeights, TINY_MODEL } from '../engines/model';
 import {
   CheckpointPrunedError,
@@ -104,9 +105,10 @@ after(async () => {
   if (root) await rm(root, { recursive: true, force: true });
 });
 
+/** A registered run; its config is stored as startRun stores it, defaults filled. */
 async function newRun(checkpoint: Record<string, unknown> = {}): Promise<{ runId: string; checkpointRoot: string }> {
   const runId = uniqueId('run');
-  await db.pool.query(`INSERT INTO runs (run_id, workflow_id, kind, config) VALUES ($1, $1, 'test', $2)`, [runId, JSON.stringify({ checkpoint })]);
+  await db.pool.query(`INSERT INTO runs (run_id, workflow_id, kind, config) VALUES ($1, $1, 'test', $2)`, [runId, JSON.stringify(parseRunConfig({ checkpoint }))]);
   return { runId, checkpointRoot: path.join(root, runId) };
 }
 

@@ -1,8 +1,9 @@
 // A tiny training run (KL on) on real worker processes, one per role: each stage activity is
 // scheduled on its role's queue (the train step on the trainer's own instance queue) and runs on a
 // worker of that role, as Temporal's history and the stage_spans / run_events tables both show;
-// and the stages hand their data to each other through Postgres (samples with reference log-probs
-// consumed by the steps, every published version registered). Also: an invalid config fails the
+// and the stages hand their data to each other through Postgres (every sample gets reference
+// log-probs, each step consumes its iteration's samples and its update computes the KL term from
+// them, every published version is registered with intact files). Also: an invalid config fails the
 // workflow at once, naming its fields, with no workflow-task retries.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -18,6 +19,9 @@ import { listSpans } from '../store/spans';
 import type { TrainingResult } from '../workflows/training-run';
 import { checkCheckpointRegistry, freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, type TestDatabase, type TestProcess } from './helpers';
 
+// Rewards that vary within each group (without a warm start the add2 reward is 0 everywhere), so
+// every step has a learning signal and its update reads the reference log-probs.
+const HASH_REWARD = path.resolve(__dirname, '../../test/fixtures/hash-reward.cjs');
 const STEPS = 3;
 const PROMPTS = 4;
 const GROUP = 4;
@@ -26,6 +30,8 @@ const RUN: RunConfigInput = {
   algorithm: { group_size: GROUP, kl_coef: 0.01 },
   rollout: { prompts_per_step: PROMPTS, parallelism: 2 },
   train: { steps: STEPS, eval_every: 2, keep_consumed_steps: 10 },
+  reward: { module: HASH_REWARD },
+  checkpoint: { every: 1 },
 };
 
 let db: TestDatabase;
@@ -139,17 +145,24 @@ test('each stage runs on its role queue and passes data through Postgres', async
     assert.ok(ref && ref.startedAt.getTime() >= generated, `iteration ${i}: reference started after its generation ended`);
   }
 
-  // run_events: the control activities recorded the run's start and end on the control queue.
+  // run_events: the control activities recorded the run's start and end on the control queue, and
+  // every event a stage recorded names the queue and the worker (of its role) it ran on.
   const events = await listEvents(db.pool, id);
   const [controlWorker] = identitiesOf('control');
+  const lifecycle = events.filter((e) => e.kind === 'run_started' || e.kind === 'run_finished');
   assert.deepEqual(
-    events.map((e) => [e.kind, e.role, e.task_queue, e.worker, e.detail.activity]),
+    lifecycle.map((e) => [e.kind, e.role, e.task_queue, e.worker, e.detail.activity]),
     [
       ['run_started', 'control', 'relax-control', controlWorker, 'startRun'],
       ['run_finished', 'control', 'relax-control', controlWorker, 'finishRun'],
     ],
   );
-  assert.equal(events[1].detail.status, 'completed');
+  assert.equal(lifecycle[1].detail.status, 'completed');
+  for (const e of events) {
+    const role = e.role as Role;
+    assert.ok(identitiesOf(role).includes(e.worker ?? ''), `${e.kind} of ${String(e.detail.activity)} recorded by ${e.worker}, a ${role} worker`);
+    assert.equal(e.task_queue, e.detail.activity === 'trainStep' ? instanceQueue : roleTaskQueue(role), `${e.kind} of ${String(e.detail.activity)}: its task queue`);
+  }
 
   // Postgres carried the data between the stages: every sample got its reference log-probs (one per
   // response token) and was consumed by the step after its iteration; the steps saw the KL term.
@@ -164,10 +177,12 @@ test('each stage runs on its role queue and passes data through Postgres', async
   assert.deepEqual(rows, iterations.map((i) => ({ iteration: i, n: perIteration, with_ref: perIteration, ref_len_ok: perIteration, consumed_ok: perIteration })));
   const steps = await db.pool.query<{ step: number; status: string; sample_count: number }>('SELECT step, status, sample_count FROM train_steps WHERE run_id = $1 ORDER BY step', [id]);
   assert.deepEqual(steps.rows.map((s) => [s.step, s.status, s.sample_count]), iterations.map((i) => [i + 1, 'applied', PROMPTS * GROUP]));
+  const trainedOn = await db.pool.query<{ step: number; value: number }>(`SELECT step, value FROM metrics WHERE run_id = $1 AND name = 'trained_samples' ORDER BY step`, [id]);
+  assert.ok(trainedOn.rows.length === STEPS && trainedOn.rows.every((r) => r.value > 0), `every step updated on some samples: ${JSON.stringify(trainedOn.rows)}`);
   const kl = await db.pool.query<{ step: number }>(`SELECT step FROM metrics WHERE run_id = $1 AND name = 'kl' ORDER BY step`, [id]);
   assert.deepEqual(kl.rows.map((r) => r.step), iterations.map((i) => i + 1), 'each step computed the KL term from the reference log-probs');
-  // Every version 0..STEPS registered once, with files that verify.
-  const { retained } = await checkCheckpointRegistry(db.pool, id, STEPS, { every: 10, keepLast: 5, protect: 1 });
+  // Every version 0..STEPS registered once, with files that verify (checkpoint.every 1 keeps them all).
+  const { retained } = await checkCheckpointRegistry(db.pool, id, STEPS, { every: 1, keepLast: 5, protect: 1 });
   assert.deepEqual(retained, [0, 1, 2, 3]);
   const run = await db.pool.query('SELECT status, kind FROM runs WHERE run_id = $1', [id]);
   assert.deepEqual(run.rows[0], { status: 'completed', kind: 'training' });

@@ -42,6 +42,14 @@ export class AlgorithmConfigError extends Error {
   }
 }
 
+/** `options` parsed by a registered estimator's or loss's schema; AlgorithmConfigError naming `field` otherwise. */
+export function registeredOptions(schema: z.ZodType<Record<string, unknown>>, options: Record<string, unknown>, field: string, what: string): Record<string, unknown> {
+  const parsed = schema.safeParse(options);
+  if (parsed.success) return parsed.data;
+  const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(options)'}: ${i.message}`).join('; ');
+  throw new AlgorithmConfigError(field, `not valid for ${what}: ${problems}`);
+}
+
 const estimators = new Map<string, AdvantageEstimator>();
 
 export function registerAdvantageEstimator(estimator: AdvantageEstimator): void {
@@ -100,12 +108,8 @@ export async function resolveAdvantageEstimator(algorithm: Algorithm): Promise<R
   }
   const estimator = estimators.get(spec);
   if (!estimator) throw new AlgorithmConfigError('algorithm.advantage', `unknown estimator ${JSON.stringify(spec)}: use one of ${advantageEstimatorNames().join(', ')}, or { "module": "<path>", "export": "<name>" } for your own`);
-  const parsed = estimator.options.safeParse(algorithm.advantage_options);
-  if (!parsed.success) {
-    const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(options)'}: ${i.message}`).join('; ');
-    throw new AlgorithmConfigError('algorithm.advantage_options', `not valid for estimator "${spec}": ${problems}`);
-  }
-  return { name: spec, options: parsed.data, compute: estimator.compute };
+  const options = registeredOptions(estimator.options, algorithm.advantage_options, 'algorithm.advantage_options', `estimator "${spec}"`);
+  return { name: spec, options, compute: estimator.compute };
 }
 
 /** One scored sample of a train batch, as the advantages need it. */

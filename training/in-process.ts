@@ -11,7 +11,7 @@ import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { rolloutSlice } from '../rollout/producers';
-import { policyModelConfig, trainerOptions } from './options';
+import { policyModelConfig, referenceTrainerOptions, trainerOptions } from './options';
 import { InMemorySampleBuffer } from './sample-buffer';
 import { computeUpdate, referenceLogprobs, resolveUpdateRule, stalenessMetrics, stepAdvantages } from './update';
 
@@ -45,7 +45,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
   const task = await loadTask(config.task);
   const model = policyModelConfig(config.model, task.tokenizer().vocabSize);
   const trainer = Trainer.create(trainerOptions(config, model, init));
-  const reference = config.algorithm.kl_coef > 0 ? Trainer.create({ model, weights: init, optimizer: { lr: 1 } }) : undefined;
+  const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init)) : undefined;
   const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
   const rule = await resolveUpdateRule(config.algorithm);
   const buffer = new InMemorySampleBuffer();

@@ -10,7 +10,7 @@ import type { RunConfig } from '../config/run-config';
 import { aggregateLoss, behaviorImportanceWeights, entropyBonus, gspoLoss, klLoss, ppoClipLoss, sftCrossEntropy, stopGradient, type KlEstimator, type LossAggregation } from '../engines/rl/losses';
 import type { LossInputs, TrainingLoss } from '../engines/trainer';
 import { loadUserExport } from '../envs/user-modules';
-import { AlgorithmConfigError } from './advantages';
+import { AlgorithmConfigError, registeredOptions } from './advantages';
 
 type Algorithm = RunConfig['algorithm'];
 
@@ -157,13 +157,8 @@ export async function resolvePolicyLoss(algorithm: Algorithm): Promise<TrainingL
   } else {
     const loss = losses.get(spec);
     if (!loss) throw new AlgorithmConfigError('algorithm.policy_loss', `unknown policy loss ${JSON.stringify(spec)}: use one of ${policyLossNames().join(', ')}, or { "module": "<path>", "export": "<name>" } for your own`);
-    const parsed = loss.options.safeParse(options);
-    if (!parsed.success) {
-      const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(options)'}: ${i.message}`).join('; ');
-      throw new AlgorithmConfigError('algorithm.policy_loss_options', `not valid for policy loss "${spec}": ${problems}`);
-    }
     create = loss.create;
-    options = parsed.data;
+    options = registeredOptions(loss.options, options, 'algorithm.policy_loss_options', `policy loss "${spec}"`);
   }
   const built = create({ tf, algorithm, options });
   if (!built || typeof built.compute !== 'function' || (built.microBatchWeighting !== 'tokens' && built.microBatchWeighting !== 'sequences')) {

@@ -28,3 +28,8 @@ export function trainerOptions(config: RunConfig, model: ModelConfig, weights: P
     microBatchSize: t.micro_batch,
   };
 }
+
+/** The frozen reference policy (forward passes only, never stepped: its optimizer is unused). */
+export function referenceTrainerOptions(model: ModelConfig, weights: PolicyWeights): TrainerOptions {
+  return { model, weights, optimizer: { lr: 1 } };
+}
