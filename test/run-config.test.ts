@@ -50,7 +50,6 @@ const INVALID: Array<[name: string, input: unknown, field: RegExp]> = [
   ['zero layers', { model: { n_layers: 0 } }, /^model\.n_layers: /],
   ['response longer than context', { model: { context_length: 16 }, rollout: { max_new_tokens: 16 } }, /^rollout\.max_new_tokens: must be below/],
   ['group of one', { algorithm: { group_size: 1 } }, /^algorithm\.group_size: /],
-  ['unknown advantage estimator', { algorithm: { advantage: 'gae2' } }, /^algorithm\.advantage: /],
   ['clip_high below clip_low', { algorithm: { clip_low: 0.3, clip_high: 0.2 } }, /^algorithm\.clip_high: must be >= algorithm\.clip_low/],
   ['unknown KL estimator', { algorithm: { kl_estimator: 'k4' } }, /^algorithm\.kl_estimator: /],
   ['negative KL coefficient', { algorithm: { kl_coef: -0.1 } }, /^algorithm\.kl_coef: /],

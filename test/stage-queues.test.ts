@@ -216,3 +216,16 @@ test('an invalid config fails the workflow at once, naming the field, with no wo
   const run = await db.pool.query('SELECT 1 FROM runs WHERE run_id = $1', [id]);
   assert.equal(run.rowCount, 0, 'an invalid run is not registered');
 });
+
+test('an unknown advantage estimator fails the run at its start, naming the field and the registered ones', async () => {
+  const handle = await temporal.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: uniqueId('bad-estimator'), args: [{ algorithm: { advantage: 'gae2' } }] });
+  const err = await handle.result().then(
+    () => assert.fail('the workflow should have failed'),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof WorkflowFailedError && err.cause instanceof ApplicationFailure);
+  assert.equal(err.cause.type, 'InvalidRunConfig');
+  assert.equal(err.cause.nonRetryable, true);
+  assert.match(err.cause.message, /^invalid run config: algorithm\.advantage: unknown estimator "gae2": use one of grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline/);
+  assert.deepEqual((await activityRuns(handle)).map((r) => [r.type, r.attempt]), [['startRun', 1]]);
+});

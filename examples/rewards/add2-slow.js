@@ -40,4 +40,3 @@ module.exports.slow = function add2SlowReward({ prompt, response, signal }) {
   });
 };
 module.exports.SLOW_MS = SLOW_MS;
-module.exports.exactMatch = exactMatch;
