@@ -158,13 +158,13 @@ async function trainAndPublish(ctx: WorkerContext, run: RunContext, rule: Update
 }
 
 /**
- * Record the step: its advantages, applied status and metrics; then the transfer queue's and the
+ * Record the step: its advantages (written while the update ran), applied status and metrics; then the transfer queue's and the
  * checkpoints' retention. Retention keeps version 0, the versions a rollout engine may still be
  * asked for (max_staleness + 1) and every checkpoint.every-th (keep_last of them).
  */
-async function recordStep(ctx: WorkerContext, run: RunContext, step: number, version: number, samples: TrainSample[], advantages: number[], metrics: Record<string, number>): Promise<void> {
+async function recordStep(ctx: WorkerContext, run: RunContext, step: number, version: number, advantagesRecorded: Promise<unknown>, metrics: Record<string, number>): Promise<void> {
   const c = run.config;
-  await recordStepAdvantages(ctx.pool, run.runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
+  await advantagesRecorded;
   await markStepApplied(ctx.pool, run.runId, step, { policyVersion: version, metrics });
   await Promise.all([
     recordMetrics(ctx.pool, run.runId, step, metrics),
@@ -213,17 +213,20 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
     recordSpan(ctx.pool, { runId, role: ctx.role, stage: 'train', worker: ctx.identity, step, iteration, policyVersion, startedAt, endedAt: new Date(), detail });
   const rule = await ruleOf(run);
   const advantages = stepAdvantages(rule, samples);
+  // What each sample is trained with, written to the transfer queue while the update runs.
+  const advantagesRecorded = recordStepAdvantages(ctx.pool, runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
   let trained;
   try {
     trained = await trainAndPublish(ctx, run, rule, input, samples, advantages, claim.publishedBefore);
   } catch (err) {
+    await advantagesRecorded.catch(() => undefined);
     if (!(err instanceof NonFiniteUpdateError)) throw err;
     const skipped = await onNonFinite(ctx, run, input, err, { ...context, ...timing(0) });
     await span(fromVersion, { skipped: true });
     return { step, policyVersion: fromVersion, sha256: '', path: '', samples: samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped, worker: ctx.identity };
   }
   const version = fromVersion + 1;
-  await recordStep(ctx, run, step, version, samples, advantages, { ...context, ...trained.metrics, ...timing(samples.length) });
+  await recordStep(ctx, run, step, version, advantagesRecorded, { ...context, ...trained.metrics, ...timing(samples.length) });
   await span(version);
   return { step, policyVersion: version, sha256: trained.published.sha256, path: trained.published.path, samples: samples.length, metrics: trained.metrics, alreadyApplied: false, worker: ctx.identity };
 }
