@@ -9,7 +9,6 @@ import { z } from 'zod';
 
 const positiveInt = z.number().int().positive();
 const nonNegativeInt = z.number().int().nonnegative();
-const probability = z.number().min(0).max(1);
 
 const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 

@@ -13,7 +13,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { listEvents } from '../store/events';
 import { roleTaskQueue, type Role } from '../config/task-queues';
-import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
+import type { TrainingResult } from '../workflows/training-run';
 import { add2Prompt, add2Reward, add2Tokenizer } from '../envs/add2';
 import { listCheckpoints } from '../store/checkpoint-registry';
 import { listSpans, utilization } from '../store/spans';
