@@ -1,7 +1,7 @@
 // Train stage activities. The trainer holds weights and optimizer state in memory, so its stateful
 // activities run on the worker's own instance queue; `workerInfo` on the shared queue picks one.
-// A train step is four named pieces: claim the batch (exactly-once bookkeeping), compute the update
-// (training/update.ts, pure), publish the version (training/policy-versions.ts), record the step.
+// A train step is four named pieces: claimBatch (exactly-once bookkeeping), updateTrainer (the
+// update, training/update.ts), publishVersion (training/policy-versions.ts), recordStep.
 import { ApplicationFailure } from '@temporalio/activity';
 import { initWeights } from '../engines/model';
 import { NonFiniteUpdateError, Trainer } from '../engines/trainer';
@@ -133,33 +133,30 @@ async function claimBatch(ctx: WorkerContext, run: RunContext, input: Required<P
 }
 
 /**
- * Compute the update and publish the version: the update is trained once and published as
- * fromVersion + 1; one published by an attempt that died before recording it is adopted instead.
- * A non-finite update is never applied: NonFiniteUpdateError is rethrown for the caller to skip or stop.
+ * Compute the update: one policy-gradient step on this process's trainer at fromVersion
+ * (training/update.ts). A non-finite update is never applied: NonFiniteUpdateError is rethrown for
+ * the caller to skip or stop; after any failure the next attempt rebuilds the trainer.
  */
-async function trainAndPublish(ctx: WorkerContext, run: RunContext, rule: UpdateRule, input: TrainStepInput, samples: TrainSample[], advantages: number[], publishedBefore: CheckpointRecord | undefined) {
-  const version = input.fromVersion + 1;
-  if (publishedBefore) {
-    dropTrainer(run.runId);
-    return { published: publishedBefore, metrics: { adopted: 1 } };
-  }
-  const trainer = await trainerAt(ctx, run, input.fromVersion);
-  let metrics: Record<string, number>;
+async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRule, fromVersion: number, samples: TrainSample[], advantages: number[]): Promise<{ trainer: Trainer; metrics: Record<string, number> }> {
+  const trainer = await trainerAt(ctx, run, fromVersion);
   try {
-    metrics = await withHeartbeats(() => computeUpdate(trainer, rule, samples, advantages, input.fromVersion));
+    return { trainer, metrics: await withHeartbeats(() => computeUpdate(trainer, rule, samples, advantages, fromVersion)) };
   } catch (err) {
-    // Whatever state the failed step left in memory, the next attempt rebuilds from fromVersion.
     dropTrainer(run.runId);
     throw err;
   }
-  const published = await publishPolicyVersion(ctx.pool, run, version, input.step, await trainer.exportWeights(), await trainer.exportOptimizerState());
+}
+
+/** Publish the version: the trainer's weights and optimizer state as `version`, registered once. */
+async function publishVersion(ctx: WorkerContext, run: RunContext, trainer: Trainer, version: number, step: number): Promise<CheckpointRecord> {
+  const published = await publishPolicyVersion(ctx.pool, run, version, step, await trainer.exportWeights(), await trainer.exportOptimizerState());
   trainers.set(run.runId, { trainer, version });
-  return { published, metrics };
+  return published;
 }
 
 /**
- * Record the step: its advantages (written while the update ran), applied status and metrics; then the transfer queue's and the
- * checkpoints' retention. Retention keeps version 0, the versions a rollout engine may still be
+ * Record the step: its advantages (written while the update ran), applied status and metrics; then
+ * the transfer queue's and the checkpoints' retention. Retention keeps version 0, the versions a rollout engine may still be
  * asked for (max_staleness + 1) and every checkpoint.every-th (keep_last of them).
  */
 async function recordStep(ctx: WorkerContext, run: RunContext, step: number, version: number, advantagesRecorded: Promise<unknown>, metrics: Record<string, number>): Promise<void> {
@@ -215,20 +212,29 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
   const advantages = stepAdvantages(rule, samples);
   // What each sample is trained with, written to the transfer queue while the update runs.
   const advantagesRecorded = recordStepAdvantages(ctx.pool, runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
-  let trained;
-  try {
-    trained = await trainAndPublish(ctx, run, rule, input, samples, advantages, claim.publishedBefore);
-  } catch (err) {
-    await advantagesRecorded.catch(() => undefined);
-    if (!(err instanceof NonFiniteUpdateError)) throw err;
-    const skipped = await onNonFinite(ctx, run, input, err, { ...context, ...timing(0) });
-    await span(fromVersion, { skipped: true });
-    return { step, policyVersion: fromVersion, sha256: '', path: '', samples: samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped, worker: ctx.identity };
-  }
   const version = fromVersion + 1;
-  await recordStep(ctx, run, step, version, advantagesRecorded, { ...context, ...trained.metrics, ...timing(samples.length) });
+  let published = claim.publishedBefore;
+  let metrics: Record<string, number> = { adopted: 1 };
+  if (published) {
+    // Published by an attempt that died before recording it: adopt it, train nothing again.
+    dropTrainer(runId);
+  } else {
+    let update;
+    try {
+      update = await updateTrainer(ctx, run, rule, fromVersion, samples, advantages);
+    } catch (err) {
+      await advantagesRecorded.catch(() => undefined);
+      if (!(err instanceof NonFiniteUpdateError)) throw err;
+      const skipped = await onNonFinite(ctx, run, input, err, { ...context, ...timing(0) });
+      await span(fromVersion, { skipped: true });
+      return { step, policyVersion: fromVersion, sha256: '', path: '', samples: samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped, worker: ctx.identity };
+    }
+    metrics = update.metrics;
+    published = await publishVersion(ctx, run, update.trainer, version, step);
+  }
+  await recordStep(ctx, run, step, version, advantagesRecorded, { ...context, ...metrics, ...timing(samples.length) });
   await span(version);
-  return { step, policyVersion: version, sha256: trained.published.sha256, path: trained.published.path, samples: samples.length, metrics: trained.metrics, alreadyApplied: false, worker: ctx.identity };
+  return { step, policyVersion: version, sha256: published.sha256, path: published.path, samples: samples.length, metrics, alreadyApplied: false, worker: ctx.identity };
 }
 
 export function createTrainActivities(ctx: WorkerContext) {
