@@ -12,7 +12,7 @@ import { recordMetrics } from '../store/metrics';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer } from '../training/sample-buffer';
-import { asActivityFailure, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { asActivityFailure, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 export interface GenerateActivityInput extends RolloutSlice {
   runId: string;
@@ -32,7 +32,8 @@ const policies = new Map<string, Promise<PolicyEngine>>();
 function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
   let policy = policies.get(run.runId);
   if (!policy) {
-    policy = PolicyEngine.create(ctx.pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { loadWeights: (v) => loadPolicyWeights(ctx.pool, run, v) });
+    // Versions only move forward here: keeping older weights in memory would buy nothing.
+    policy = PolicyEngine.create(ctx.pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { loadWeights: (v) => loadPolicyWeights(ctx.pool, run, v), cachedVersions: 1 });
     policies.set(run.runId, policy);
     policy.catch(() => policies.delete(run.runId));
   }
@@ -41,9 +42,7 @@ function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
 
 async function policyAt(ctx: WorkerContext, run: RunContext, version: number): Promise<PolicyEngine> {
   const policy = await policyOf(ctx, run);
-  await policy.atVersion(version).catch((err) => {
-    throw asActivityFailure(err);
-  });
+  await failuresMapped(() => policy.atVersion(version));
   return policy;
 }
 

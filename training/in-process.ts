@@ -67,9 +67,8 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
         scored.forEach((s, i) => (s.refLogprobs = ref[i]));
       }
       await buffer.put(samples);
-      const batch = await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion });
-      const claimed = batch?.samples ?? [];
-      const metrics = claimed.length ? await computeUpdate(trainer, rule, claimed, stepAdvantages(rule, claimed), fromVersion) : { trained_samples: 0 };
+      const claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
+      const metrics = await computeUpdate(trainer, rule, claimed, stepAdvantages(rule, claimed), fromVersion);
       engine.setWeights(step, await trainer.exportWeights());
       const rewards = samples.filter((s) => s.reward != null).map((s) => s.reward as number);
       const report: StepReport = {

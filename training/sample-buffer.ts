@@ -3,7 +3,7 @@
 // in-memory buffer (the in-process loop). Both keep the same rules: samples are keyed (iteration,
 // group, index) and a rewrite of a key replaces it; a step's sample set is claimed once, in key
 // order, from scored samples only, within the staleness bound; a claimed set is returned again to a
-// retry; numbers are stored as float32, as the transfer queue's real columns do.
+// retry; numbers come back as the transfer queue's real (float32) columns give them back.
 import type { Pool } from 'pg';
 import { insertSamples, selectTrainBatch, type NewSample, type SampleRow } from '../store/transfer-queue';
 
@@ -25,18 +25,14 @@ export interface ClaimRequest {
   maxStaleness?: number;
 }
 
-export interface ClaimedBatch {
-  /** Ordered by (iteration, group, index). */
-  samples: TrainSample[];
-  /** True when the step had claimed its set before (a retry): these are the samples claimed then. */
-  reused: boolean;
-}
-
 export interface SampleBuffer {
   /** Adds samples; a key written again is replaced unless a step already claimed it. */
   put(samples: readonly NewSample[]): Promise<void>;
-  /** The sample set of train step `step`, decided once; undefined (nothing recorded) when none is ready. */
-  claim(step: number, request: ClaimRequest): Promise<ClaimedBatch | undefined>;
+  /**
+   * The sample set of train step `step`, ordered by (iteration, group, index) and decided once: a
+   * retry gets the same set whatever the request now says; undefined (nothing recorded) when none is ready.
+   */
+  claim(step: number, request: ClaimRequest): Promise<TrainSample[] | undefined>;
 }
 
 /** The transfer queue in Postgres (store/transfer-queue.ts) as a run's sample buffer. */
@@ -52,12 +48,26 @@ export function transferQueueBuffer(pool: Pool, runId: string): SampleBuffer {
         ...(r.iteration !== undefined ? { iteration: r.iteration } : {}),
         ...(r.maxStaleness !== undefined ? { maxStaleness: r.maxStaleness, currentPolicyVersion: r.fromVersion } : {}),
       });
-      return batch ? { samples: batch.samples, reused: batch.reused } : undefined;
+      return batch?.samples;
     },
   };
 }
 
-const float32 = (xs: ArrayLike<number> | null | undefined): number[] | null => (xs == null ? null : Array.from(xs, Math.fround));
+/**
+ * A number as a `real` column gives it back: rounded to float32, then printed the way Postgres
+ * prints a float4 (the shortest decimal that reads back as the same float32) and parsed as a double.
+ */
+function asStoredReal(x: number): number {
+  const f = Math.fround(x);
+  if (!Number.isFinite(f)) return f;
+  for (let digits = 1; digits < 9; digits++) {
+    const shortest = Number(f.toPrecision(digits));
+    if (Math.fround(shortest) === f) return shortest;
+  }
+  return Number(f.toPrecision(9));
+}
+
+const asStoredReals = (xs: ArrayLike<number> | null | undefined): number[] | null => (xs == null ? null : Array.from(xs, asStoredReal));
 
 function keyOf(s: { iteration: number; groupIndex: number; sampleIndex: number }): string {
   return `${s.iteration}/${s.groupIndex}/${s.sampleIndex}`;
@@ -80,19 +90,19 @@ export class InMemorySampleBuffer implements SampleBuffer {
         promptTokens: Array.from(s.promptTokens),
         responseTokens: Array.from(s.responseTokens),
         lossMask: Array.from(s.lossMask),
-        rolloutLogprobs: float32(s.rolloutLogprobs),
-        refLogprobs: float32(s.refLogprobs),
+        rolloutLogprobs: asStoredReals(s.rolloutLogprobs),
+        refLogprobs: asStoredReals(s.refLogprobs),
         tokenVersions: s.tokenVersions == null ? null : Array.from(s.tokenVersions),
         policyVersion: s.policyVersion,
-        reward: s.reward == null ? null : Math.fround(s.reward),
+        reward: s.reward == null ? null : asStoredReal(s.reward),
         status: s.status ?? 'generated',
       });
     }
   }
 
-  async claim(step: number, r: ClaimRequest): Promise<ClaimedBatch | undefined> {
+  async claim(step: number, r: ClaimRequest): Promise<TrainSample[] | undefined> {
     const before = this.claims.get(step);
-    if (before) return { samples: before, reused: true };
+    if (before) return before;
     const ready = [...this.samples.entries()]
       .filter(([, s]) => s.status === 'scored')
       .filter(([, s]) => r.iteration === undefined || s.iteration === r.iteration)
@@ -109,6 +119,6 @@ export class InMemorySampleBuffer implements SampleBuffer {
     this.claims.set(step, samples);
     // Like the transfer queue's pruneConsumed: only recent steps' sets are kept for retries.
     for (const old of this.claims.keys()) if (old < step - 2) this.claims.delete(old);
-    return { samples, reused: false };
+    return samples;
   }
 }
