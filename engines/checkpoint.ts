@@ -8,7 +8,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { checkWeights, modelConfigDifference, modelConfigSchema, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';
+import { checkWeights, modelConfigDifference, modelConfigSchema, parseModelConfig, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { decodeSafetensors, encodeSafetensors } from './safetensors';
 
 export const CHECKPOINT_FORMAT = 'relax.policy-checkpoint/1';
@@ -40,11 +40,15 @@ export function sha256Hex(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-/** The weights file's bytes: a pure function of config + weights, so equal weights hash equally. */
+/**
+ * The weights file's bytes: a pure function of config + weights, so equal weights hash equally.
+ * A LoRA model's version holds its adapters only (the base stays in the model directory).
+ */
 export function encodeCheckpointWeights(model: ModelConfig, weights: PolicyWeights): Uint8Array {
-  checkWeights(model, weights);
+  const trainable = trainableParameterSpec(model);
+  checkWeights(model, Object.fromEntries(trainable.map((p) => [p.name, weights[p.name]]).filter(([, w]) => w !== undefined)), undefined, 'trainable');
   return encodeSafetensors(
-    parameterSpec(model).map((p) => [p.name, { shape: p.shape, data: weights[p.name] }]),
+    trainable.map((p) => [p.name, { shape: p.shape, data: weights[p.name] }]),
     { [MODEL_CONFIG_METADATA_KEY]: JSON.stringify(model) },
   );
 }
@@ -150,7 +154,7 @@ export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions
     shapes[name] = t.shape;
   }
   try {
-    checkWeights(config.model, weights, shapes);
+    checkWeights(config.model, weights, shapes, 'trainable');
   } catch (err) {
     throw new Error(`checkpoint ${file}: ${(err as Error).message}`);
   }

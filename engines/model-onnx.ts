@@ -2,7 +2,7 @@
 // emits the generation graphs instead of computing. Weights are graph INPUTS, not initializers, so a
 // session built once serves every policy version: the next run simply feeds the new tensors.
 import { encodeOnnxModel, OnnxDataType, type OnnxAttributeValue, type OnnxGraph, type OnnxNode, type OnnxTensor, type OnnxValueInfo } from './onnx-proto';
-import { forward, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
+import { attentionDims, forward, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
 
 /** Opset 17: the first with LayerNormalization. */
 export const ONNX_OPSET = 17;
@@ -88,6 +88,18 @@ export class OnnxGraphBuilder implements TensorOps<string> {
   layerNorm(x: string, gamma: string, beta: string, eps: number): string {
     return this.one('LayerNormalization', [x, gamma, beta], { axis: { kind: 'int', value: -1 }, epsilon: { kind: 'float', value: eps } });
   }
+  rmsNorm(x: string, gamma: string, eps: number): string {
+    const meanSquare = this.one('ReduceMean', [this.one('Mul', [x, x])], { axes: { kind: 'ints', value: [-1] }, keepdims: { kind: 'int', value: 1 } });
+    const rms = this.one('Sqrt', [this.one('Add', [meanSquare, this.float(eps)])]);
+    return this.one('Mul', [this.one('Div', [x, rms]), gamma]);
+  }
+  sigmoid(x: string): string {
+    return this.one('Sigmoid', [x]);
+  }
+  linearTransposed(x: string, weight: string): string {
+    // ONNX Runtime fuses Transpose + MatMul into one FusedMatMul with transB (no copy of the weight).
+    return this.one('MatMul', [x, this.one('Transpose', [weight], { perm: { kind: 'ints', value: [1, 0] } })]);
+  }
   split(x: string, parts: number): string[] {
     // Opset 17's Split takes the chunk sizes as an input; the last axis size is only known at run
     // time, so compute it: size = Shape(x)[-1] / parts.
@@ -114,6 +126,8 @@ export class OnnxGraphBuilder implements TensorOps<string> {
 export const GRAPH_NAMES = {
   tokens: 'tokens',
   positions: 'positions',
+  ropeCos: 'rope_cos',
+  ropeSin: 'rope_sin',
   attentionBias: 'attention_bias',
   logits: 'logits',
   pastKey: (l: number) => `past_key_${l}`,
@@ -124,22 +138,26 @@ export const GRAPH_NAMES = {
 
 /**
  * The generation graph. Inputs: every weight (by parameter name), tokens and positions [batch, new]
- * int32, attention_bias [batch, 1, new, past + new] float, and with `withPast` the cache
- * past_key_l [batch, H, Dh, past] / past_value_l [batch, H, past, Dh]. Outputs: logits of the last
- * position [batch, 1, V] and present_key_l / present_value_l covering past + new positions.
+ * int32, attention_bias [batch, 1, new, past + new] float, for llama models rope_cos / rope_sin
+ * [batch, 1, new, Dh] (engines/model.ts ropeTables), and with `withPast` the cache
+ * past_key_l [batch, Hkv, Dh, past] / past_value_l [batch, Hkv, past, Dh]. Outputs: logits of the
+ * last position [batch, 1, V] and present_key_l / present_value_l covering past + new positions.
  * Prefill is withPast = false (the prompt), decode is withPast = true (one token per step).
  */
 export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxGraph {
   const b = new OnnxGraphBuilder();
-  const H = cfg.nHeads;
-  const Dh = cfg.dModel / H;
+  const { Hkv: H, Dh } = attentionDims(cfg);
   const F = OnnxDataType.FLOAT;
+  const llama = cfg.architecture === 'llama';
   const inputs: OnnxValueInfo[] = parameterSpec(cfg).map((p) => ({ name: p.name, dataType: F, shape: p.shape }));
   inputs.push(
     { name: GRAPH_NAMES.tokens, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] },
     { name: GRAPH_NAMES.positions, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] },
     { name: GRAPH_NAMES.attentionBias, dataType: F, shape: ['batch', 1, 'new', 'total'] },
   );
+  if (llama) {
+    inputs.push({ name: GRAPH_NAMES.ropeCos, dataType: F, shape: ['batch', 1, 'new', Dh] }, { name: GRAPH_NAMES.ropeSin, dataType: F, shape: ['batch', 1, 'new', Dh] });
+  }
   let past: LayerCache<string>[] | undefined;
   if (withPast) {
     past = [];
@@ -154,6 +172,7 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
     tokens: GRAPH_NAMES.tokens,
     positions: GRAPH_NAMES.positions,
     attentionBias: GRAPH_NAMES.attentionBias,
+    ...(llama ? { rope: { cos: GRAPH_NAMES.ropeCos, sin: GRAPH_NAMES.ropeSin } } : {}),
     past,
     lastPositionOnly: true,
   });

@@ -54,6 +54,18 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
       const variance = tf.mean(tf.square(centered), -1, true);
       return tf.add(tf.mul(tf.mul(centered, tf.rsqrt(tf.add(variance, tf.scalar(eps)))), gamma), beta);
     },
+    rmsNorm(x, gamma, eps) {
+      const meanSquare = tf.mean(tf.square(x), -1, true);
+      return tf.mul(tf.mul(x, tf.rsqrt(tf.add(meanSquare, tf.scalar(eps)))), gamma);
+    },
+    sigmoid: (x) => tf.sigmoid(x),
+    linearTransposed(x, weight) {
+      const lead = x.shape.slice(0, -1);
+      const inDim = x.shape[x.shape.length - 1];
+      // An explicit transpose + plain matmul: BatchMatMul's transpose flags are the slow path on wasm.
+      const y = matmul(tf.reshape(x, [-1, inDim]), tf.transpose(weight));
+      return tf.reshape(y, [...lead, weight.shape[0] as number]);
+    },
     split: (x, parts) => tf.split(x, parts, -1),
     reshape: (x, shape) => tf.reshape(x, resolveShape(x, shape)),
     transpose: (x, perm) => tf.transpose(x, perm),

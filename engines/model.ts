@@ -1,27 +1,79 @@
-// The policy model, defined once: a decoder-only transformer (GPT-2 layout) written against a small
-// tensor-ops interface. The trainer runs it with tfjs tensors (engines/model-tfjs.ts); the rollout
+// The policy model, defined once: a decoder-only transformer in two layouts, the tiny GPT-2 one and
+// the Llama family (Llama, SmolLM, Qwen2, Mistral), written against a small tensor-ops interface. The trainer runs it with tfjs tensors (engines/model-tfjs.ts); the rollout
 // engine runs the same function through an ONNX graph builder (engines/model-onnx.ts), so the
 // training graph and the generation graph cannot drift.
 //
-// Architecture: learned token + position embeddings; nLayers pre-LayerNorm blocks of causal
+// GPT architecture: learned token + position embeddings; nLayers pre-LayerNorm blocks of causal
 // multi-head self-attention and a GELU MLP (tanh approximation); a final LayerNorm; an UNTIED
 // unembedding `lm_head` (no bias). Untied because the tied variant needs the embedding transposed on
 // every step, and a transposed matmul is the slow path on the wasm backend. Linear weights are stored
 // [in, out] so every projection is a plain x @ W.
+//
+// Llama architecture: token embedding; pre-RMSNorm blocks of grouped-query attention with rotary
+// position embeddings (Hugging Face's rotate-half layout) and a SwiGLU MLP; a final RMSNorm; a tied
+// or untied unembedding; optional q/k/v biases (Qwen2); optional LoRA adapters on any projection.
+// Hugging Face checkpoints map onto these names in engines/hf-checkpoint.ts.
+//
+// Over 400 lines because both layouts share one parameter spec, one ops interface and one forward
+// entry point; split apart, the trainer and the ONNX builder would need two of each.
 import { z } from 'zod';
 import { mixSeed, seededRandom } from '../config/seeds';
 
+const LORA_TARGETS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
+export type LoraTarget = (typeof LORA_TARGETS)[number];
+
+/** Low-rank adapters (Hu et al. 2021) on the named projections: W x + (alpha / rank) B A x, A and B trained, W frozen. */
+export const loraConfigSchema = z
+  .object({
+    rank: z.number().int().min(1),
+    alpha: z.number().positive(),
+    targets: z.array(z.enum(LORA_TARGETS)).min(1),
+  })
+  .strict();
+export type LoraConfig = z.infer<typeof loraConfigSchema>;
+
 export const modelConfigSchema = z
   .object({
+    /** "gpt" (absent): the tiny GPT-2-layout model; "llama": RMSNorm, RoPE, grouped-query attention, SwiGLU. */
+    architecture: z.enum(['gpt', 'llama']).optional(),
     vocabSize: z.number().int().min(2),
     dModel: z.number().int().min(1),
     nLayers: z.number().int().min(1),
     nHeads: z.number().int().min(1),
     dFF: z.number().int().min(1),
     contextLength: z.number().int().min(2),
+    /** llama: key/value heads (grouped-query attention); default nHeads. */
+    nKvHeads: z.number().int().min(1).optional(),
+    /** llama: width of one head; default dModel / nHeads. */
+    headDim: z.number().int().min(2).optional(),
+    /** llama: RoPE base; default 10000. */
+    ropeTheta: z.number().positive().optional(),
+    /** llama: linear RoPE scaling (positions divided by this); default 1. */
+    ropeScalingFactor: z.number().positive().optional(),
+    /** llama: RMSNorm epsilon; default 1e-5. */
+    rmsNormEps: z.number().positive().optional(),
+    /** llama: the unembedding is the token embedding (no lm_head.weight). */
+    tieEmbeddings: z.boolean().optional(),
+    /** llama: biases on the q, k and v projections (Qwen2). */
+    attentionBias: z.boolean().optional(),
+    /** Low-rank adapters; the base weights are then frozen. */
+    lora: loraConfigSchema.optional(),
   })
   .strict()
-  .refine((c) => c.dModel % c.nHeads === 0, { message: 'dModel must be a multiple of nHeads', path: ['dModel'] });
+  .superRefine((c, ctx) => {
+    const llama = c.architecture === 'llama';
+    if (!llama) {
+      for (const key of ['nKvHeads', 'headDim', 'ropeTheta', 'ropeScalingFactor', 'rmsNormEps', 'tieEmbeddings', 'attentionBias'] as const) {
+        if (c[key] !== undefined) ctx.addIssue({ code: 'custom', path: [key], message: `${key} is a llama setting: set architecture to "llama" or remove it` });
+      }
+      if (c.dModel % c.nHeads !== 0) ctx.addIssue({ code: 'custom', path: ['dModel'], message: 'dModel must be a multiple of nHeads' });
+      return;
+    }
+    const kv = c.nKvHeads ?? c.nHeads;
+    if (c.nHeads % kv !== 0) ctx.addIssue({ code: 'custom', path: ['nKvHeads'], message: `nKvHeads (${kv}) must divide nHeads (${c.nHeads})` });
+    if (c.headDim === undefined && c.dModel % c.nHeads !== 0) ctx.addIssue({ code: 'custom', path: ['dModel'], message: 'dModel must be a multiple of nHeads (or set headDim)' });
+    if ((c.headDim ?? c.dModel / c.nHeads) % 2 !== 0) ctx.addIssue({ code: 'custom', path: ['headDim'], message: 'the head width must be even for rotary embeddings' });
+  });
 
 export type ModelConfig = z.infer<typeof modelConfigSchema>;
 
@@ -37,10 +89,21 @@ export function parseModelConfig(value: unknown): ModelConfig {
 
 /** The first field where two model configs differ, described; undefined when they agree. */
 export function modelConfigDifference(actual: ModelConfig, expected: ModelConfig): string | undefined {
-  for (const key of Object.keys(modelConfigSchema.shape) as Array<keyof ModelConfig>) {
-    if (actual[key] !== expected[key]) return `model.${key} is ${actual[key]}, expected ${expected[key]}`;
+  const keys = new Set([...Object.keys(actual), ...Object.keys(expected)] as Array<keyof ModelConfig>);
+  for (const key of keys) {
+    const a = JSON.stringify(actual[key]);
+    const e = JSON.stringify(expected[key]);
+    if (a !== e) return `model.${key} is ${a ?? 'unset'}, expected ${e ?? 'unset'}`;
   }
   return undefined;
+}
+
+/** Attention shapes: H query heads, Hkv key/value heads, G = H / Hkv queries per key head, Dh head width. */
+export function attentionDims(cfg: ModelConfig): { H: number; Hkv: number; G: number; Dh: number } {
+  const H = cfg.nHeads;
+  const Hkv = cfg.architecture === 'llama' ? (cfg.nKvHeads ?? H) : H;
+  const Dh = cfg.architecture === 'llama' ? (cfg.headDim ?? cfg.dModel / H) : cfg.dModel / H;
+  return { H, Hkv, G: H / Hkv, Dh };
 }
 
 /** The default policy for the add2 task: a 2-layer, 64-wide model that trains in seconds on wasm. */
@@ -54,10 +117,88 @@ export interface ParameterSpec {
   name: string;
   shape: number[];
   init: { kind: 'normal'; std: number } | { kind: 'zeros' } | { kind: 'ones' };
+  /** With LoRA, the base weights are frozen: out of the optimizer, not in published versions. */
+  frozen?: boolean;
+  /** A LoRA adapter tensor (`<projection>.lora_a` / `.lora_b`). */
+  adapter?: boolean;
+}
+
+/** The projections of a llama block, by LoRA target name: parameter prefix, in and out widths. */
+export function llamaProjections(cfg: ModelConfig, layer: number): Array<{ target: LoraTarget; prefix: string; in: number; out: number }> {
+  const { H, Hkv, Dh } = attentionDims(cfg);
+  const p = `blocks.${layer}.`;
+  const D = cfg.dModel;
+  const F = cfg.dFF;
+  return [
+    { target: 'q', prefix: `${p}attn.q`, in: D, out: H * Dh },
+    { target: 'k', prefix: `${p}attn.k`, in: D, out: Hkv * Dh },
+    { target: 'v', prefix: `${p}attn.v`, in: D, out: Hkv * Dh },
+    { target: 'o', prefix: `${p}attn.o`, in: H * Dh, out: D },
+    { target: 'gate', prefix: `${p}mlp.gate`, in: D, out: F },
+    { target: 'up', prefix: `${p}mlp.up`, in: D, out: F },
+    { target: 'down', prefix: `${p}mlp.down`, in: F, out: D },
+  ];
+}
+
+function llamaParameterSpec(cfg: ModelConfig): ParameterSpec[] {
+  const { vocabSize: V, dModel: D } = cfg;
+  const normal = (std: number) => ({ kind: 'normal' as const, std });
+  const ones = { kind: 'ones' as const };
+  const zeros = { kind: 'zeros' as const };
+  const residualStd = 0.02 / Math.sqrt(2 * cfg.nLayers);
+  const spec: ParameterSpec[] = [{ name: 'tok_emb.weight', shape: [V, D], init: normal(0.02) }];
+  for (let l = 0; l < cfg.nLayers; l++) {
+    const p = `blocks.${l}.`;
+    spec.push({ name: `${p}attn_norm.weight`, shape: [D], init: ones });
+    for (const proj of llamaProjections(cfg, l)) {
+      if (proj.target === 'gate') spec.push({ name: `${p}mlp_norm.weight`, shape: [D], init: ones });
+      const residual = proj.target === 'o' || proj.target === 'down';
+      spec.push({ name: `${proj.prefix}.weight`, shape: [proj.in, proj.out], init: normal(residual ? residualStd : 0.02) });
+      if (cfg.attentionBias && (proj.target === 'q' || proj.target === 'k' || proj.target === 'v')) spec.push({ name: `${proj.prefix}.bias`, shape: [proj.out], init: zeros });
+    }
+  }
+  spec.push({ name: 'norm_f.weight', shape: [D], init: ones });
+  if (!cfg.tieEmbeddings) spec.push({ name: 'lm_head.weight', shape: [D, V], init: normal(0.02) });
+  return spec;
+}
+
+/**
+ * The LoRA adapters of `cfg.lora`: per targeted projection, `<prefix>.lora_a` [in, rank] (random,
+ * as PEFT's A) and `<prefix>.lora_b` [rank, out] (zeros, so a fresh adapter changes nothing).
+ */
+export function loraParameterSpec(cfg: ModelConfig): ParameterSpec[] {
+  const lora = cfg.lora;
+  if (!lora) return [];
+  if (cfg.architecture !== 'llama') throw new Error('LoRA adapters need a llama-architecture model');
+  const targets = new Set(lora.targets);
+  const spec: ParameterSpec[] = [];
+  for (let l = 0; l < cfg.nLayers; l++) {
+    for (const proj of llamaProjections(cfg, l)) {
+      if (!targets.has(proj.target)) continue;
+      spec.push({ name: `${proj.prefix}.lora_a`, shape: [proj.in, lora.rank], init: { kind: 'normal', std: 1 / Math.sqrt(proj.in) }, adapter: true });
+      spec.push({ name: `${proj.prefix}.lora_b`, shape: [lora.rank, proj.out], init: { kind: 'zeros' }, adapter: true });
+    }
+  }
+  return spec;
 }
 
 /** Every parameter of the model, in a fixed order (the order of checkpoint files and graph inputs). */
 export function parameterSpec(cfg: ModelConfig): ParameterSpec[] {
+  if (cfg.architecture === 'llama') {
+    const base = llamaParameterSpec(cfg);
+    if (!cfg.lora) return base;
+    return [...base.map((p) => ({ ...p, frozen: true })), ...loraParameterSpec(cfg)];
+  }
+  if (cfg.lora) throw new Error('LoRA adapters need a llama-architecture model');
+  return gptParameterSpec(cfg);
+}
+
+/** The parameters the optimizer updates and a published version holds: the adapters with LoRA, else all. */
+export function trainableParameterSpec(cfg: ModelConfig): ParameterSpec[] {
+  return parameterSpec(cfg).filter((p) => !p.frozen);
+}
+
+function gptParameterSpec(cfg: ModelConfig): ParameterSpec[] {
   const { vocabSize: V, dModel: D, dFF: F, contextLength: C } = cfg;
   const normal = (std: number) => ({ kind: 'normal' as const, std });
   const zeros = { kind: 'zeros' as const };
@@ -104,10 +245,10 @@ export function shapeSize(shape: readonly number[]): number {
 /** A policy's weights: parameter name -> float32 values, row-major, shapes as in parameterSpec. */
 export type PolicyWeights = Record<string, Float32Array>;
 
-/** Fresh weights for `cfg`, a pure function of `seed`. */
-export function initWeights(cfg: ModelConfig, seed: number): PolicyWeights {
+/** Fresh weights for `cfg` (or for the parameters `spec` of it), a pure function of `seed`. */
+export function initWeights(cfg: ModelConfig, seed: number, spec: ParameterSpec[] = parameterSpec(cfg)): PolicyWeights {
   const weights: PolicyWeights = {};
-  for (const p of parameterSpec(cfg)) {
+  for (const p of spec) {
     const values = new Float32Array(shapeSize(p.shape));
     if (p.init.kind === 'ones') values.fill(1);
     else if (p.init.kind === 'normal') {
@@ -125,8 +266,8 @@ export function initWeights(cfg: ModelConfig, seed: number): PolicyWeights {
 }
 
 /** Throws, naming the tensor, unless `weights` has exactly the parameters of `cfg` with the right sizes. */
-export function checkWeights(cfg: ModelConfig, weights: PolicyWeights, shapes?: Record<string, number[]>): void {
-  const spec = parameterSpec(cfg);
+export function checkWeights(cfg: ModelConfig, weights: PolicyWeights, shapes?: Record<string, number[]>, which: 'all' | 'trainable' = 'all'): void {
+  const spec = which === 'all' ? parameterSpec(cfg) : trainableParameterSpec(cfg);
   const expected = new Set(spec.map((p) => p.name));
   for (const name of Object.keys(weights)) {
     if (!expected.has(name)) throw new Error(`unexpected tensor "${name}": the model config has no such parameter`);
@@ -168,6 +309,11 @@ export interface TensorOps<T> {
   softmax(x: T): T;
   /** LayerNorm over the last axis: (x - mean) / sqrt(biased var + eps) * gamma + beta. */
   layerNorm(x: T, gamma: T, beta: T, eps: number): T;
+  /** RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * gamma. */
+  rmsNorm(x: T, gamma: T, eps: number): T;
+  sigmoid(x: T): T;
+  /** x [B, T, in] @ weight^T for weight [out, in] -> [B, T, out] (a tied unembedding). */
+  linearTransposed(x: T, weight: T): T;
   /** Splits the last axis into `parts` equal chunks. */
   split(x: T, parts: number): T[];
   /** Reshape where 0 copies the input's dimension at that index and -1 is inferred. */
@@ -198,6 +344,10 @@ export interface ForwardInputs<T> {
   past?: LayerCache<T>[];
   /** Compute logits for the last position only (generation), else for every position. */
   lastPositionOnly?: boolean;
+  /** llama: cos and sin of the rotary angles of each new position, [B or 1, 1, T, Dh] (ropeTables). */
+  rope?: { cos: T; sin: T };
+  /** LoRA: applied to a projection's input before its adapter (dropout while training). */
+  loraInput?: (x: T) => T;
 }
 
 export interface ForwardOutputs<T> {
@@ -233,6 +383,7 @@ function attention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>,
 
 /** The model's forward pass. `w` maps parameter names (parameterSpec) to backend tensors. */
 export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): ForwardOutputs<T> {
+  if (cfg.architecture === 'llama') return llamaForward(ops, cfg, w, inputs);
   let x = ops.add(ops.embed(w['tok_emb.weight'], inputs.tokens), ops.embed(w['pos_emb.weight'], inputs.positions)); // [B, T, D]
   const present: LayerCache<T>[] = [];
   for (let l = 0; l < cfg.nLayers; l++) {
@@ -247,6 +398,92 @@ export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   let h = ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS);
   if (inputs.lastPositionOnly) h = ops.lastPosition(h);
   return { logits: ops.linear(h, w['lm_head.weight']), present };
+}
+
+/** A llama projection x @ W (+ b), plus its LoRA adapter (alpha / rank) (x A) B when `w` holds one. */
+function project<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T) => T): T {
+  const y = ops.linear(x, w[`${prefix}.weight`], w[`${prefix}.bias`]);
+  const a = w[`${prefix}.lora_a`];
+  if (!a || !cfg.lora) return y;
+  const low = ops.linear(ops.linear(loraInput ? loraInput(x) : x, a), w[`${prefix}.lora_b`]);
+  return ops.add(y, ops.scale(low, cfg.lora.alpha / cfg.lora.rank));
+}
+
+/** Rotary embedding, Hugging Face layout: x cos + rotate_half(x) sin, rotate_half([x1, x2]) = [-x2, x1]. */
+function rotary<T>(ops: TensorOps<T>, x: T, rope: { cos: T; sin: T }): T {
+  const [x1, x2] = ops.split(x, 2);
+  return ops.add(ops.mul(x, rope.cos), ops.mul(ops.concat([ops.scale(x2, -1), x1], 3), rope.sin));
+}
+
+function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, layer: number, x: T, inputs: ForwardInputs<T>): { y: T; cache: LayerCache<T> } {
+  const { H, Hkv, G, Dh } = attentionDims(cfg);
+  const p = `blocks.${layer}.attn.`;
+  const rope = inputs.rope;
+  if (!rope) throw new Error('llama forward needs inputs.rope (ropeTables)');
+  const heads = (t: T, n: number) => ops.transpose(ops.reshape(t, [0, 0, n, Dh]), [0, 2, 1, 3]); // [B, n, T, Dh]
+  const q = ops.scale(rotary(ops, heads(project(ops, cfg, w, `${p}q`, x, inputs.loraInput), H), rope), 1 / Math.sqrt(Dh));
+  let kT = ops.transpose(rotary(ops, heads(project(ops, cfg, w, `${p}k`, x, inputs.loraInput), Hkv), rope), [0, 1, 3, 2]); // [B, Hkv, Dh, T]
+  let v = heads(project(ops, cfg, w, `${p}v`, x, inputs.loraInput), Hkv); // [B, Hkv, T, Dh]
+  const past = inputs.past?.[layer];
+  if (past) {
+    kT = ops.concat([past.k, kT], 3);
+    v = ops.concat([past.v, v], 2);
+  }
+  // Grouped-query attention without repeating keys: the G query heads of one key head are stacked
+  // along the query axis ([B, Hkv, G * T, Dh]), and the mask is repeated G times to match.
+  const grouped = G === 1 ? q : ops.reshape(q, [0, Hkv, -1, Dh]);
+  const bias = G === 1 ? inputs.attentionBias : ops.concat(Array.from({ length: G }, () => inputs.attentionBias), 2);
+  const probs = ops.softmax(ops.add(ops.matmul(grouped, kT), bias));
+  let out = ops.matmul(probs, v); // [B, Hkv, G * T, Dh]
+  if (G > 1) out = ops.reshape(out, [0, H, -1, Dh]);
+  const merged = ops.reshape(ops.transpose(out, [0, 2, 1, 3]), [0, 0, H * Dh]);
+  return { y: project(ops, cfg, w, `${p}o`, merged, inputs.loraInput), cache: { k: kT, v } };
+}
+
+function llamaForward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): ForwardOutputs<T> {
+  const eps = cfg.rmsNormEps ?? 1e-5;
+  let x = ops.embed(w['tok_emb.weight'], inputs.tokens);
+  const present: LayerCache<T>[] = [];
+  for (let l = 0; l < cfg.nLayers; l++) {
+    const p = `blocks.${l}.`;
+    const a = llamaAttention(ops, cfg, w, l, ops.rmsNorm(x, w[`${p}attn_norm.weight`], eps), inputs);
+    present.push(a.cache);
+    x = ops.add(x, a.y);
+    const h = ops.rmsNorm(x, w[`${p}mlp_norm.weight`], eps);
+    const gate = project(ops, cfg, w, `${p}mlp.gate`, h, inputs.loraInput);
+    const up = project(ops, cfg, w, `${p}mlp.up`, h, inputs.loraInput);
+    x = ops.add(x, project(ops, cfg, w, `${p}mlp.down`, ops.mul(ops.mul(gate, ops.sigmoid(gate)), up), inputs.loraInput)); // SwiGLU
+  }
+  let h = ops.rmsNorm(x, w['norm_f.weight'], eps);
+  if (inputs.lastPositionOnly) h = ops.lastPosition(h);
+  // A tied model may still be given lm_head.weight (the embedding, transposed once) to skip the transpose.
+  const head = w['lm_head.weight'];
+  return { logits: head ? ops.linear(h, head) : ops.linearTransposed(h, w['tok_emb.weight']), present };
+}
+
+/**
+ * cos and sin of the rotary angles for `positions` (row-major [B, T]), as [B, 1, T, Dh] arrays:
+ * angle(pos, i) = (pos / scaling) * theta^(-2i / Dh) for i < Dh / 2, repeated for the second half.
+ */
+export function ropeTables(cfg: ModelConfig, positions: ArrayLike<number>, batch: number, length: number): { cos: Float32Array; sin: Float32Array } {
+  const { Dh } = attentionDims(cfg);
+  const half = Dh / 2;
+  const theta = cfg.ropeTheta ?? 10000;
+  const scaling = cfg.ropeScalingFactor ?? 1;
+  const invFreq = Float32Array.from({ length: half }, (_, i) => 1 / theta ** ((2 * i) / Dh));
+  const cos = new Float32Array(batch * length * Dh);
+  const sin = new Float32Array(batch * length * Dh);
+  for (let r = 0; r < batch * length; r++) {
+    const pos = Math.fround(positions[r] / scaling);
+    for (let i = 0; i < half; i++) {
+      const angle = Math.fround(pos * invFreq[i]);
+      const c = Math.cos(angle);
+      const s = Math.sin(angle);
+      cos[r * Dh + i] = cos[r * Dh + half + i] = c;
+      sin[r * Dh + i] = sin[r * Dh + half + i] = s;
+    }
+  }
+  return { cos, sin };
 }
 
 /**

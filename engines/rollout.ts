@@ -13,7 +13,7 @@ import { onnxRuntimeInfo } from './backends';
 import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
 import type { Device } from './device';
 import { mixSeed, seededRandom } from '../config/seeds';
-import { attentionBias, checkWeights, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';
+import { attentionBias, checkWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { buildGenerationModel, GRAPH_NAMES } from './model-onnx';
 
 export interface SamplingParams {
@@ -171,6 +171,8 @@ function selectRows(t: ort.Tensor, keep: number[]): ort.Tensor {
 
 export class RolloutEngine {
   private policy: LoadedPolicy | undefined;
+  /** LoRA: the frozen base weights every version shares (setFrozenWeights). */
+  private frozen: Record<string, ort.Tensor> = {};
 
   private constructor(
     readonly model: ModelConfig,
@@ -208,10 +210,40 @@ export class RolloutEngine {
    */
   setWeights(version: number, weights: PolicyWeights): void {
     if (!Number.isInteger(version) || version < 0) throw new Error(`policy version must be a non-negative integer, got ${version}`);
-    checkWeights(this.model, weights);
-    const feeds: Record<string, ort.Tensor> = {};
-    for (const p of parameterSpec(this.model)) feeds[p.name] = new ort.Tensor('float32', weights[p.name], p.shape);
+    const frozenGiven = Object.keys(this.frozen).length > 0;
+    if (frozenGiven) {
+      const trainable = trainableParameterSpec(this.model);
+      checkWeights(this.model, Object.fromEntries(trainable.map((p) => [p.name, weights[p.name]]).filter(([, w]) => w !== undefined)), undefined, 'trainable');
+    } else checkWeights(this.model, weights);
+    const feeds: Record<string, ort.Tensor> = { ...this.frozen };
+    for (const p of frozenGiven ? trainableParameterSpec(this.model) : parameterSpec(this.model)) feeds[p.name] = new ort.Tensor('float32', weights[p.name], p.shape);
     this.policy = { version, feeds };
+  }
+
+  /**
+   * LoRA: the frozen base weights, set once; every setWeights() then needs only a version's
+   * adapters. (The engine keeps references to the arrays.)
+   */
+  setFrozenWeights(weights: PolicyWeights): void {
+    const frozen = parameterSpec(this.model).filter((p) => p.frozen);
+    if (frozen.length === 0) throw new Error('setFrozenWeights: this model has no frozen weights (it has no LoRA adapters); pass every weight to setWeights');
+    const feeds: Record<string, ort.Tensor> = {};
+    for (const p of frozen) {
+      const w = weights[p.name];
+      if (!w) throw new Error(`setFrozenWeights: missing tensor "${p.name}" (expected shape [${p.shape}])`);
+      if (w.length !== p.shape.reduce((a, b) => a * b, 1)) throw new Error(`setFrozenWeights: tensor "${p.name}" has ${w.length} values, expected shape [${p.shape}]`);
+      feeds[p.name] = new ort.Tensor('float32', w, p.shape);
+    }
+    this.frozen = feeds;
+    this.policy = undefined;
+  }
+
+  /** The rotary tables of a llama model for `positions` [B, T], as graph feeds; none for the GPT layout. */
+  private ropeFeeds(positions: Int32Array, B: number, T: number): Record<string, ort.Tensor> {
+    if (this.model.architecture !== 'llama') return {};
+    const { cos, sin } = ropeTables(this.model, positions, B, T);
+    const Dh = cos.length / (B * T);
+    return { [GRAPH_NAMES.ropeCos]: new ort.Tensor('float32', cos, [B, 1, T, Dh]), [GRAPH_NAMES.ropeSin]: new ort.Tensor('float32', sin, [B, 1, T, Dh]) };
   }
 
   /** Loads a published checkpoint (verifying hash and shapes) and switches to its version. */
@@ -273,6 +305,7 @@ export class RolloutEngine {
       ...policy.feeds,
       [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [B, width]),
       [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [B, width]),
+      ...this.ropeFeeds(positions, B, width),
       [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(B, width, 0, (b, s) => s < rows[b].padding), [B, 1, width, width]),
     });
     let cacheLength = width;
@@ -324,7 +357,9 @@ export class RolloutEngine {
       rows = keep.map((b) => rows[b]);
       const n = rows.length;
       feeds[GRAPH_NAMES.tokens] = new ort.Tensor('int32', Int32Array.from(rows, (r) => r.generated[r.generated.length - 1]), [n, 1]);
-      feeds[GRAPH_NAMES.positions] = new ort.Tensor('int32', Int32Array.from(rows, (r) => r.promptLength + r.generated.length - 1), [n, 1]);
+      const decodePositions = Int32Array.from(rows, (r) => r.promptLength + r.generated.length - 1);
+      feeds[GRAPH_NAMES.positions] = new ort.Tensor('int32', decodePositions, [n, 1]);
+      Object.assign(feeds, this.ropeFeeds(decodePositions, n, 1));
       feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, cacheLength, (b, s) => s < rows[b].padding), [n, 1, 1, cacheLength + 1]);
       out = await this.decode.run(feeds);
       cacheLength += 1;

@@ -17,7 +17,7 @@
 // all work on that state; splitting it would pass its internals between files.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
-import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, type ModelConfig, type PolicyWeights } from './model';
+import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
 import { entropyFromLogits, klLoss, tokenLogprobs } from './rl/losses';
@@ -122,6 +122,8 @@ export interface TrainerOptions {
   maxGradNorm?: number;
   /** Sequences per forward/backward pass; default 32. */
   microBatchSize?: number;
+  /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
+  loraDropout?: number;
 }
 
 export interface TrainStepMetrics {
@@ -206,7 +208,11 @@ interface PaddedBatch {
 
 export class Trainer {
   readonly model: ModelConfig;
+  /** The trained parameters (with LoRA: the adapters only). */
   private readonly variables: Map<string, tf.Variable>;
+  /** LoRA: the frozen base weights (plus a tied embedding's transpose, computed once). */
+  private readonly frozen = new Map<string, tf.Tensor>();
+  private readonly loraDropout: number;
   private readonly moments = new Map<string, { m: tf.Variable; v: tf.Variable }>();
   private readonly ops: ReturnType<typeof createTfjsOps>;
   private readonly optimizer: Required<AdamWOptions>;
@@ -224,18 +230,21 @@ export class Trainer {
     this.schedule = options.schedule ?? { kind: 'constant' };
     this.maxGradNorm = options.maxGradNorm ?? 1;
     this.microBatchSize = options.microBatchSize ?? 32;
+    this.loraDropout = options.loraDropout ?? 0;
     const backend = tf.getBackend();
     if (backend === 'wasm') registerWasmTrainingKernels();
     this.ops = createTfjsOps({ explicitTransposeGrad: backend === 'wasm' });
     Trainer.instances += 1;
     this.variables = new Map(
-      parameterSpec(this.model).map((p) => {
+      trainableParameterSpec(this.model).map((p) => {
         const initial = tf.tensor(weights[p.name], p.shape, 'float32');
         const variable = tf.variable(initial, true, `trainer${Trainer.instances}/${p.name}`);
         initial.dispose();
         return [p.name, variable];
       }),
     );
+    for (const p of parameterSpec(this.model).filter((q) => q.frozen)) this.frozen.set(p.name, tf.tensor(weights[p.name], p.shape, 'float32'));
+    if (this.model.tieEmbeddings && this.frozen.has('tok_emb.weight')) this.frozen.set('lm_head.weight', tf.transpose(this.frozen.get('tok_emb.weight')!));
   }
 
   /**
@@ -245,8 +254,14 @@ export class Trainer {
   static create(options: TrainerOptions): Trainer {
     parseModelConfig(options.model);
     checkOptions(options);
-    const weights = options.weights ?? initWeights(options.model, options.seed ?? 0);
+    let weights = options.weights ?? initWeights(options.model, options.seed ?? 0);
+    if (options.model.lora && options.weights) {
+      // Base weights given without adapters: fresh adapters (B = 0, so the model starts as the base).
+      const adapters = trainableParameterSpec(options.model).filter((p) => !(p.name in weights));
+      if (adapters.length > 0) weights = { ...weights, ...initWeights(options.model, options.seed ?? 0, adapters) };
+    }
     checkWeights(options.model, weights);
+    if (options.loraDropout !== undefined && !(options.loraDropout >= 0 && options.loraDropout < 1)) throw new Error(`trainer options: loraDropout must be in [0, 1), got ${options.loraDropout}`);
     return new Trainer(options, weights);
   }
 
@@ -255,17 +270,22 @@ export class Trainer {
     return this.stepsApplied;
   }
 
-  /** A copy of the current weights (never aliasing backend storage, so callers may keep or modify it). */
+  /**
+   * A copy of the trained weights (never aliasing backend storage, so callers may keep or modify
+   * it): every parameter, or with LoRA the adapters only (what a published version holds).
+   */
   async exportWeights(): Promise<PolicyWeights> {
     const out: PolicyWeights = {};
     for (const [name, v] of this.variables) out[name] = ((await v.data()) as Float32Array).slice();
     return out;
   }
 
-  /** Replaces the weights (e.g. from a checkpoint); optimizer state is kept. */
+  /** Replaces the trained weights (e.g. from a checkpoint; with LoRA the adapters); optimizer state is kept. */
   loadWeights(weights: PolicyWeights): void {
-    checkWeights(this.model, weights);
-    for (const p of parameterSpec(this.model)) {
+    const trainable = trainableParameterSpec(this.model);
+    const only = Object.fromEntries(trainable.map((p) => [p.name, weights[p.name]]).filter(([, w]) => w !== undefined));
+    checkWeights(this.model, only, undefined, 'trainable');
+    for (const p of trainable) {
       tf.tidy(() => this.variables.get(p.name)!.assign(tf.tensor(weights[p.name], p.shape, 'float32')));
     }
   }
@@ -276,15 +296,22 @@ export class Trainer {
   }
 
   private weightTensors(): Record<string, tf.Tensor> {
-    return Object.fromEntries(this.variables);
+    return { ...Object.fromEntries(this.frozen), ...Object.fromEntries(this.variables) };
   }
 
   /** [B, T, V] logits for [B, T] int32 inputs, positions 0..T-1 and a causal mask. */
-  private logits(inputs: tf.Tensor2D): tf.Tensor3D {
+  private logits(inputs: tf.Tensor2D, training = false): tf.Tensor3D {
     const [B, T] = inputs.shape;
     const positions = tf.tile(tf.range(0, T, 1, 'int32').reshape([1, T]), [B, 1]);
     const bias = tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]);
-    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias }).logits as tf.Tensor3D;
+    let rope: { cos: tf.Tensor; sin: tf.Tensor } | undefined;
+    if (this.model.architecture === 'llama') {
+      const tables = ropeTables(this.model, Int32Array.from({ length: T }, (_, t) => t), 1, T);
+      const Dh = tables.cos.length / T;
+      rope = { cos: tf.tensor(tables.cos, [1, 1, T, Dh]), sin: tf.tensor(tables.sin, [1, 1, T, Dh]) };
+    }
+    const loraInput = training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
+    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput }).logits as tf.Tensor3D;
   }
 
   private pad(sequences: readonly TrainSequence[], withLoss: boolean): PaddedBatch {
@@ -415,7 +442,7 @@ export class Trainer {
           const inputs = tf.tensor2d(mb.inputs, shape, 'int32');
           const targets = tf.tensor2d(mb.targets, shape, 'int32');
           const mask = tf.tensor2d(mb.mask, shape);
-          const logits = this.logits(inputs);
+          const logits = this.logits(inputs, true);
           const logprobs = tokenLogprobs(logits, targets);
           const lossInputs: LossInputs = {
             logits,
@@ -507,7 +534,7 @@ export class Trainer {
     const t = this.stepsApplied + 1;
     const correction1 = 1 - beta1 ** t;
     const correction2 = 1 - beta2 ** t;
-    const decayed = new Set(parameterSpec(this.model).filter((p) => p.shape.length >= 2).map((p) => p.name));
+    const decayed = new Set(trainableParameterSpec(this.model).filter((p) => p.shape.length >= 2).map((p) => p.name));
     tf.tidy(() => {
       names.forEach((name, i) => {
         const param = this.variables.get(name)!;
@@ -532,7 +559,7 @@ export class Trainer {
   /** Optimizer state (AdamW moments + step) as safetensors bytes, to resume training elsewhere. */
   async exportOptimizerState(): Promise<Uint8Array> {
     const tensors: Array<[string, NamedTensor]> = [];
-    for (const p of parameterSpec(this.model)) {
+    for (const p of trainableParameterSpec(this.model)) {
       const s = this.moments.get(p.name);
       if (!s) continue;
       tensors.push([`m.${p.name}`, { shape: p.shape, data: (await s.m.data()) as Float32Array }]);
@@ -547,7 +574,7 @@ export class Trainer {
     const step = Number(file.metadata['relax.step']);
     if (!Number.isInteger(step) || step < 0) throw new Error(`optimizer state: metadata relax.step is ${file.metadata['relax.step']}, expected a step count`);
     const restored = new Map<string, { m: tf.Variable; v: tf.Variable }>();
-    for (const p of parameterSpec(this.model)) {
+    for (const p of trainableParameterSpec(this.model)) {
       const m = file.tensors.get(`m.${p.name}`);
       const v = file.tensors.get(`v.${p.name}`);
       if (!m && !v) continue;
@@ -566,6 +593,7 @@ export class Trainer {
   /** Frees every tensor this trainer holds. */
   dispose(): void {
     for (const v of this.variables.values()) v.dispose();
+    for (const t of this.frozen.values()) t.dispose();
     for (const s of this.moments.values()) tf.dispose([s.m, s.v]);
     this.moments.clear();
   }

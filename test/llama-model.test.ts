@@ -1,0 +1,189 @@
+// The llama layout of the one model definition on a tiny random config (grouped-query attention,
+// RoPE, SwiGLU, tied embeddings, q/k/v biases, LoRA): the tfjs forward equals a plain-JS scalar
+// implementation written independently here, the ONNX prefill + KV-cache decode graphs give the
+// trainer's log-probs, and a LoRA train step moves only the adapters.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { loadTfjsBackend } from '../engines/backends';
+import { initWeights, parameterSpec, parseModelConfig, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { RolloutEngine } from '../engines/rollout';
+import { Trainer } from '../engines/trainer';
+import { sftLoss } from '../training/losses';
+
+const LLAMA: ModelConfig = {
+  architecture: 'llama',
+  vocabSize: 40,
+  dModel: 32,
+  nLayers: 2,
+  nHeads: 4,
+  nKvHeads: 2,
+  dFF: 48,
+  contextLength: 32,
+  ropeTheta: 500,
+  ropeScalingFactor: 2,
+  rmsNormEps: 1e-5,
+  tieEmbeddings: true,
+  attentionBias: true,
+};
+const WITH_LORA: ModelConfig = { ...LLAMA, lora: { rank: 4, alpha: 8, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } };
+
+/** Random weights where every tensor matters: norms and biases perturbed, LoRA B nonzero. */
+function randomWeights(cfg: ModelConfig, seed: number): PolicyWeights {
+  const w = initWeights(cfg, seed);
+  let s = seed * 7919 + 1;
+  const rand = () => ((s = (s * 16807) % 2147483647) / 2147483647) - 0.5;
+  for (const p of parameterSpec(cfg)) {
+    const values = w[p.name];
+    if (p.name.endsWith('norm.weight') || p.name === 'norm_f.weight') for (let i = 0; i < values.length; i++) values[i] = 1 + 0.5 * rand();
+    else if (p.name.endsWith('.bias') || p.name.endsWith('.lora_b')) for (let i = 0; i < values.length; i++) values[i] = 0.2 * rand();
+    else for (let i = 0; i < values.length; i++) values[i] *= 10; // std 0.2: logits far from uniform
+  }
+  return w;
+}
+
+/** Logits [T][V] of one sequence, computed with scalars and loops (Hugging Face's Llama semantics). */
+function scalarLlama(cfg: ModelConfig, w: PolicyWeights, tokens: number[]): number[][] {
+  const D = cfg.dModel;
+  const H = cfg.nHeads;
+  const Hkv = cfg.nKvHeads ?? H;
+  const Dh = D / H;
+  const T = tokens.length;
+  const mat = (x: number[], name: string, inDim: number, outDim: number): number[] => {
+    const W = w[`${name}.weight`];
+    const b = w[`${name}.bias`];
+    const y = Array.from({ length: outDim }, (_, o) => (b ? b[o] : 0));
+    for (let i = 0; i < inDim; i++) for (let o = 0; o < outDim; o++) y[o] += x[i] * W[i * outDim + o];
+    const A = w[`${name}.lora_a`];
+    if (A && cfg.lora) {
+      const r = cfg.lora.rank;
+      const B = w[`${name}.lora_b`];
+      const low = Array.from({ length: r }, (_, k) => x.reduce((acc, xi, i) => acc + xi * A[i * r + k], 0));
+      for (let o = 0; o < outDim; o++) y[o] += (cfg.lora.alpha / r) * low.reduce((acc, lk, k) => acc + lk * B[k * outDim + o], 0);
+    }
+    return y;
+  };
+  const rms = (x: number[], g: Float32Array) => {
+    const ms = x.reduce((a, v) => a + v * v, 0) / x.length;
+    return x.map((v, i) => (v / Math.sqrt(ms + (cfg.rmsNormEps ?? 1e-5))) * g[i]);
+  };
+  const rope = (x: number[], pos: number) => {
+    const out = x.slice();
+    const p = pos / (cfg.ropeScalingFactor ?? 1);
+    for (let i = 0; i < Dh / 2; i++) {
+      const a = p * (cfg.ropeTheta ?? 10000) ** ((-2 * i) / Dh);
+      out[i] = x[i] * Math.cos(a) - x[i + Dh / 2] * Math.sin(a);
+      out[i + Dh / 2] = x[i + Dh / 2] * Math.cos(a) + x[i] * Math.sin(a);
+    }
+    return out;
+  };
+  const emb = w['tok_emb.weight'];
+  let xs = tokens.map((t) => Array.from(emb.subarray(t * D, (t + 1) * D)));
+  for (let l = 0; l < cfg.nLayers; l++) {
+    const p = `blocks.${l}.`;
+    const hs = xs.map((x) => rms(x, w[`${p}attn_norm.weight`]));
+    const q = hs.map((h) => mat(h, `${p}attn.q`, D, H * Dh));
+    const k = hs.map((h) => mat(h, `${p}attn.k`, D, Hkv * Dh));
+    const v = hs.map((h) => mat(h, `${p}attn.v`, D, Hkv * Dh));
+    const head = (row: number[], h: number) => row.slice(h * Dh, (h + 1) * Dh);
+    const attnOut = xs.map((_, t) => {
+      const merged: number[] = [];
+      for (let h = 0; h < H; h++) {
+        const kvHead = Math.floor(h / (H / Hkv));
+        const qh = rope(head(q[t], h), t);
+        const scores = Array.from({ length: t + 1 }, (_, s) => rope(head(k[s], kvHead), s).reduce((a, ki, i) => a + ki * qh[i], 0) / Math.sqrt(Dh));
+        const max = Math.max(...scores);
+        const e = scores.map((sc) => Math.exp(sc - max));
+        const z = e.reduce((a, b) => a + b, 0);
+        const o = new Array(Dh).fill(0);
+        e.forEach((ei, s) => head(v[s], kvHead).forEach((vi, i) => (o[i] += (ei / z) * vi)));
+        merged.push(...o);
+      }
+      return mat(merged, `${p}attn.o`, H * Dh, D);
+    });
+    xs = xs.map((x, t) => x.map((xi, i) => xi + attnOut[t][i]));
+    xs = xs.map((x) => {
+      const h = rms(x, w[`${p}mlp_norm.weight`]);
+      const gate = mat(h, `${p}mlp.gate`, D, cfg.dFF);
+      const up = mat(h, `${p}mlp.up`, D, cfg.dFF);
+      const down = mat(gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i]), `${p}mlp.down`, cfg.dFF, D);
+      return x.map((xi, i) => xi + down[i]);
+    });
+  }
+  return xs.map((x) => {
+    const h = rms(x, w['norm_f.weight']);
+    return Array.from({ length: cfg.vocabSize }, (_, t) => h.reduce((a, hi, i) => a + hi * emb[t * D + i], 0));
+  });
+}
+
+test('llama config: validation names the field', () => {
+  assert.deepEqual(parseModelConfig(WITH_LORA), WITH_LORA);
+  assert.throws(() => parseModelConfig({ ...LLAMA, nKvHeads: 3 }), /nKvHeads \(3\) must divide nHeads/);
+  assert.throws(() => parseModelConfig({ ...LLAMA, architecture: undefined }), /nKvHeads is a llama setting/);
+  assert.throws(() => parseModelConfig({ ...LLAMA, lora: { rank: 0, alpha: 1, targets: ['q'] } }), /lora\.rank/);
+  const names = parameterSpec(WITH_LORA).map((p) => p.name);
+  assert.ok(!names.includes('lm_head.weight'), 'tied: no lm_head');
+  assert.ok(names.includes('blocks.1.attn.q.bias') && names.includes('blocks.1.mlp.down.lora_b'));
+  assert.deepEqual(trainableParameterSpec(WITH_LORA).map((p) => p.name).filter((n) => !n.includes('.lora_')), [], 'with LoRA only adapters train');
+});
+
+test('llama forward (tfjs) equals an independent scalar implementation', async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+  const weights = randomWeights(WITH_LORA, 3);
+  const trainer = Trainer.create({ model: WITH_LORA, weights, optimizer: { lr: 1e-3 } });
+  try {
+    const tokens = [1, 7, 3, 22, 39, 0, 12, 5, 5, 18];
+    const [lp] = await trainer.logprobs([tokens]);
+    const logits = scalarLlama(WITH_LORA, weights, tokens);
+    let maxDiff = 0;
+    for (let t = 0; t < tokens.length - 1; t++) {
+      const row = logits[t];
+      const m = Math.max(...row);
+      const lse = m + Math.log(row.reduce((a, v) => a + Math.exp(v - m), 0));
+      maxDiff = Math.max(maxDiff, Math.abs(row[tokens[t + 1]] - lse - lp[t]));
+    }
+    assert.ok(maxDiff < 1e-4, `max log-prob difference ${maxDiff}`);
+  } finally {
+    trainer.dispose();
+  }
+});
+
+test('llama on ONNX Runtime (prefill + KV-cache decode, LoRA as graph inputs) gives the trainer\'s log-probs', async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+  const weights = randomWeights(WITH_LORA, 5);
+  const trainer = Trainer.create({ model: WITH_LORA, weights, optimizer: { lr: 1e-3 } });
+  const engine = await RolloutEngine.create(WITH_LORA, { intraOpNumThreads: 1 });
+  try {
+    engine.setFrozenWeights(weights);
+    engine.setWeights(0, Object.fromEntries(trainableParameterSpec(WITH_LORA).map((p) => [p.name, weights[p.name]])));
+    const prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]];
+    const samples = await engine.generate(prompts, { maxNewTokens: 8, seed: 11 });
+    const rows = await trainer.logprobs(prompts.map((p, i) => [...p, ...samples[i].tokens]));
+    let maxDiff = 0;
+    samples.forEach((s, i) => s.logprobs.forEach((l, j) => (maxDiff = Math.max(maxDiff, Math.abs(l - rows[i][prompts[i].length - 1 + j])))));
+    assert.ok(maxDiff < 1e-5, `max |rollout - trainer| log-prob ${maxDiff}`);
+    assert.throws(() => engine.setWeights(1, {}), /missing tensor "blocks.0.attn.q.lora_a"/);
+  } finally {
+    trainer.dispose();
+    await engine.release();
+  }
+});
+
+test('a LoRA train step moves the adapters only; a version holds only adapters', async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+  const base = randomWeights(LLAMA, 9);
+  const trainer = Trainer.create({ model: WITH_LORA, weights: base, seed: 1, optimizer: { lr: 1e-2 } });
+  try {
+    const before = await trainer.exportWeights();
+    assert.deepEqual(Object.keys(before).sort(), trainableParameterSpec(WITH_LORA).map((p) => p.name).sort());
+    assert.ok(before['blocks.0.attn.q.lora_b'].every((v) => v === 0), 'fresh adapters start at B = 0');
+    const seq = { tokens: [1, 2, 3, 4, 5, 6], lossMask: [0, 0, 1, 1, 1], advantages: 1 };
+    const lpBefore = (await trainer.logprobs([seq.tokens]))[0];
+    await trainer.trainStep([seq], sftLoss());
+    const after = await trainer.exportWeights();
+    assert.ok(after['blocks.0.attn.q.lora_b'].some((v) => v !== 0), 'B moved');
+    const lpAfter = (await trainer.logprobs([seq.tokens]))[0];
+    assert.ok(lpAfter[4] > lpBefore[4], `the rewarded token's log-prob rose: ${lpBefore[4]} -> ${lpAfter[4]}`);
+  } finally {
+    trainer.dispose();
+  }
+});
