@@ -9,6 +9,7 @@ import { CheckpointPrunedError, MissingPolicyVersionError } from '../store/check
 import { recordEvent } from '../store/events';
 import { recordSpan } from '../store/spans';
 import { AlgorithmConfigError } from '../training/advantages';
+import { RunModelError } from '../training/policy-model';
 import { loadRunContext, RunTaskError, UnknownRunError, type RunContext } from '../training/run-context';
 
 export interface WorkerContext {
@@ -46,6 +47,7 @@ export function asActivityFailure(err: unknown): unknown {
   if (err instanceof UnknownRunError) return ApplicationFailure.create({ message: err.message, type: 'UnknownRun', nonRetryable: true });
   if (err instanceof RunTaskError) return ApplicationFailure.create({ message: err.message, type: 'UnknownTask', nonRetryable: true });
   if (err instanceof UserModuleError) return ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
+  if (err instanceof RunModelError) return ApplicationFailure.create({ message: `invalid run config: ${err.message}`, type: 'InvalidRunConfig', nonRetryable: true });
   if (err instanceof AlgorithmConfigError) return ApplicationFailure.create({ message: `invalid run config: ${err.message}`, type: 'InvalidRunConfig', nonRetryable: true });
   return err;
 }

@@ -2,7 +2,7 @@
 // config validated, its user modules and algorithm checked, the run registered) and its end.
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
-import { loadTask } from '../envs/registry';
+import { loadRunPolicy, RunModelError } from '../training/policy-model';
 import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/user-modules';
 import { AlgorithmConfigError } from '../training/advantages';
 import { resolveUpdateRule } from '../training/update';
@@ -32,8 +32,10 @@ function parsed(input: unknown): RunConfig {
 async function checkWhatItNames(config: RunConfig): Promise<void> {
   let task;
   try {
-    task = await loadTask(config.task);
+    // The model and data files are read here, so a run never starts on ones it cannot use.
+    task = (await loadRunPolicy(config)).task;
   } catch (err) {
+    if (err instanceof RunModelError) throw ApplicationFailure.create({ message: `invalid run config: ${err.message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
     throw invalid('task', (err as Error).message);
   }
   for (const [field, check] of [

@@ -3,6 +3,7 @@
 import { Trainer } from '../engines/trainer';
 import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
 import { referenceTrainerOptions } from '../training/options';
+import { withBaseWeights } from '../training/policy-model';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { referenceLogprobs } from '../training/update';
@@ -15,7 +16,7 @@ async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<Trainer
   let reference = references.get(run.runId);
   if (!reference) {
     const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));
-    reference = Trainer.create(referenceTrainerOptions(run.model, weights));
+    reference = Trainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights)));
     references.set(run.runId, reference);
   }
   return reference;

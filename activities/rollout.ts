@@ -33,7 +33,11 @@ function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
   let policy = policies.get(run.runId);
   if (!policy) {
     // Versions only move forward here: keeping older weights in memory would buy nothing.
-    policy = PolicyEngine.create(ctx.pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { loadWeights: (v) => loadPolicyWeights(ctx.pool, run, v), cachedVersions: 1 });
+    policy = PolicyEngine.create(
+      ctx.pool,
+      { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() },
+      { loadWeights: (v) => loadPolicyWeights(ctx.pool, run, v), cachedVersions: 1, ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}) },
+    );
     policies.set(run.runId, policy);
     policy.catch(() => policies.delete(run.runId));
   }

@@ -3,7 +3,6 @@
 // A train step is four named pieces: claimBatch (exactly-once bookkeeping), updateTrainer (the
 // update, training/update.ts), publishVersion (training/policy-versions.ts), recordStep.
 import { ApplicationFailure } from '@temporalio/activity';
-import { initWeights } from '../engines/model';
 import { NonFiniteUpdateError, Trainer } from '../engines/trainer';
 import { getCheckpoint, resolveInitFrom, type CheckpointRecord } from '../store/checkpoint-registry';
 import { loadCheckpoint } from '../engines/checkpoint';
@@ -11,6 +10,7 @@ import { recordMetrics } from '../store/metrics';
 import { previousSpanEnd, recordSpan } from '../store/spans';
 import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, type TrainStep } from '../store/transfer-queue';
 import { trainerOptions } from '../training/options';
+import { initialPolicyWeights, withBaseWeights } from '../training/policy-model';
 import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
@@ -73,7 +73,7 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
   if (held && held.version === version) return held.trainer;
   dropTrainer(run.runId);
   const [weights, optimizerState] = await failuresMapped(() => Promise.all([loadPolicyWeights(ctx.pool, run, version), loadOptimizerState(run, version)]));
-  const trainer = Trainer.create(trainerOptions(run.config, run.model, weights));
+  const trainer = Trainer.create(trainerOptions(run.config, run.model, await withBaseWeights(run.policy, weights)));
   if (optimizerState) trainer.importOptimizerState(optimizerState);
   else if (version > 0) console.warn(`[train] run ${run.runId}: no optimizer state for version ${version}; continuing with fresh AdamW moments`);
   trainers.set(run.runId, { trainer, version });
@@ -81,8 +81,8 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
 }
 
 /**
- * Publishes policy version 0 of a run: the checkpoint named by checkpoint.init_from, else a seeded
- * random initialization. Idempotent: a registered version 0 is returned as it is.
+ * Publishes policy version 0 of a run: the checkpoint named by checkpoint.init_from, else a
+ * pretrained model's weights (with LoRA: fresh adapters), else a seeded random initialization. Idempotent: a registered version 0 is returned as it is.
  */
 async function initPolicy(ctx: WorkerContext, { runId }: { runId: string }): Promise<PolicyVersionInfo> {
   const run = await runContext(ctx, runId);
@@ -98,7 +98,7 @@ async function initPolicy(ctx: WorkerContext, { runId }: { runId: string }): Pro
       throw ApplicationFailure.create({ message: `checkpoint.init_from: ${(err as Error).message}`, type: 'InvalidInitCheckpoint', nonRetryable: true });
     }
   } else {
-    weights = initWeights(run.model, run.config.seed);
+    weights = await initialPolicyWeights(run.policy, run.config.seed);
   }
   const published = await publishPolicyVersion(ctx.pool, run, 0, 0, weights);
   return { policyVersion: 0, sha256: published.sha256, path: published.path };

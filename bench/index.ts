@@ -32,6 +32,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'RL on a multi-turn environment (--set task=calculator|guess-number|gridworld|<module>): success and tool-use / turns curves',
     load: async () => (await import('./env.js')).envBench,
   },
+  'real-model': {
+    describe: 'GRPO + LoRA on a pretrained model (default smollm2-135m-instruct) through the workflow on the shipped arithmetic data: reward and held-out accuracy per step, rollout/train time per step, memory',
+    load: async () => (await import('./real-model.js')).realModelBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

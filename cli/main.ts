@@ -19,6 +19,8 @@ import { renderCurves, watchRun } from './watch';
 import { openStore } from '../store/db';
 import { serveCommandAction } from './serve';
 import { chromeTrace, listSpans, utilization } from '../store/spans';
+import { exportPolicyVersion } from '../training/export';
+import { registerModelCommands } from './model';
 
 function intOption(name: string, min = 0) {
   return (value: string): number => {
@@ -248,6 +250,25 @@ export function buildProgram(): Command {
     .option('--host <host>', 'interface to listen on', '127.0.0.1')
     .option('--device <device>', 'cpu or cuda:N')
     .action((o: { run: string; port: number; host: string; device?: string }) => serveCommandAction(o));
+
+  program
+    .command('export <ref>')
+    .description('write a published policy version (<run_id>@<version>) as a Hugging Face model directory (LoRA: merged, plus the PEFT adapter)')
+    .addOption(new Option('--format <format>', 'output format').choices(['hf']).default('hf'))
+    .requiredOption('--out <dir>', 'the directory to write')
+    .action(async (ref: string, o: { out: string }) => {
+      const { databaseUrl } = resolveAddresses();
+      if (!databaseUrl) throw new Error("DATABASE_URL is not set: point it at the run's database, or start `relax dev` (it serves one)");
+      const pool = await openStore({ url: databaseUrl, maxConnections: 2 });
+      try {
+        const out = await exportPolicyVersion(pool, ref, o.out);
+        console.log(`${ref} written to ${out.dir} (${out.parameters.toLocaleString('en-US')} parameters)${out.adapterDir ? `; LoRA adapter (PEFT) in ${out.adapterDir}` : ''}`);
+      } finally {
+        await pool.end();
+      }
+    });
+
+  registerModelCommands(program);
 
   program
     .command('trace <runId>')

@@ -6,6 +6,7 @@
 // caused worker out-of-memory crashes (an open Temporal TypeScript SDK issue); workflows validate
 // through an activity (activities/control.ts startRun).
 import { z } from 'zod';
+import { DataConfigSchema } from './data-config';
 
 const positiveInt = z.number().int().positive();
 const nonNegativeInt = z.number().int().nonnegative();
@@ -23,13 +24,52 @@ const UserFunctionSchema = z
 /** Options of a registered estimator or loss: validated by that estimator's or loss's own schema at run start. */
 const RegisteredOptionsSchema = z.record(z.string(), z.unknown()).default({});
 
+/**
+ * The policy model: a pretrained model by `from` (a Hugging Face directory, a .gguf file, or a
+ * named model such as "smollm2-135m-instruct"), or else the tiny GPT these fields size (defaults in
+ * TINY_POLICY_DEFAULTS). `context_length` caps a pretrained model's context (default 1024).
+ */
 export const PolicyModelConfigSchema = z
   .object({
-    d_model: positiveInt.default(64),
-    n_layers: positiveInt.max(48).default(2),
-    n_heads: positiveInt.default(8),
-    d_ff: positiveInt.default(256),
-    context_length: positiveInt.max(8192).default(32),
+    from: z.string().min(1).optional(),
+    d_model: positiveInt.optional(),
+    n_layers: positiveInt.max(48).optional(),
+    n_heads: positiveInt.optional(),
+    d_ff: positiveInt.optional(),
+    context_length: positiveInt.max(131_072).optional(),
+  })
+  .strict()
+  .superRefine((m, ctx) => {
+    if (m.from === undefined) {
+      if ((m.context_length ?? 0) > 8192) ctx.addIssue({ code: 'custom', path: ['context_length'], message: `must be <= 8192 for the tiny GPT; got ${m.context_length}` });
+      return;
+    }
+    for (const key of ['d_model', 'n_layers', 'n_heads', 'd_ff'] as const) {
+      if (m[key] !== undefined) ctx.addIssue({ code: 'custom', path: [key], message: `sizes the tiny GPT, but model.from names a pretrained model whose config.json decides it: remove model.${key}` });
+    }
+  });
+
+/** The tiny GPT's size when the config leaves a field out. */
+export const TINY_POLICY_DEFAULTS = { d_model: 64, n_layers: 2, n_heads: 8, d_ff: 256, context_length: 32 } as const;
+/** A pretrained model's context is capped to this unless model.context_length says otherwise. */
+export const PRETRAINED_CONTEXT_DEFAULT = 1024;
+
+/** The context length a run's model works with (a pretrained model's own limit may be lower still). */
+export function runContextLength(model: z.output<typeof PolicyModelConfigSchema>): number {
+  return model.context_length ?? (model.from === undefined ? TINY_POLICY_DEFAULTS.context_length : PRETRAINED_CONTEXT_DEFAULT);
+}
+
+const LORA_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+
+/** LoRA (Hu et al. 2021) on a pretrained model: base weights frozen, adapters trained and published. */
+export const LoraConfigSchema = z
+  .object({
+    rank: positiveInt.max(1024).default(8),
+    /** The adapter's output is scaled by alpha / rank. */
+    alpha: z.number().positive().default(16),
+    dropout: z.number().min(0).lt(1).default(0),
+    /** Hugging Face projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj). */
+    target_modules: z.array(z.enum(LORA_MODULES)).min(1).default([...LORA_MODULES]),
   })
   .strict();
 
@@ -176,6 +216,9 @@ export const RunConfigSchema = z
     mode: z.enum(['sync', 'async']).default('sync'),
     max_staleness: nonNegativeInt.max(64).default(0),
     model: PolicyModelConfigSchema.prefault({}),
+    lora: LoraConfigSchema.optional(),
+    /** Prompts and answers from files (JSONL or Parquet) instead of a built-in task; needs model.from. */
+    data: DataConfigSchema.optional(),
     algorithm: AlgorithmConfigSchema.prefault({}),
     rollout: RolloutConfigSchema.prefault({}),
     train: TrainConfigSchema.prefault({}),
@@ -186,19 +229,28 @@ export const RunConfigSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
-    if (c.model.d_model % c.model.n_heads !== 0) {
+    const dModel = c.model.d_model ?? TINY_POLICY_DEFAULTS.d_model;
+    const nHeads = c.model.n_heads ?? TINY_POLICY_DEFAULTS.n_heads;
+    if (c.model.from === undefined && dModel % nHeads !== 0) {
       ctx.addIssue({
         code: 'custom',
         path: ['model', 'n_heads'],
-        message: `must divide model.d_model (${c.model.d_model}); got ${c.model.n_heads}`,
+        message: `must divide model.d_model (${dModel}); got ${nHeads}`,
       });
     }
-    if (c.rollout.max_new_tokens >= c.model.context_length) {
+    const contextLength = runContextLength(c.model);
+    if (c.rollout.max_new_tokens >= contextLength) {
       ctx.addIssue({
         code: 'custom',
         path: ['rollout', 'max_new_tokens'],
-        message: `must be below model.context_length (${c.model.context_length}) to leave room for the prompt; got ${c.rollout.max_new_tokens}`,
+        message: `must be below model.context_length (${contextLength}) to leave room for the prompt; got ${c.rollout.max_new_tokens}`,
       });
+    }
+    if (c.lora && c.model.from === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['lora'], message: 'needs a pretrained model: set model.from (e.g. "smollm2-135m-instruct"), or remove lora to train the tiny GPT fully' });
+    }
+    if (c.data && c.model.from === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['data'], message: "needs a pretrained model with a tokenizer and chat template: set model.from (e.g. \"smollm2-135m-instruct\")" });
     }
     if (c.algorithm.clip_high < c.algorithm.clip_low) {
       ctx.addIssue({

@@ -21,6 +21,29 @@ const matmulExplicitGrad = tf.customGrad((a, b, save) => {
   };
 }) as (a: tf.Tensor, b: tf.Tensor) => tf.Tensor;
 
+/**
+ * x [N, in] @ w [in, out] where w is NOT trained (a frozen LoRA base, a reference policy): only x
+ * gets a gradient, dx = (w @ dy^T)^T. w is the left operand there, so no transposed copy of the
+ * weight is made, and no weight gradient is computed only to be thrown away.
+ */
+function frozenLinear2d(x: tf.Tensor, w: tf.Tensor): tf.Tensor {
+  return (
+    tf.customGrad((input, save) => {
+      (save as tf.GradSaveFunc)([]);
+      return { value: tf.matMul(input as tf.Tensor, w), gradFunc: (dy: tf.Tensor) => tf.transpose(tf.matMul(w, tf.transpose(dy))) };
+    }) as (x: tf.Tensor) => tf.Tensor
+  )(x);
+}
+
+/** x [N, in] @ w [in, out] for a trained w: dx = (w @ dy^T)^T and dw = x^T @ dy, plain matmuls only (no transposed weight copy). */
+const trainedLinear2d = tf.customGrad((x, w, save) => {
+  (save as tf.GradSaveFunc)([x as tf.Tensor, w as tf.Tensor]);
+  return {
+    value: tf.matMul(x as tf.Tensor, w as tf.Tensor),
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => [tf.transpose(tf.matMul(saved[1], tf.transpose(dy))), tf.matMul(tf.transpose(saved[0]), dy)],
+  };
+}) as (x: tf.Tensor, w: tf.Tensor) => tf.Tensor;
+
 function resolveShape(x: tf.Tensor, shape: number[]): number[] {
   return shape.map((d, i) => (d === 0 ? x.shape[i] : d));
 }
@@ -37,7 +60,8 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     linear(x, weight, bias) {
       const lead = x.shape.slice(0, -1);
       const inDim = x.shape[x.shape.length - 1];
-      let y = matmul(tf.reshape(x, [-1, inDim]), weight);
+      const x2d = tf.reshape(x, [-1, inDim]);
+      let y = !options.explicitTransposeGrad ? tf.matMul(x2d, weight) : weight instanceof tf.Variable ? trainedLinear2d(x2d, weight) : frozenLinear2d(x2d, weight);
       if (bias) y = tf.add(y, bias);
       return tf.reshape(y, [...lead, weight.shape[1] as number]);
     },
@@ -63,7 +87,8 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
       const lead = x.shape.slice(0, -1);
       const inDim = x.shape[x.shape.length - 1];
       // An explicit transpose + plain matmul: BatchMatMul's transpose flags are the slow path on wasm.
-      const y = matmul(tf.reshape(x, [-1, inDim]), tf.transpose(weight));
+      const x2d = tf.reshape(x, [-1, inDim]);
+      const y = weight instanceof tf.Variable ? matmul(x2d, tf.transpose(weight)) : options.explicitTransposeGrad ? frozenLinear2d(x2d, tf.transpose(weight)) : tf.matMul(x2d, weight, false, true);
       return tf.reshape(y, [...lead, weight.shape[0] as number]);
     },
     split: (x, parts) => tf.split(x, parts, -1),

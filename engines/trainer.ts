@@ -397,6 +397,15 @@ export class Trainer {
     return out;
   }
 
+  /** The logits [T, V] (row-major) of one sequence under the current weights (reference checks, exports). */
+  async forwardLogits(tokens: ArrayLike<number>): Promise<Float32Array> {
+    const batch = this.pad([{ tokens: [...Array.from(tokens), 0], lossMask: [] }], false);
+    const logits = tf.tidy(() => this.logits(tf.tensor2d(batch.inputs, [1, batch.T], 'int32')));
+    const values = (await logits.data()) as Float32Array;
+    logits.dispose();
+    return values;
+  }
+
   /**
    * One optimizer step on `sequences` with `loss`. The update is applied only if the loss and every
    * gradient are finite; otherwise NonFiniteUpdateError names the culprit and the weights and

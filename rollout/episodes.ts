@@ -5,7 +5,7 @@
 // is one sample: promptTokens = bos + the first observation, responseTokens = everything after.
 import { episodeTurnSeed } from '../config/seeds';
 import type { RolloutEngine, SamplingParams } from '../engines/rollout';
-import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { Environment, InteractionSpec, StepResult } from '../envs/interaction';
 import type { Task, TaskPrompt } from '../envs/task';
 import { withTimeout } from '../envs/user-modules';
@@ -99,7 +99,7 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
       try {
         env = createEnv({ seed: options.envSeed + index });
         const first = await withTimeout('environment reset', options.timeoutMs, () => env.reset(prompt));
-        episode.promptTokens = [tokenizer.bosId, ...tokenizer.encode(first)];
+        episode.promptTokens = withBos(tokenizer, tokenizer.encode(first));
         episode.text = first;
       } catch (err) {
         fail({ episode }, new Error(`environment reset failed: ${(err as Error).message}`));

@@ -15,7 +15,7 @@
 import { randomInt, randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
-import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, type CommonRequest } from './openai-requests';
 import { SessionError, SessionRecorder, type SessionCall } from './sessions';
 
@@ -92,7 +92,7 @@ function serialQueue(): <T>(task: () => Promise<T>) => Promise<T> {
 /** [bos, ...encode(text)], as rollout/producers.ts promptTokens; a text the tokenizer cannot encode is a 400. */
 function encodePrompt(tokenizer: Tokenizer, text: string, param: string): number[] {
   try {
-    return [tokenizer.bosId, ...tokenizer.encode(text)];
+    return withBos(tokenizer, tokenizer.encode(text));
   } catch (err) {
     throw badParam(param, `the prompt cannot be encoded by this model's tokenizer: ${(err as Error).message}; send only text the model's vocabulary covers`, 'invalid_prompt');
   }

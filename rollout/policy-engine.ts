@@ -28,6 +28,8 @@ export interface PolicyEngineOptions {
   latestCheckMs?: number;
   /** "cpu" (default) or "cuda:N". */
   device?: string;
+  /** LoRA: the frozen base weights every version shares (loaded once; versions then hold adapters only). */
+  frozenWeights?: () => Promise<PolicyWeights>;
 }
 
 /** What "<run_id>" means on the endpoint: the newest retained version, or the engine's current one. */
@@ -47,6 +49,7 @@ export class PolicyEngine {
 
   static async create(pool: Pool, run: { runId: string; model: ModelConfig; tokenizer: Tokenizer }, options: PolicyEngineOptions): Promise<PolicyEngine> {
     const engine = await RolloutEngine.create(run.model, { intraOpNumThreads: 1, ...(options.device ? { device: parseDevice(options.device) } : {}) });
+    if (options.frozenWeights) engine.setFrozenWeights(await options.frozenWeights());
     return new PolicyEngine(pool, run.runId, run.tokenizer, engine, options);
   }
 

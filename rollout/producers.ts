@@ -6,7 +6,7 @@
 import type { RunConfig } from '../config/run-config';
 import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
-import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
 import { loadRewardFunction, loadUserExport, scoreGroup, withTimeout, type LoadedReward } from '../envs/user-modules';
 import type { Task, TaskPrompt } from '../envs/task';
@@ -17,7 +17,7 @@ import type { SessionRecorder } from './sessions';
 
 /** The token ids a prompt is conditioned on: bos, then the prompt text. */
 export function promptTokens(tokenizer: Tokenizer, prompt: TaskPrompt): number[] {
-  return [tokenizer.bosId, ...tokenizer.encode(prompt.text)];
+  return withBos(tokenizer, tokenizer.encode(prompt.text));
 }
 
 export function samplingParams(rollout: RunConfig['rollout'], eosId: number, seed: number): SamplingParams {

@@ -8,6 +8,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { initWeights, parameterSpec, parseModelConfig, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
+import { mergeLoraWeights, withoutLora } from '../engines/lora';
 import { sftLoss } from '../training/losses';
 
 const LLAMA: ModelConfig = {
@@ -185,5 +186,23 @@ test('a LoRA train step moves the adapters only; a version holds only adapters',
     assert.ok(lpAfter[4] > lpBefore[4], `the rewarded token's log-prob rose: ${lpBefore[4]} -> ${lpAfter[4]}`);
   } finally {
     trainer.dispose();
+  }
+});
+
+test('merged LoRA weights are the same model as base + adapters', async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+  const weights = randomWeights(WITH_LORA, 13);
+  const merged = mergeLoraWeights(WITH_LORA, weights, weights);
+  const withAdapters = Trainer.create({ model: WITH_LORA, weights, optimizer: { lr: 1e-3 } });
+  const plain = Trainer.create({ model: withoutLora(WITH_LORA), weights: merged, optimizer: { lr: 1e-3 } });
+  try {
+    const tokens = [3, 1, 4, 1, 5, 9, 2, 6];
+    const [a] = await withAdapters.logprobs([tokens]);
+    const [b] = await plain.logprobs([tokens]);
+    const maxDiff = Math.max(...Array.from(a, (v, i) => Math.abs(v - b[i])));
+    assert.ok(maxDiff < 1e-5, `max log-prob difference ${maxDiff}`);
+  } finally {
+    withAdapters.dispose();
+    plain.dispose();
   }
 });

@@ -6,15 +6,16 @@ import type { Pool } from 'pg';
 import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
 import type { ModelConfig } from '../engines/model';
-import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
-import { policyModelConfig } from './options';
+import { loadRunPolicy, RunModelError, type RunPolicy } from './policy-model';
 import type { RunCheckpoints } from './policy-versions';
 
 export interface RunContext extends RunCheckpoints {
   config: RunConfig;
   task: Task;
   model: ModelConfig;
+  /** The model's source, tokens that end a response, and a pretrained model's base weights. */
+  policy: RunPolicy;
 }
 
 /** The run is not in the runs table: nothing registered it, or another database was given. */
@@ -29,7 +30,7 @@ export class RunTaskError extends Error {
 
 const cache = new Map<string, Promise<RunContext>>();
 
-/** The run's context, cached per process; failures are not cached. Throws UnknownRunError or RunTaskError. */
+/** The run's context, cached per process; failures are not cached. Throws UnknownRunError, RunTaskError or RunModelError. */
 export function loadRunContext(pool: Pool, runId: string): Promise<RunContext> {
   let loading = cache.get(runId);
   if (!loading) {
@@ -44,17 +45,19 @@ async function load(pool: Pool, runId: string): Promise<RunContext> {
   const { rows } = await pool.query<{ config: unknown }>('SELECT config FROM runs WHERE run_id = $1', [runId]);
   if (!rows[0]) throw new UnknownRunError(`run "${runId}" is not registered in the database`);
   const config = parseRunConfig(rows[0].config);
-  let task: Task;
+  let policy: RunPolicy;
   try {
-    task = await loadTask(config.task);
+    policy = await loadRunPolicy(config);
   } catch (err) {
+    if (err instanceof RunModelError) throw err;
     throw new RunTaskError((err as Error).message);
   }
   return {
     runId,
     config,
-    task,
-    model: policyModelConfig(config.model, task.tokenizer().vocabSize),
+    task: policy.task,
+    model: policy.model,
+    policy,
     checkpointRoot: path.resolve(config.checkpoint.dir ?? path.join(relaxEnvironment().home, 'checkpoints', runId)),
   };
 }

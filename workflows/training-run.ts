@@ -92,7 +92,7 @@ const CURVE_POINTS = 200;
 // the activity is retried on another worker of its role.
 const control = proxyActivities<ControlActivities>({
   taskQueue: roleTaskQueue('control'),
-  startToCloseTimeout: '1 minute',
+  startToCloseTimeout: '10 minutes', // startRun may import a pretrained model the first time it is named
   retry: { initialInterval: '1 second', maximumAttempts: 10 },
 });
 

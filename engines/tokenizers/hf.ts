@@ -50,11 +50,14 @@ export class HfTokenizer implements Tokenizer {
   readonly padId: number;
   readonly bosId: number;
   readonly eosId: number;
+  readonly addBos: boolean;
 
   private constructor(
     private readonly model: HfTokenizerModel,
     ids: Record<Role, number>,
+    addBos: boolean,
   ) {
+    this.addBos = addBos;
     this.padId = ids.pad;
     this.bosId = ids.bos;
     this.eosId = ids.eos;
@@ -95,7 +98,7 @@ export class HfTokenizer implements Tokenizer {
       }
       ids[role] = id;
     }
-    return new HfTokenizer(model, ids);
+    return new HfTokenizer(model, ids, config.add_bos_token === true);
   }
 
   encode(text: string): number[] {

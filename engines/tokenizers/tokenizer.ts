@@ -4,8 +4,15 @@ export interface Tokenizer {
   readonly padId: number;
   readonly bosId: number;
   readonly eosId: number;
+  /** Whether sequences start with bosId (default true); Hugging Face tokenizers say so in tokenizer_config.json add_bos_token. */
+  readonly addBos?: boolean;
   /** Text to ids, without bos/eos: the caller adds them where the sequence layout needs them. */
   encode(text: string): number[];
   /** Ids to text; skipSpecial drops pad/bos/eos (and the tokenizer's other special tokens). */
   decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
+}
+
+/** A prompt's ids as the model expects them: bos first, unless the tokenizer adds none. */
+export function withBos(tokenizer: Tokenizer, ids: number[]): number[] {
+  return tokenizer.addBos === false ? ids : [tokenizer.bosId, ...ids];
 }

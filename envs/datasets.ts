@@ -1,0 +1,332 @@
+// Dataset tasks: rows read from a JSONL (.jsonl, or .json lines or array) or Parquet file, validated
+// up front, rendered into prompts (raw text or the model's chat template), and graded by a built-in
+// rule reward (./rule-rewards). loadDatasetTask turns a run config's `data` section into a Task.
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseDataConfig, type DataConfig, type DataConfigInput, type DataRewardConfig } from '../config/data-config';
+import { mixSeed, randomInt, seededRandom } from '../config/seeds';
+import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { compileRegex, parseNumber, ruleReward } from './rule-rewards';
+import { checkPromptCount, type Task, type TaskPrompt } from './task';
+
+export type ChatRole = 'system' | 'user' | 'assistant';
+export interface ChatMessage {
+  role: ChatRole;
+  content: string;
+}
+/** The model's chat template: messages to the prompt text, generation prompt included. */
+export type RenderChat = (messages: ChatMessage[]) => string;
+
+/** Which fields of a row hold what (config/data-config.ts defaults). */
+export interface DatasetFields {
+  prompt_field?: string;
+  messages_field?: string;
+  /** Default: "answer", falling back to "label". */
+  answer_field?: string;
+}
+
+/** One validated row: a prompt string or chat messages, and the answer as a string. */
+export interface DatasetRow {
+  prompt?: string;
+  messages?: ChatMessage[];
+  answer: string;
+  /** Where the row came from, for errors: "examples/data/x.jsonl line 17". */
+  source: string;
+}
+
+const ROLES: readonly ChatRole[] = ['system', 'user', 'assistant'];
+/** How many bad rows one error lists (the count says how many there are). */
+const MAX_LISTED_PROBLEMS = 5;
+
+function describe(value: unknown): string {
+  const json = JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+  if (json === undefined) return String(value);
+  return json.length > 60 ? `${json.slice(0, 57)}...` : json;
+}
+
+const present = (row: Record<string, unknown>, key: string): boolean => row[key] !== undefined && row[key] !== null;
+
+function validateMessages(value: unknown, field: string): ChatMessage[] {
+  if (!Array.isArray(value)) throw new Error(`field "${field}" must be an array of {role, content} messages, got ${describe(value)}`);
+  if (value.length === 0) throw new Error(`field "${field}" is an empty array: give at least one {role: "user", content} message`);
+  const messages = value.map((m: unknown, i): ChatMessage => {
+    if (m === null || typeof m !== 'object' || Array.isArray(m)) throw new Error(`${field}[${i}] must be an object {role, content}, got ${describe(m)}`);
+    const { role, content } = m as { role?: unknown; content?: unknown };
+    if (typeof role !== 'string' || !(ROLES as string[]).includes(role)) {
+      throw new Error(`${field}[${i}].role is ${describe(role)}: roles are "system", "user" or "assistant"`);
+    }
+    if (typeof content !== 'string') throw new Error(`${field}[${i}].content must be a string, got ${describe(content)}`);
+    return { role: role as ChatRole, content };
+  });
+  if (messages[messages.length - 1].role !== 'user') {
+    throw new Error(`field "${field}" ends with a "${messages[messages.length - 1].role}" message: a prompt ends with the user message the model answers (drop the trailing ones)`);
+  }
+  return messages;
+}
+
+/** Validates one parsed row; throws an Error naming the field (the caller adds where the row is). */
+export function validateRow(raw: unknown, fields: DatasetFields, source: string): DatasetRow {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`a row must be a JSON object, got ${describe(raw)}`);
+  const row = raw as Record<string, unknown>;
+  const promptField = fields.prompt_field ?? 'prompt';
+  const messagesField = fields.messages_field ?? 'messages';
+  const answerFields = fields.answer_field ? [fields.answer_field] : ['answer', 'label'];
+
+  const answerField = answerFields.find((f) => present(row, f));
+  if (answerField === undefined) {
+    const need = answerFields.length === 1 ? `"${answerFields[0]}" (data.answer_field)` : '"answer" or "label"';
+    throw new Error(`field "${answerFields[0]}" is missing (rows need ${need})`);
+  }
+  const a = row[answerField];
+  let answer: string;
+  if (typeof a === 'string') {
+    if (a.trim() === '') throw new Error(`field "${answerField}" is an empty string: give the reference answer`);
+    answer = a;
+  } else if (typeof a === 'number') {
+    if (!Number.isFinite(a)) throw new Error(`field "${answerField}" is ${a}: an answer is a string or a finite number`);
+    answer = String(a);
+  } else if (typeof a === 'bigint') {
+    answer = a.toString();
+  } else {
+    throw new Error(`field "${answerField}" must be a string or a number, got ${describe(a)}`);
+  }
+
+  // Messages win when a row has both; an array in the prompt field is read as messages (TRL's conversational format).
+  if (present(row, messagesField)) return { messages: validateMessages(row[messagesField], messagesField), answer, source };
+  if (present(row, promptField)) {
+    const p = row[promptField];
+    if (Array.isArray(p)) return { messages: validateMessages(p, promptField), answer, source };
+    if (typeof p !== 'string') throw new Error(`field "${promptField}" must be a string (or an array of messages), got ${describe(p)}`);
+    if (p.trim() === '') throw new Error(`field "${promptField}" is an empty string: give the prompt text`);
+    return { prompt: p, answer, source };
+  }
+  throw new Error(`has neither field "${promptField}" nor "${messagesField}" (rows need a prompt string or chat messages; see data.prompt_field, data.messages_field)`);
+}
+
+function rowsError(file: string, problems: string[]): Error {
+  if (problems.length === 1) return new Error(problems[0]);
+  const shown = problems.slice(0, MAX_LISTED_PROBLEMS).join('; ');
+  const more = problems.length > MAX_LISTED_PROBLEMS ? `; and ${problems.length - MAX_LISTED_PROBLEMS} more` : '';
+  return new Error(`${file}: ${problems.length} bad rows: ${shown}${more}`);
+}
+
+/** Validates every row; throws one error listing the bad ones (each as "<file> line N: <problem>"). */
+function validateAll(file: string, raws: ReadonlyArray<{ raw: unknown; where: string }>, fields: DatasetFields): DatasetRow[] {
+  if (raws.length === 0) throw new Error(`${file}: has no rows (the file is empty or only blank lines): add rows, one JSON object per line`);
+  const rows: DatasetRow[] = [];
+  const problems: string[] = [];
+  for (const { raw, where } of raws) {
+    const source = `${file} ${where}`;
+    try {
+      rows.push(validateRow(raw, fields, source));
+    } catch (err) {
+      problems.push(`${source}: ${(err as Error).message}`);
+    }
+  }
+  if (problems.length) throw rowsError(file, problems);
+  return rows;
+}
+
+function readText(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8').replace(/^\uFEFF/, '');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new Error(`${file}: cannot read the dataset (${code}): check the path (relative paths are resolved against ${process.cwd()} unless a base directory is given)`);
+  }
+}
+
+function jsonLines(file: string, text: string): Array<{ raw: unknown; where: string }> {
+  const out: Array<{ raw: unknown; where: string }> = [];
+  const problems: string[] = [];
+  text.split(/\r?\n/).forEach((line, i) => {
+    if (line.trim() === '') return;
+    try {
+      out.push({ raw: JSON.parse(line), where: `line ${i + 1}` });
+    } catch (err) {
+      problems.push(`${file} line ${i + 1}: not valid JSON (${(err as Error).message}): each line holds one JSON object`);
+    }
+  });
+  if (problems.length) throw rowsError(file, problems);
+  return out;
+}
+
+function jsonArray(file: string, text: string): Array<{ raw: unknown; where: string }> {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${file}: not valid JSON (${(err as Error).message}): a .json dataset is one JSON array of row objects, or one JSON object per line`);
+  }
+  if (!Array.isArray(data)) throw new Error(`${file}: expected a JSON array of row objects`);
+  return data.map((raw, i) => ({ raw, where: `item ${i} (0-based)` }));
+}
+
+async function parquetRows(file: string): Promise<Array<{ raw: unknown; where: string }>> {
+  const { asyncBufferFromFile, parquetReadObjects } = await import('hyparquet');
+  try {
+    fs.accessSync(file, fs.constants.R_OK);
+  } catch (err) {
+    throw new Error(`${file}: cannot read the dataset (${(err as NodeJS.ErrnoException).code}): check the path (relative paths are resolved against ${process.cwd()} unless a base directory is given)`);
+  }
+  let rows: Record<string, unknown>[];
+  try {
+    rows = await parquetReadObjects({ file: await asyncBufferFromFile(file) });
+  } catch (err) {
+    throw new Error(`${file}: not a readable Parquet file (${(err as Error).message}): check that it is Parquet, or give a .jsonl file`);
+  }
+  return rows.map((raw, i) => ({ raw, where: `row ${i} (0-based)` }));
+}
+
+/**
+ * Reads and validates every row of a dataset file, by extension: .jsonl (one JSON object per line,
+ * blank lines allowed; errors name the 1-based line), .json (a JSON array, errors name the 0-based
+ * item; or JSON lines), .parquet (errors name the 0-based row). Throws on a file that cannot be
+ * read, an unknown extension, an empty file, or any bad row (one error listing the bad rows).
+ */
+export async function readDatasetRows(file: string, fields: DatasetFields = {}): Promise<DatasetRow[]> {
+  const ext = path.extname(file).toLowerCase();
+  if (ext === '.parquet') return validateAll(file, await parquetRows(file), fields);
+  if (ext === '.jsonl' || ext === '.json') {
+    const text = readText(file);
+    const raws = ext === '.json' && text.trimStart().startsWith('[') ? jsonArray(file, text) : jsonLines(file, text);
+    return validateAll(file, raws, fields);
+  }
+  throw new Error(`${file}: unknown dataset format ${JSON.stringify(ext || '(no extension)')}: use .jsonl (one JSON object per line), .json or .parquet`);
+}
+
+export interface DatasetTaskOptions {
+  name: string;
+  train: readonly DatasetRow[];
+  eval: readonly DatasetRow[];
+  tokenizer: Tokenizer;
+  /** Needed when any prompt is chat (prompt_format "chat" or a messages row). */
+  renderChat?: RenderChat;
+  reward: DataRewardConfig;
+  /** Where a response ends (e.g. the chat template's "<|im_end|>", the eos token's text): the reward ignores what follows. */
+  stopStrings: readonly string[];
+  /** Default "chat". */
+  promptFormat?: 'chat' | 'raw';
+  /** Chat only: put first in every prompt that has no system message of its own. */
+  systemPrompt?: string;
+}
+
+/** The prompt text of a row: raw text as is, or the chat template over its messages. */
+export function renderRow(row: DatasetRow, opts: Pick<DatasetTaskOptions, 'renderChat' | 'promptFormat' | 'systemPrompt'>): string {
+  const format = opts.promptFormat ?? 'chat';
+  if (row.prompt !== undefined && format === 'raw') return row.prompt;
+  let messages: ChatMessage[] = row.messages ?? [{ role: 'user', content: row.prompt as string }];
+  if (opts.systemPrompt !== undefined && messages[0].role !== 'system') messages = [{ role: 'system', content: opts.systemPrompt }, ...messages];
+  if (!opts.renderChat) {
+    const why = row.messages ? 'it has chat messages' : 'data.prompt_format is "chat"';
+    throw new Error(`${row.source}: needs the model's chat template (${why}), and none was given: use a model with a chat template, or set data.prompt_format to "raw" for prompt strings`);
+  }
+  return opts.renderChat(messages);
+}
+
+/** Checks up front that every answer suits the reward (numeric: parses as a number; regex: compiles). */
+function checkAnswers(rows: readonly DatasetRow[], reward: DataRewardConfig): void {
+  const problems: string[] = [];
+  for (const row of rows) {
+    if (reward.kind === 'numeric' && parseNumber(row.answer) === undefined) {
+      problems.push(`${row.source}: the answer ${describe(row.answer)} is not a number, and data.reward.kind is "numeric": fix the answer or use kind "exact"`);
+    } else if (reward.kind === 'regex') {
+      try {
+        compileRegex(`^(?:${row.answer})$`);
+      } catch (err) {
+        problems.push(`${row.source}: the answer is read as a regex (data.reward.kind "regex"), and ${(err as Error).message}`);
+      }
+    }
+  }
+  if (problems.length) throw rowsError('data.reward', problems);
+}
+
+/** A seeded permutation of 0..n-1 (Fisher-Yates). */
+function permutation(n: number, seed: number): number[] {
+  const rng = seededRandom(seed);
+  const order = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = randomInt(rng, 0, i);
+    [order[i], order[j]] = [order[j], order[i]];
+  }
+  return order;
+}
+
+/**
+ * A Task over dataset rows. trainPrompts(seed, n) walks seeded shuffles of the train rows: epoch e
+ * is the permutation seeded mixSeed(seed, "dataset-epoch-<e>"), so within one call no row repeats
+ * before every row has been drawn, and the same (seed, n) always gives the same list. heldOut() is
+ * the eval rows in file order. Every prompt is rendered when the task is created, so a row the chat
+ * template rejects fails here rather than mid-run.
+ */
+export function createDatasetTask(opts: DatasetTaskOptions): Task {
+  if (opts.train.length === 0) throw new Error(`dataset task ${opts.name}: no training rows: give data.train rows`);
+  if (opts.eval.length === 0) throw new Error(`dataset task ${opts.name}: no evaluation rows: give data.eval rows or a positive data.eval_size`);
+  checkAnswers([...opts.train, ...opts.eval], opts.reward);
+  const toPrompt = (row: DatasetRow): TaskPrompt => ({ text: renderRow(row, opts), answer: row.answer });
+  const train = opts.train.map(toPrompt);
+  const heldOut = opts.eval.map(toPrompt);
+  const { reward, tokenizer } = opts;
+  const stopStrings = [...opts.stopStrings];
+  return {
+    name: opts.name,
+    tokenizer: () => tokenizer,
+    trainPrompts(seed: number, n: number): TaskPrompt[] {
+      checkPromptCount(seed, n);
+      const out: TaskPrompt[] = [];
+      for (let epoch = 0; out.length < n; epoch++) {
+        for (const i of permutation(train.length, mixSeed(seed, `dataset-epoch-${epoch}`))) {
+          if (out.length === n) break;
+          out.push({ ...train[i] });
+        }
+      }
+      return out;
+    },
+    heldOut: () => heldOut.map((p) => ({ ...p })),
+    reward: (prompt: TaskPrompt, responseText: string) => ruleReward(reward, responseText, prompt.answer, stopStrings),
+  };
+}
+
+export interface LoadDatasetOptions {
+  tokenizer: Tokenizer;
+  renderChat?: RenderChat;
+  stopStrings: readonly string[];
+  /** Relative data paths are resolved against it; default process.cwd(). */
+  baseDir?: string;
+  /** Default "dataset:<train file name>". */
+  name?: string;
+}
+
+/**
+ * The Task of a run config's `data` section: reads and validates both files up front (train, and
+ * eval or the last eval_size rows of train), so a missing file or any bad row fails before a run starts.
+ */
+export async function loadDatasetTask(config: DataConfig | DataConfigInput, opts: LoadDatasetOptions): Promise<Task> {
+  const data = parseDataConfig(config);
+  // Without baseDir a relative path stays as written (fs resolves it against the cwd), so errors show it as the user wrote it.
+  const resolve = (p: string) => (opts.baseDir === undefined || path.isAbsolute(p) ? p : path.join(opts.baseDir, p));
+  const fields: DatasetFields = { prompt_field: data.prompt_field, messages_field: data.messages_field, answer_field: data.answer_field };
+  let train = await readDatasetRows(resolve(data.train), fields);
+  let evalRows: DatasetRow[];
+  if (data.eval !== undefined) {
+    evalRows = await readDatasetRows(resolve(data.eval), fields);
+  } else {
+    const size = data.eval_size ?? 64;
+    if (train.length <= size) {
+      throw new Error(`${data.train}: has ${train.length} rows; with no data.eval its last ${size} (data.eval_size) are held out, leaving none to train on: add rows, give data.eval, or lower data.eval_size`);
+    }
+    evalRows = train.slice(train.length - size);
+    train = train.slice(0, train.length - size);
+  }
+  return createDatasetTask({
+    name: opts.name ?? `dataset:${path.basename(data.train)}`,
+    train,
+    eval: evalRows,
+    tokenizer: opts.tokenizer,
+    renderChat: opts.renderChat,
+    reward: data.reward,
+    stopStrings: opts.stopStrings,
+    promptFormat: data.prompt_format,
+    systemPrompt: data.system_prompt,
+  });
+}

@@ -1,0 +1,113 @@
+// A run's policy model and task, resolved once from its config: the tiny GPT the config sizes with
+// the task's own tokenizer, or a pretrained model (`model.from`: a Hugging Face directory, a .gguf
+// file, or a named model) with ITS tokenizer, chat template and end-of-turn tokens, optionally with
+// LoRA adapters, and the task either built in or read from data files (`data`). The base weights of
+// a pretrained model are read from its directory once per process, when a stage first needs them.
+import path from 'node:path';
+import { relaxEnvironment } from '../config/environment';
+import { runContextLength, type RunConfig } from '../config/run-config';
+import { loadHfModel, readHfModelConfig } from '../engines/hf-checkpoint';
+import { initWeights, loraParameterSpec, parseModelConfig, type LoraTarget, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { resolveModelSource } from '../engines/model-sources';
+import { ChatTemplate } from '../engines/tokenizers/chat-template';
+import { HfTokenizer } from '../engines/tokenizers/hf';
+import { loadDatasetTask } from '../envs/datasets';
+import { loadTask } from '../envs/registry';
+import type { Task } from '../envs/task';
+import { policyModelConfig } from './options';
+
+export interface RunPolicy {
+  model: ModelConfig;
+  task: Task;
+  /** Tokens that end a response: the tokenizer's eos, plus a pretrained model's other end-of-turn ids. */
+  stopTokens: number[];
+  /** A pretrained model's Hugging Face directory. */
+  modelDir?: string;
+  /** A pretrained model's weights (every parameter but LoRA adapters), read once per process. */
+  baseWeights?: () => Promise<PolicyWeights>;
+}
+
+/** The run's model or data cannot be used (a missing file, a bad row, an unsupported checkpoint): retrying cannot help. */
+export class RunModelError extends Error {
+  override readonly name = 'RunModelError';
+}
+
+const baseWeightsByDir = new Map<string, Promise<PolicyWeights>>();
+
+function baseWeightsOf(dir: string, contextLength: number): () => Promise<PolicyWeights> {
+  return () => {
+    let loading = baseWeightsByDir.get(dir);
+    if (!loading) {
+      loading = loadHfModel(dir, { contextLength }).then((m) => m.weights);
+      baseWeightsByDir.set(dir, loading);
+      loading.catch(() => baseWeightsByDir.delete(dir));
+    }
+    return loading;
+  };
+}
+
+const LORA_TARGET_OF: Record<string, LoraTarget> = { q_proj: 'q', k_proj: 'k', v_proj: 'v', o_proj: 'o', gate_proj: 'gate', up_proj: 'up', down_proj: 'down' };
+
+/** Resolves the run's model and task; throws RunModelError naming the field for anything unusable. */
+export async function loadRunPolicy(config: RunConfig, options: { home?: string; log?: (line: string) => void } = {}): Promise<RunPolicy> {
+  if (config.model.from === undefined) {
+    const task = await loadTask(config.task);
+    const tokenizer = task.tokenizer();
+    return { model: policyModelConfig(config.model, tokenizer.vocabSize), task, stopTokens: [tokenizer.eosId] };
+  }
+  let dir: string;
+  let hf: Awaited<ReturnType<typeof readHfModelConfig>>;
+  try {
+    dir = await resolveModelSource(config.model.from, { home: options.home ?? relaxEnvironment().home, log: options.log });
+    hf = await readHfModelConfig(dir, { contextLength: runContextLength(config.model) });
+  } catch (err) {
+    throw new RunModelError(`model.from: ${(err as Error).message}`);
+  }
+  const model = parseModelConfig({
+    ...hf.config,
+    ...(config.lora ? { lora: { rank: config.lora.rank, alpha: config.lora.alpha, targets: config.lora.target_modules.map((m) => LORA_TARGET_OF[m]) } } : {}),
+  });
+  let tokenizer: HfTokenizer;
+  let chat: ChatTemplate | undefined;
+  try {
+    tokenizer = HfTokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+    chat = hf.chatTemplate ? new ChatTemplate(hf.chatTemplate, hf.specialTokens) : undefined;
+  } catch (err) {
+    throw new RunModelError(`model.from: ${(err as Error).message}`);
+  }
+  if (tokenizer.vocabSize > model.vocabSize) throw new RunModelError(`model.from: the tokenizer has ${tokenizer.vocabSize} tokens but the model only ${model.vocabSize} embeddings`);
+  const stopTokens = [...new Set([tokenizer.eosId, ...hf.eosTokenIds])];
+  const stopStrings = stopTokens.map((id) => tokenizer.decode([id]));
+  let task: Task;
+  if (config.data) {
+    try {
+      task = await loadDatasetTask(config.data, {
+        tokenizer,
+        renderChat: (messages) => {
+          if (!chat) throw new Error(`the model in ${dir} has no chat template: set data.prompt_format to "raw"`);
+          return chat.render(messages, { addGenerationPrompt: true });
+        },
+        stopStrings,
+      });
+    } catch (err) {
+      throw new RunModelError(`data: ${(err as Error).message}`);
+    }
+  } else {
+    task = await loadTask(config.task);
+    if (task.tokenizer().vocabSize > model.vocabSize) throw new RunModelError(`task: ${config.task} has its own ${task.tokenizer().vocabSize}-token vocabulary, which does not fit the pretrained model: give the run a data section (data.train) or a task module that uses the model's tokenizer`);
+  }
+  return { model, task, stopTokens, modelDir: dir, baseWeights: baseWeightsOf(dir, runContextLength(config.model)) };
+}
+
+/** Policy version 0 of a pretrained model: its own weights, or with LoRA fresh adapters (B = 0: the base model exactly). */
+export async function initialPolicyWeights(policy: RunPolicy, seed: number): Promise<PolicyWeights> {
+  if (!policy.baseWeights) return initWeights(policy.model, seed);
+  if (policy.model.lora) return initWeights(policy.model, seed, loraParameterSpec(policy.model));
+  return policy.baseWeights();
+}
+
+/** A version's weights completed with the frozen base weights (LoRA), as the trainer is built from. */
+export async function withBaseWeights(policy: RunPolicy, weights: PolicyWeights): Promise<PolicyWeights> {
+  if (!policy.model.lora || !policy.baseWeights) return weights;
+  return { ...(await policy.baseWeights()), ...weights };
+}
