@@ -46,7 +46,7 @@ export function sha256Hex(bytes: Uint8Array): string {
  */
 export function encodeCheckpointWeights(model: ModelConfig, weights: PolicyWeights): Uint8Array {
   const trainable = trainableParameterSpec(model);
-  checkWeights(model, Object.fromEntries(trainable.map((p) => [p.name, weights[p.name]]).filter(([, w]) => w !== undefined)), undefined, 'trainable');
+  checkWeights(model, weights, undefined, 'trainable');
   return encodeSafetensors(
     trainable.map((p) => [p.name, { shape: p.shape, data: weights[p.name] }]),
     { [MODEL_CONFIG_METADATA_KEY]: JSON.stringify(model) },

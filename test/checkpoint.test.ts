@@ -53,8 +53,8 @@ test('safetensors: malformed files get errors naming the problem', () => {
     out.set(json, 8);
     return out;
   };
-  assert.throws(() => decodeSafetensors(header({ w: { dtype: 'F16', shape: [6], data_offsets: [0, 12] } })), /tensor "w" has dtype F16; only F32/);
-  assert.throws(() => decodeSafetensors(header({ w: { dtype: 'F32', shape: [2], data_offsets: [0, 12] } })), /tensor "w" has shape \[2\] \(8 bytes\) but data_offsets span 12 bytes/);
+  assert.throws(() => decodeSafetensors(header({ w: { dtype: 'I64', shape: [1], data_offsets: [0, 8] } })), /tensor "w" has dtype I64; only F32, F16, BF16 are supported/);
+  assert.throws(() => decodeSafetensors(header({ w: { dtype: 'F32', shape: [2], data_offsets: [0, 12] } })), /tensor "w" has shape \[2\] \(8 bytes of F32\) but data_offsets span 12 bytes/);
 });
 
 test('publish + load reproduces the weights bit-exactly and verifies the sha256', async () => {

@@ -2,13 +2,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
+import { policyModelConfig } from '../training/options';
 
 test('an empty config gets every default', () => {
   const c = parseRunConfig({});
   assert.equal(c.task, 'add2');
   assert.equal(c.mode, 'sync');
   assert.equal(c.max_staleness, 0);
-  assert.equal(c.model.n_heads, 8);
+  assert.equal(policyModelConfig(c.model, 16).nHeads, 8, 'the tiny GPT defaults fill in');
+  assert.equal(c.model.from, undefined);
+  assert.equal(c.lora, undefined);
+  assert.equal(c.data, undefined);
   assert.equal(c.algorithm.group_size, 8);
   assert.equal(c.train.lr, 1e-4);
   assert.equal(c.algorithm.advantage, 'grpo');
@@ -23,7 +27,7 @@ test('given values survive and nested defaults still fill in', () => {
   assert.equal(c.train.lr, 3e-4);
   assert.equal(c.train.steps, 50);
   assert.equal(c.model.d_model, 96);
-  assert.equal(c.model.n_layers, 2);
+  assert.equal(policyModelConfig(c.model, 16).nLayers, 2);
 });
 
 // Each bad config, and the field its error must name.
@@ -49,6 +53,10 @@ const INVALID: Array<[name: string, input: unknown, field: RegExp]> = [
   ['heads do not divide d_model', { model: { d_model: 64, n_heads: 5 } }, /^model\.n_heads: must divide model\.d_model/],
   ['zero layers', { model: { n_layers: 0 } }, /^model\.n_layers: /],
   ['response longer than context', { model: { context_length: 16 }, rollout: { max_new_tokens: 16 } }, /^rollout\.max_new_tokens: must be below/],
+  ['tiny-GPT size with a pretrained model', { model: { from: 'smollm2-135m-instruct', d_model: 64 } }, /^model\.d_model: sizes the tiny GPT, but model\.from names a pretrained model/],
+  ['LoRA without a pretrained model', { lora: { rank: 8 } }, /^lora: needs a pretrained model: set model\.from/],
+  ['data without a pretrained model', { data: { train: 'x.jsonl' } }, /^data: needs a pretrained model with a tokenizer/],
+  ['unknown LoRA module', { model: { from: 'x' }, lora: { target_modules: ['qkv'] } }, /^lora\.target_modules\.0: /],
   ['group of one', { algorithm: { group_size: 1 } }, /^algorithm\.group_size: /],
   ['clip_high below clip_low', { algorithm: { clip_low: 0.3, clip_high: 0.2 } }, /^algorithm\.clip_high: must be >= algorithm\.clip_low/],
   ['unknown KL estimator', { algorithm: { kl_estimator: 'k4' } }, /^algorithm\.kl_estimator: /],
