@@ -6,7 +6,8 @@
 //
 // Options (--set key=value): device (cpu | cuda:N), batches (e.g. 1,16,64,256), max_new_tokens,
 // train_sequences, ort_threads (0 = ONNX Runtime's default), min_ms (timed wall time per figure),
-// tfjs_cpu (1 also trains on the pure-JS tfjs `cpu` backend, a few steps only: it is ~50x slower).
+// tfjs_cpu (1 also trains on the pure-JS tfjs `cpu` backend, a few steps only: it is ~50x slower),
+// model (a pretrained model instead of the add2 policy: bench/real-engines.ts).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -27,6 +28,7 @@ import { add2Tokenizer, add2TrainPrompts } from '../envs/add2';
 import { promptTokens } from '../rollout/producers';
 import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';
+import { pretrainedEnginesBench } from './real-engines';
 import { gcPauseMeter, median, peakRssMb, round, timeCalls } from './measure';
 
 const count = (min: number, fallback: number) => z.coerce.number().int().min(min).default(fallback);
@@ -43,6 +45,8 @@ const optionsSchema = z
     ort_threads: count(0, 1),
     min_ms: count(0, 1000),
     tfjs_cpu: z.enum(['0', '1']).default('1'),
+    /** A pretrained model (bench/real-engines.ts): a named model, a .gguf file or a Hugging Face directory. */
+    model: z.string().min(1).optional(),
   })
   .strict();
 
@@ -190,6 +194,7 @@ export const enginesBench: Bench = async (ctx) => {
   }
   const ortPeak = Math.max(...Object.values(roofline.onnxruntime));
   const tfjsPeak = Math.max(...Object.values(roofline.tfjs));
+  if (options.model) return pretrainedEnginesBench(ctx, options.model, { onnxruntime: ortPeak, tfjs: tfjsPeak });
 
   const trainer = Trainer.create({ model, seed: runConfig.seed, optimizer: { lr: 1e-3 }, microBatchSize: runConfig.train.micro_batch });
   const engine = await RolloutEngine.create(model, { device, ...(ortThreads ? { intraOpNumThreads: ortThreads } : {}), maxBatchSize: Math.max(...batches, options.train_sequences) });

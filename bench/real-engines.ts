@@ -1,0 +1,156 @@
+// `relax bench engines --set model=<pretrained>`: the engines on a pretrained model (e.g.
+// smollm2-135m-instruct), side by side in one run: rollout tokens/s at batch 1/8/32 with LoRA
+// adapters as separate low-rank matmuls and with the adapters merged into the weights, train
+// tokens/s for LoRA and for full fine-tuning, weight sync ms for adapters vs full weights, peak RSS,
+// and each figure as a fraction of its engine's matmul roofline (bench/engines.ts measures that).
+import { relaxEnvironment } from '../config/environment';
+import { seededRandom } from '../config/seeds';
+import { loadTfjsBackend } from '../engines/backends';
+import { loadHfModel } from '../engines/hf-checkpoint';
+import { mergeLoraWeights, withoutLora } from '../engines/lora';
+import { parameterCount, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { resolveModelSource } from '../engines/model-sources';
+import { RolloutEngine } from '../engines/rollout';
+import { Trainer, trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
+import { ChatTemplate } from '../engines/tokenizers/chat-template';
+import { HfTokenizer } from '../engines/tokenizers/hf';
+import { policyLoss } from '../training/losses';
+import type { BenchContext } from './index';
+import { median, peakRssMb, round, timeCalls } from './measure';
+
+const BATCHES = [1, 8, 32];
+const QUESTIONS = ['What is 12 + 7?', 'Name a prime number above 20.', 'What is the capital of Italy?', 'Count from 1 to 5.'];
+
+/** Chat prompts of the model's own template, `n` of them. */
+function chatPrompts(dir: string, n: number): number[][] {
+  const tokenizer = HfTokenizer.fromFile(`${dir}/tokenizer.json`);
+  const chat = ChatTemplate.fromTokenizerConfig(dir);
+  return Array.from({ length: n }, (_, i) => tokenizer.encode(chat.render([{ role: 'user', content: QUESTIONS[i % QUESTIONS.length] }])));
+}
+
+/** Adapters with nonzero B (a trained-looking adapter), seeded. */
+function randomAdapters(cfg: ModelConfig, seed: number): PolicyWeights {
+  const rand = seededRandom(seed);
+  return Object.fromEntries(trainableParameterSpec(cfg).map((p) => [p.name, Float32Array.from({ length: p.shape.reduce((a, b) => a * b, 1) }, () => (rand() - 0.5) * 0.02)]));
+}
+
+async function rolloutTokensPerS(engine: RolloutEngine, prompts: number[][], maxNewTokens: number, minMs: number): Promise<number> {
+  let tokens = 0;
+  const timing = await timeCalls(
+    async () => {
+      const samples = await engine.generate(prompts, { maxNewTokens, temperature: 1, seed: 1 });
+      tokens = samples.reduce((n, s) => n + s.tokens.length, 0);
+    },
+    { warmup: 1, minCalls: 2, minMs },
+  );
+  return tokens / (timing.medianMs / 1000);
+}
+
+async function trainTokensPerS(trainer: Trainer, batch: TrainSequence[]): Promise<{ tokensPerS: number; stepMs: number }> {
+  const loss = policyLoss({ algorithm: 'ppo' });
+  const timing = await timeCalls(() => trainer.trainStep(batch, loss), { warmup: 1, minCalls: 2, minMs: 0 });
+  const tokens = batch.reduce((n, s) => n + s.tokens.length, 0);
+  return { tokensPerS: tokens / (timing.medianMs / 1000), stepMs: timing.medianMs };
+}
+
+export async function pretrainedEnginesBench(ctx: BenchContext, from: string, roofline: { onnxruntime: number; tfjs: number }): Promise<Record<string, unknown>> {
+  const maxNewTokens = Number(ctx.options.max_new_tokens ?? 16);
+  const minMs = Number(ctx.options.min_ms ?? 1000);
+  const trainSequences = Number(ctx.options.train_sequences ?? 8);
+  const backend = await loadTfjsBackend({ kind: 'cpu' });
+  const dir = await resolveModelSource(from, { home: relaxEnvironment().home, log: ctx.log });
+  const base = await loadHfModel(dir, { contextLength: 512 });
+  const cfg: ModelConfig = { ...base.config, lora: { rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } };
+  const parameters = parameterCount(base.config);
+  const adapters = randomAdapters(cfg, 3);
+  ctx.log(`engines bench on ${from}: ${parameters.toLocaleString('en-US')} parameters, LoRA rank 8 on all projections (${Object.values(adapters).reduce((n, w) => n + w.length, 0).toLocaleString('en-US')} adapter parameters); tfjs ${backend.backend}`);
+
+  // Rollout: the LoRA graph (adapters as inputs) and the plain graph fed merged weights.
+  const loraEngine = await RolloutEngine.create(cfg, { maxBatchSize: 64 });
+  const mergedEngine = await RolloutEngine.create(withoutLora(cfg), { maxBatchSize: 64 });
+  const rollout: Record<string, Record<string, number>> = { lora_adapters: {}, merged: {} };
+  const syncMs: Record<string, number> = {};
+  try {
+    loraEngine.setFrozenWeights(base.weights);
+    loraEngine.setWeights(0, adapters);
+    mergedEngine.setWeights(0, mergeLoraWeights(cfg, base.weights, adapters));
+    for (const batch of BATCHES) {
+      const prompts = chatPrompts(dir, batch);
+      rollout.lora_adapters[batch] = await rolloutTokensPerS(loraEngine, prompts, maxNewTokens, minMs);
+      rollout.merged[batch] = await rolloutTokensPerS(mergedEngine, prompts, maxNewTokens, minMs);
+      ctx.log(`rollout batch ${String(batch).padStart(3)}: ${rollout.lora_adapters[batch].toFixed(0)} tokens/s with adapters as matmuls, ${rollout.merged[batch].toFixed(0)} merged`);
+    }
+    // Weight sync in one process: a version's adapters, the adapters merged into full weights, full weights.
+    let version = 1;
+    syncMs.adapters = (await timeCalls(() => loraEngine.setWeights(version++, adapters), { minCalls: 5, minMs: 200 })).medianMs;
+    syncMs.merged = (await timeCalls(() => mergedEngine.setWeights(version++, mergeLoraWeights(cfg, base.weights, adapters)), { minCalls: 2, minMs: 0 })).medianMs;
+    syncMs.full = (await timeCalls(() => mergedEngine.setWeights(version++, base.weights), { minCalls: 5, minMs: 200 })).medianMs;
+    ctx.log(`weight sync: adapters ${syncMs.adapters.toFixed(1)} ms, merge + full ${syncMs.merged.toFixed(0)} ms, full weights ${syncMs.full.toFixed(1)} ms`);
+  } finally {
+    await Promise.all([loraEngine.release(), mergedEngine.release()]);
+  }
+
+  // Train: PPO steps on chat prompts + short sampled responses, LoRA first, then full fine-tuning.
+  const prompts = chatPrompts(dir, trainSequences);
+  const sampler = await RolloutEngine.create(base.config, { maxBatchSize: 64 });
+  let batch: TrainSequence[];
+  try {
+    sampler.setWeights(0, base.weights);
+    const samples = await sampler.generate(prompts, { maxNewTokens, temperature: 1, seed: 2 });
+    const rand = seededRandom(9);
+    batch = samples.map((s, i) => trainSequenceFromSample(prompts[i], s, { advantage: rand() < 0.5 ? -1 : 1 }));
+  } finally {
+    await sampler.release();
+  }
+  const train: Record<string, number | string> = {};
+  const stepMs: Record<string, number> = {};
+  const lora = Trainer.create({ model: cfg, weights: { ...base.weights, ...adapters }, optimizer: { lr: 1e-4 }, microBatchSize: 2 });
+  try {
+    const r = await trainTokensPerS(lora, batch);
+    train.lora = r.tokensPerS;
+    stepMs.lora = r.stepMs;
+  } finally {
+    lora.dispose();
+  }
+  try {
+    const full = Trainer.create({ model: base.config, weights: base.weights, optimizer: { lr: 1e-5 }, microBatchSize: 2 });
+    try {
+      const r = await trainTokensPerS(full, batch);
+      train.full = r.tokensPerS;
+      stepMs.full = r.stepMs;
+    } finally {
+      full.dispose();
+    }
+  } catch (err) {
+    train.full = `failed: ${(err as Error).message.split('\n')[0]}`;
+  }
+  ctx.log(`train (${backend.backend}, ${batch.length} sequences, micro-batch 2): LoRA ${typeof train.lora === 'number' ? train.lora.toFixed(0) : train.lora} tokens/s, full ${typeof train.full === 'number' ? train.full.toFixed(0) : train.full} tokens/s`);
+
+  // Roofline fractions: 2 FLOPs per parameter per generated token; a train token costs ~6 per
+  // parameter in full fine-tuning (forward + both backward products) and ~4 with LoRA (no weight gradients).
+  const rolloutFraction = Object.fromEntries(BATCHES.map((b) => [b, round((rollout.lora_adapters[b] * 2 * parameters) / (roofline.onnxruntime * 1e9))]));
+  const trainFraction = {
+    lora: typeof train.lora === 'number' ? round((train.lora * 4 * parameters) / (roofline.tfjs * 1e9)) : null,
+    full: typeof train.full === 'number' ? round((train.full * 6 * parameters) / (roofline.tfjs * 1e9)) : null,
+  };
+  return {
+    bench: 'engines',
+    model: from,
+    parameters,
+    tfjs_backend: backend.backend,
+    rollout_tokens_per_s: rollout.lora_adapters,
+    rollout_tokens_per_s_merged: rollout.merged,
+    train_tokens_per_s: train,
+    train_step_ms: stepMs,
+    train_sequences: batch.length,
+    train_tokens: batch.reduce((n, s) => n + s.tokens.length, 0),
+    sync_ms: syncMs,
+    adapter_mb: round(Object.values(adapters).reduce((n, w) => n + w.byteLength, 0) / 2 ** 20),
+    base_mb: round(Object.values(base.weights).reduce((n, w) => n + w.byteLength, 0) / 2 ** 20),
+    peak_rss_mb: peakRssMb(),
+    roofline_gflops: roofline,
+    rollout_roofline_fraction: rolloutFraction,
+    train_roofline_fraction: trainFraction,
+    median_rollout_tokens_per_s: round(median(Object.values(rollout.lora_adapters))),
+  };
+}
