@@ -5,7 +5,11 @@ import { loadTfjsBackend, onnxRuntimeInfo } from '../engines/backends';
 import type { Device } from '../engines/device';
 import { createPool, redactUrl } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
-import { findTemporalBinary } from '../config/environment';
+import path from 'node:path';
+import { findTemporalBinary, relaxEnvironment } from '../config/environment';
+import { describeHfWeights, readHfModelConfig } from '../engines/hf-checkpoint';
+import { resolveModelSource } from '../engines/model-sources';
+import { HfTokenizer } from '../engines/tokenizers/hf';
 
 export interface Check {
   name: string;
@@ -14,7 +18,7 @@ export interface Check {
   fix?: string;
 }
 
-export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device }): Promise<Check[]> {
+export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device; model?: string }): Promise<Check[]> {
   const checks: Check[] = [];
   const check = async (name: string, fn: () => Promise<string>, fix: string) => {
     try {
@@ -85,6 +89,22 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
     },
     'run `npm ci` (with ONNXRUNTIME_NODE_INSTALL=skip where its CUDA download is unreachable)',
   );
+  if (opts.model) {
+    const from = opts.model;
+    await check(
+      'model',
+      async () => {
+        // Checks a directory or .gguf file where it is (a named model is resolved, i.e. fetched once, into the cache).
+        const dir = await resolveModelSource(from, { home: relaxEnvironment().home });
+        const info = await readHfModelConfig(dir);
+        const tokenizer = HfTokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+        const weights = await describeHfWeights(dir);
+        const c = info.config;
+        return `${dir}: ${info.architecture}, ${weights.parameterCount.toLocaleString('en-US')} parameters (${Object.entries(weights.dtypes).map(([t, n]) => `${n} ${t}`).join(', ')}), ${c.nLayers} layers, d_model ${c.dModel}, ${c.nHeads}/${c.nKvHeads ?? c.nHeads} heads, vocabulary ${tokenizer.vocabSize}, eos ${JSON.stringify(tokenizer.decode([tokenizer.eosId]))}${info.chatTemplate ? ', chat template' : ', no chat template'}`;
+      },
+      'give model.from a Hugging Face directory (config.json, model.safetensors or its index, tokenizer.json), a llama-architecture .gguf file, or smollm2-135m-instruct',
+    );
+  }
   return checks;
 }
 

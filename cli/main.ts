@@ -143,9 +143,10 @@ export function buildProgram(): Command {
     .command('doctor')
     .description('check that Temporal, the database and the tensor engines are reachable and load')
     .option('--device <device>', 'device to probe engines for', 'cpu')
+    .option('--model <model>', 'also check a model path (a Hugging Face directory, a .gguf file or a named model) as model.from would use it')
     .action(async (o) => {
       const a = resolveAddresses();
-      const checks = await runChecks({ ...a, device: parseDevice(o.device) });
+      const checks = await runChecks({ ...a, device: parseDevice(o.device), ...(o.model ? { model: o.model } : {}) });
       console.log(formatChecks(checks));
       if (checks.some((c) => !c.ok)) process.exitCode = 1;
     });

@@ -1,6 +1,7 @@
 // Held-out evaluation: greedy decoding on the rollout engine, scored by the task's reward; for
 // multi-turn tasks, greedy episodes against the task's environment.
 import type { RolloutEngine } from '../engines/rollout';
+import { stopTokens } from '../engines/tokenizers/tokenizer';
 import type { Task, TaskPrompt } from '../envs/task';
 import { evaluateEpisodes } from './episodes';
 import { promptTokens } from './producers';
@@ -24,7 +25,7 @@ export async function evaluateGreedy(engine: RolloutEngine, task: Task, prompts:
   const tokenizer = task.tokenizer();
   const samples = await engine.generate(
     prompts.map((p) => promptTokens(tokenizer, p)),
-    { maxNewTokens, greedy: true, stopTokens: [tokenizer.eosId] },
+    { maxNewTokens, greedy: true, stopTokens: stopTokens(tokenizer) },
   );
   const responses = samples.map((s) => tokenizer.decode(s.tokens));
   const correct = responses.reduce((n, r, i) => n + task.reward(prompts[i], r), 0);

@@ -6,7 +6,7 @@
 import type { RunConfig } from '../config/run-config';
 import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
-import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
+import { stopTokens, withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
 import { loadRewardFunction, loadUserExport, scoreGroup, withTimeout, type LoadedReward } from '../envs/user-modules';
 import type { Task, TaskPrompt } from '../envs/task';
@@ -20,13 +20,13 @@ export function promptTokens(tokenizer: Tokenizer, prompt: TaskPrompt): number[]
   return withBos(tokenizer, tokenizer.encode(prompt.text));
 }
 
-export function samplingParams(rollout: RunConfig['rollout'], eosId: number, seed: number): SamplingParams {
+export function samplingParams(rollout: RunConfig['rollout'], stop: number[], seed: number): SamplingParams {
   return {
     maxNewTokens: rollout.max_new_tokens,
     temperature: rollout.temperature,
     topP: rollout.top_p,
     topK: rollout.top_k,
-    stopTokens: [eosId],
+    stopTokens: stop,
     seed,
   };
 }
@@ -65,7 +65,7 @@ export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Pr
   const G = config.algorithm.group_size;
   const prompts = iterationPrompts(config, task, slice.iteration).slice(slice.firstGroup, slice.firstGroup + slice.groups);
   const seed = rolloutSeed(config.seed, slice.iteration, slice.firstGroup);
-  const sampling = { ...samplingParams(config.rollout, task.tokenizer().eosId, seed), ...ctx.followUpdates };
+  const sampling = { ...samplingParams(config.rollout, stopTokens(task.tokenizer()), seed), ...ctx.followUpdates };
   const rowsCtx: RowsContext = { config, task, engine: ctx.engine, sampling, seed };
   const agentEndpoint = ctx.agentEndpoint;
   const produce: (c: RowsContext, p: TaskPrompt[]) => Promise<RolloutRow[]> = config.rollout.agent

@@ -2,7 +2,7 @@
 // Generates the shipped example dataset under examples/data/ (see its README.md): arithmetic
 // problems in three difficulty levels with numeric answers, as JSONL (train, eval, a chat-format
 // eval) plus a Parquet copy of train. Deterministic: a fixed seed, so rerunning it rewrites the
-// same bytes. Run: node scripts/make-example-data.js
+// same bytes. Run (after `npm run setup`): node scripts/make-example-data.js
 'use strict';
 const fs = require('node:fs');
 const path = require('node:path');
@@ -14,17 +14,8 @@ const EVAL_PER_LEVEL = { 1: 50, 2: 50, 3: 50 };
 const CHAT_EVAL_PER_LEVEL = { 1: 12, 2: 12, 3: 12 };
 const CHAT_SYSTEM_PROMPT = 'You are a helpful assistant that solves arithmetic problems. Give the final answer as a number.';
 
-// The same generator as config/seeds.ts seededRandom (mulberry32), copied so this script needs no build.
-function seededRandom(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// The project's one seeded generator (config/seeds.ts), from the build (`npm run setup` makes it).
+const { seededRandom } = require(path.join(__dirname, '..', 'dist', 'config', 'seeds.js'));
 const rng = seededRandom(SEED);
 const int = (lo, hi) => lo + Math.floor(rng() * (hi - lo + 1));
 const pick = (xs) => xs[Math.floor(rng() * xs.length)];

@@ -52,7 +52,7 @@ before(async () => {
   await writeHfModel(modelDir, TINY_LLAMA, initWeights(TINY_LLAMA, 0), { tokenizerDir: smollm2 });
   tokenizer = HfTokenizer.fromFile(path.join(modelDir, 'tokenizer.json'));
   const env = { TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, RELAX_HOME: home };
-  const roles: Role[] = ['control', 'rollout', 'train'];
+  const roles: Role[] = ['control', 'rollout', 'reference', 'train'];
   workers.push(...(await Promise.all(roles.map((r) => startWorkerProcess(r, env)))));
   temporal = await temporalClient();
 });
@@ -79,8 +79,8 @@ test('a JSONL dataset with chat-message rows trains through the workflow, prompt
   assert.equal(samples[0].promptTokens[0], 1, '<|im_start|> is one token, and no bos is added (add_bos_token is false)');
 });
 
-test('a Parquet dataset trains with LoRA: each version holds only the adapters', async () => {
-  const result = await train(runConfig({ train: path.join(EXAMPLE_DATA_DIR, 'arith-train.parquet'), eval_size: 8, reward: { kind: 'numeric' } }, { lora: { rank: 4, alpha: 8 } }));
+test('a Parquet dataset trains with LoRA and a KL term to the base: each version holds only the adapters', async () => {
+  const result = await train(runConfig({ train: path.join(EXAMPLE_DATA_DIR, 'arith-train.parquet'), eval_size: 8, reward: { kind: 'numeric' } }, { lora: { rank: 4, alpha: 8 }, algorithm: { group_size: 2, kl_coef: 0.01 } }));
   assert.equal(result.steps, 2);
   const checkpoints = await listCheckpoints(db.pool, result.runId);
   assert.ok(checkpoints.length >= 2);
@@ -88,6 +88,8 @@ test('a Parquet dataset trains with LoRA: each version holds only the adapters',
   const header = fs.readFileSync(path.join(checkpoints[checkpoints.length - 1].path, weightsFile));
   const names = Object.keys(JSON.parse(header.subarray(8, 8 + Number(header.readBigUInt64LE(0))).toString())).filter((k) => k !== '__metadata__');
   assert.ok(names.length > 0 && names.every((n) => n.endsWith('.lora_a') || n.endsWith('.lora_b')), `adapter tensors only: ${names.slice(0, 4).join(', ')}...`);
+  const samples = await readSamples(db.pool, result.runId, { iteration: 1 });
+  assert.ok(samples.length > 0 && samples.every((s) => s.refLogprobs !== null), 'the reference worker scored every sample under the base model');
 });
 
 test('a dataset with a bad row fails the run at start, naming the file, the line and the field', async () => {

@@ -48,3 +48,12 @@ test('doctor names an unmigrated database', async () => {
   assert.equal(code, 1, text);
   assert.match(text, /^FAIL\s+postgres\s+reachable, but schema version 0 < \d+: not migrated/m);
 });
+
+test('doctor --model names a model path it cannot use, with what model.from may be', async () => {
+  const p = spawnRelax(['doctor', '--model', '/nonexistent/model-dir'], { RELAX_HOME: '/nonexistent-relax-home', TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url });
+  const code = await p.exited;
+  const text = p.output.join('\n');
+  assert.equal(code, 1, text);
+  assert.match(text, /^FAIL\s+model\s+model source "\/nonexistent\/model-dir" is not found; model\.from may be a Hugging Face model directory/m);
+  assert.match(text, /fix model: give model\.from a Hugging Face directory/);
+});

@@ -10,6 +10,8 @@ import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
 import { sftLoss } from '../training/losses';
+import { checkTrainerFitsWasm } from '../training/options';
+import { parseRunConfig } from '../config/run-config';
 
 const LLAMA: ModelConfig = {
   architecture: 'llama',
@@ -205,4 +207,12 @@ test('merged LoRA weights are the same model as base + adapters', async () => {
     withAdapters.dispose();
     plain.dispose();
   }
+});
+
+test('a trainer that cannot fit the wasm heap is refused with the estimate', () => {
+  const smollm2: ModelConfig = { architecture: 'llama', vocabSize: 49152, dModel: 576, nLayers: 30, nHeads: 9, nKvHeads: 3, dFF: 1536, contextLength: 256, tieEmbeddings: true, ropeTheta: 100000 };
+  const config = (microBatch: number) => parseRunConfig({ model: { from: 'x' }, train: { micro_batch: microBatch } });
+  assert.throws(() => checkTrainerFitsWasm(config(8), smollm2), /train\.micro_batch: the trainer needs about 7\.\d\d GiB .* heap holds 4 GiB: lower train\.micro_batch/);
+  assert.doesNotThrow(() => checkTrainerFitsWasm(config(2), smollm2));
+  assert.doesNotThrow(() => checkTrainerFitsWasm(config(4), { ...smollm2, lora: { rank: 8, alpha: 16, targets: ['q', 'v'] } }));
 });

@@ -19,8 +19,6 @@ import { policyModelConfig } from './options';
 export interface RunPolicy {
   model: ModelConfig;
   task: Task;
-  /** Tokens that end a response: the tokenizer's eos, plus a pretrained model's other end-of-turn ids. */
-  stopTokens: number[];
   /** A pretrained model's Hugging Face directory. */
   modelDir?: string;
   /** A pretrained model's weights (every parameter but LoRA adapters), read once per process. */
@@ -53,7 +51,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
   if (config.model.from === undefined) {
     const task = await loadTask(config.task);
     const tokenizer = task.tokenizer();
-    return { model: policyModelConfig(config.model, tokenizer.vocabSize), task, stopTokens: [tokenizer.eosId] };
+    return { model: policyModelConfig(config.model, tokenizer.vocabSize), task };
   }
   let dir: string;
   let hf: Awaited<ReturnType<typeof readHfModelConfig>>;
@@ -76,8 +74,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
     throw new RunModelError(`model.from: ${(err as Error).message}`);
   }
   if (tokenizer.vocabSize > model.vocabSize) throw new RunModelError(`model.from: the tokenizer has ${tokenizer.vocabSize} tokens but the model only ${model.vocabSize} embeddings`);
-  const stopTokens = [...new Set([tokenizer.eosId, ...hf.eosTokenIds])];
-  const stopStrings = stopTokens.map((id) => tokenizer.decode([id]));
+  const stopStrings = [...tokenizer.stopIds].map((id) => tokenizer.decode([id]));
   let task: Task;
   if (config.data) {
     try {
@@ -96,7 +93,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
     task = await loadTask(config.task);
     if (task.tokenizer().vocabSize > model.vocabSize) throw new RunModelError(`task: ${config.task} has its own ${task.tokenizer().vocabSize}-token vocabulary, which does not fit the pretrained model: give the run a data section (data.train) or a task module that uses the model's tokenizer`);
   }
-  return { model, task, stopTokens, modelDir: dir, baseWeights: baseWeightsOf(dir, runContextLength(config.model)) };
+  return { model, task, modelDir: dir, baseWeights: baseWeightsOf(dir, runContextLength(config.model)) };
 }
 
 /** Policy version 0 of a pretrained model: its own weights, or with LoRA fresh adapters (B = 0: the base model exactly). */

@@ -51,13 +51,16 @@ export class HfTokenizer implements Tokenizer {
   readonly bosId: number;
   readonly eosId: number;
   readonly addBos: boolean;
+  readonly stopIds: readonly number[];
 
   private constructor(
     private readonly model: HfTokenizerModel,
     ids: Record<Role, number>,
     addBos: boolean,
+    extraStopIds: readonly number[],
   ) {
     this.addBos = addBos;
+    this.stopIds = [...new Set([ids.eos, ...extraStopIds])];
     this.padId = ids.pad;
     this.bosId = ids.bos;
     this.eosId = ids.eos;
@@ -98,7 +101,12 @@ export class HfTokenizer implements Tokenizer {
       }
       ids[role] = id;
     }
-    return new HfTokenizer(model, ids, config.add_bos_token === true);
+    // generation_config.json beside it may name more end-of-turn ids (an int or a list).
+    const generationPath = join(dirname(path), 'generation_config.json');
+    const generation = existsSync(generationPath) ? readJson(generationPath, 'generation config') : {};
+    const eos = generation.eos_token_id;
+    const extra = (typeof eos === 'number' ? [eos] : Array.isArray(eos) ? eos : []).filter((id): id is number => Number.isInteger(id) && model.id_to_token(id) !== undefined);
+    return new HfTokenizer(model, ids, config.add_bos_token === true, extra);
   }
 
   encode(text: string): number[] {

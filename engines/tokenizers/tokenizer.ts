@@ -6,6 +6,8 @@ export interface Tokenizer {
   readonly eosId: number;
   /** Whether sequences start with bosId (default true); Hugging Face tokenizers say so in tokenizer_config.json add_bos_token. */
   readonly addBos?: boolean;
+  /** Every token that ends a response (default [eosId]); a model's generation_config.json may list several. */
+  readonly stopIds?: readonly number[];
   /** Text to ids, without bos/eos: the caller adds them where the sequence layout needs them. */
   encode(text: string): number[];
   /** Ids to text; skipSpecial drops pad/bos/eos (and the tokenizer's other special tokens). */
@@ -15,4 +17,9 @@ export interface Tokenizer {
 /** A prompt's ids as the model expects them: bos first, unless the tokenizer adds none. */
 export function withBos(tokenizer: Tokenizer, ids: number[]): number[] {
   return tokenizer.addBos === false ? ids : [tokenizer.bosId, ...ids];
+}
+
+/** The tokens that end a response: the tokenizer's stop ids, else its eos. */
+export function stopTokens(tokenizer: Tokenizer): number[] {
+  return tokenizer.stopIds ? [...tokenizer.stopIds] : [tokenizer.eosId];
 }
