@@ -104,7 +104,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   }
   const train: Record<string, number | string> = {};
   const stepMs: Record<string, number> = {};
-  const lora = Trainer.create({ model: cfg, weights: { ...base.weights, ...adapters }, optimizer: { lr: 1e-4 }, microBatchSize: 2 });
+  const lora = Trainer.create({ model: cfg, weights: { ...base.weights, ...adapters }, optimizer: { lr: 1e-4 }, microBatchSize: 1 });
   try {
     const r = await trainTokensPerS(lora, batch);
     train.lora = r.tokensPerS;
@@ -113,7 +113,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     lora.dispose();
   }
   try {
-    const full = Trainer.create({ model: base.config, weights: base.weights, optimizer: { lr: 1e-5 }, microBatchSize: 2 });
+    const full = Trainer.create({ model: base.config, weights: base.weights, optimizer: { lr: 1e-5 }, microBatchSize: 1 });
     try {
       const r = await trainTokensPerS(full, batch);
       train.full = r.tokensPerS;
@@ -124,7 +124,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   } catch (err) {
     train.full = `failed: ${(err as Error).message.split('\n')[0]}`;
   }
-  ctx.log(`train (${backend.backend}, ${batch.length} sequences, micro-batch 2): LoRA ${typeof train.lora === 'number' ? train.lora.toFixed(0) : train.lora} tokens/s, full ${typeof train.full === 'number' ? train.full.toFixed(0) : train.full} tokens/s`);
+  ctx.log(`train (${backend.backend}, ${batch.length} sequences, micro-batch 1): LoRA ${typeof train.lora === 'number' ? train.lora.toFixed(0) : train.lora} tokens/s, full ${typeof train.full === 'number' ? train.full.toFixed(0) : train.full} tokens/s`);
 
   // Roofline fractions: 2 FLOPs per parameter per generated token; a train token costs ~6 per
   // parameter in full fine-tuning (forward + both backward products) and ~4 with LoRA (no weight gradients).

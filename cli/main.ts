@@ -360,7 +360,10 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     if (err instanceof RunConfigError) {
       console.error(`relax: invalid run config:\n${err.problems.map((p) => `  - ${p}`).join('\n')}`);
     } else {
-      console.error(`relax: ${(err as Error).message}`);
+      // A failed workflow's reason is its cause chain (activity failure -> application failure).
+      const causes: string[] = [];
+      for (let c = (err as Error).cause; c instanceof Error && causes.length < 4; c = c.cause) causes.push(c.message);
+      console.error(`relax: ${[(err as Error).message, ...causes].join(': ')}`);
     }
     process.exitCode = process.exitCode || 1;
   }

@@ -117,6 +117,9 @@ export class OnnxGraphBuilder implements TensorOps<string> {
   concat(xs: string[], axis: number): string {
     return this.one('Concat', xs, { axis: { kind: 'int', value: axis } });
   }
+  positionsFrom(x: string, start: number): string {
+    return this.one('Slice', [x, this.ints([start]), this.ints([Number.MAX_SAFE_INTEGER]), this.ints([1])]);
+  }
   lastPosition(x: string): string {
     return this.one('Slice', [x, this.ints([-1]), this.ints([Number.MAX_SAFE_INTEGER]), this.ints([1])]);
   }

@@ -98,5 +98,6 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     transpose: (x, perm) => tf.transpose(x, perm),
     concat: (xs, axis) => tf.concat(xs, axis),
     lastPosition: (x) => tf.slice(x, [0, x.shape[1]! - 1, 0], [-1, 1, -1]),
+    positionsFrom: (x, start) => tf.slice(x, [0, start, 0], [-1, -1, -1]),
   };
 }

@@ -323,6 +323,8 @@ export interface TensorOps<T> {
   concat(xs: T[], axis: number): T;
   /** [B, T, D] -> [B, 1, D]: the last position. */
   lastPosition(x: T): T;
+  /** [B, T, D] -> [B, T - start, D]: positions start.. (logits only where the loss needs them). */
+  positionsFrom(x: T, start: number): T;
 }
 
 /** One layer's key/value cache. Keys are kept transposed so attention needs no per-step transpose. */
@@ -344,6 +346,8 @@ export interface ForwardInputs<T> {
   past?: LayerCache<T>[];
   /** Compute logits for the last position only (generation), else for every position. */
   lastPositionOnly?: boolean;
+  /** Compute logits for positions logitsFrom.. only (training: the prompt's positions carry no loss). */
+  logitsFrom?: number;
   /** llama: cos and sin of the rotary angles of each new position, [B or 1, 1, T, Dh] (ropeTables). */
   rope?: { cos: T; sin: T };
   /** LoRA: applied to a projection's input before its adapter (dropout while training). */
@@ -351,7 +355,7 @@ export interface ForwardInputs<T> {
 }
 
 export interface ForwardOutputs<T> {
-  /** [B, T, V], or [B, 1, V] with lastPositionOnly. */
+  /** [B, T, V], or [B, 1, V] with lastPositionOnly, or [B, T - logitsFrom, V]. */
   logits: T;
   /** Keys/values of past + new positions, one per layer. */
   present: LayerCache<T>[];
@@ -397,6 +401,7 @@ export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   }
   let h = ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS);
   if (inputs.lastPositionOnly) h = ops.lastPosition(h);
+  else if (inputs.logitsFrom) h = ops.positionsFrom(h, inputs.logitsFrom);
   return { logits: ops.linear(h, w['lm_head.weight']), present };
 }
 
@@ -456,6 +461,7 @@ function llamaForward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, 
   }
   let h = ops.rmsNorm(x, w['norm_f.weight'], eps);
   if (inputs.lastPositionOnly) h = ops.lastPosition(h);
+  else if (inputs.logitsFrom) h = ops.positionsFrom(h, inputs.logitsFrom);
   // A tied model may still be given lm_head.weight (the embedding, transposed once) to skip the transpose.
   const head = w['lm_head.weight'];
   return { logits: head ? ops.linear(h, head) : ops.linearTransposed(h, w['tok_emb.weight']), present };

@@ -206,6 +206,28 @@ interface PaddedBatch {
   sequencesWithLoss: number;
 }
 
+/** The first target column with a loss token in any row of the batch (0 when none). */
+function firstLossColumn(batch: PaddedBatch): number {
+  let first = batch.T;
+  for (let b = 0; b < batch.B; b++) {
+    for (let t = 0; t < first; t++) {
+      if (batch.mask[b * batch.T + t] !== 0) {
+        first = t;
+        break;
+      }
+    }
+  }
+  return first === batch.T ? 0 : first;
+}
+
+/** Columns from..T-1 of a row-major [B, T] array. */
+function columnsFrom<A extends Float32Array | Int32Array>(values: A, B: number, T: number, from: number): A {
+  if (from === 0) return values;
+  const out = new (values.constructor as new (n: number) => A)(B * (T - from));
+  for (let b = 0; b < B; b++) out.set(values.subarray(b * T + from, (b + 1) * T), b * (T - from));
+  return out;
+}
+
 export class Trainer {
   readonly model: ModelConfig;
   /** The trained parameters (with LoRA: the adapters only). */
@@ -300,7 +322,8 @@ export class Trainer {
   }
 
   /** [B, T, V] logits for [B, T] int32 inputs, positions 0..T-1 and a causal mask. */
-  private logits(inputs: tf.Tensor2D, training = false): tf.Tensor3D {
+  /** Logits for positions `from`.. only when given (the targets before it carry no loss). */
+  private logits(inputs: tf.Tensor2D, training = false, from = 0): tf.Tensor3D {
     const [B, T] = inputs.shape;
     const positions = tf.tile(tf.range(0, T, 1, 'int32').reshape([1, T]), [B, 1]);
     const bias = tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]);
@@ -311,7 +334,7 @@ export class Trainer {
       rope = { cos: tf.tensor(tables.cos, [1, 1, T, Dh]), sin: tf.tensor(tables.sin, [1, 1, T, Dh]) };
     }
     const loraInput = training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
-    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput }).logits as tf.Tensor3D;
+    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput, logitsFrom: from }).logits as tf.Tensor3D;
   }
 
   private pad(sequences: readonly TrainSequence[], withLoss: boolean): PaddedBatch {
@@ -446,21 +469,25 @@ export class Trainer {
         if (share === 0) continue;
         const kept: Record<string, tf.Scalar> = {};
         let ratioStats: tf.Tensor | undefined;
+        // Targets before the micro-batch's first loss token (prompts) carry no loss: no logits for
+        // them, which on a large vocabulary is most of a step's memory.
+        const from = firstLossColumn(mb);
+        const cols = (values: Float32Array | Int32Array) => columnsFrom(values, mb.B, mb.T, from);
         const { value, grads: g } = tf.variableGrads(() => {
-          const shape: [number, number] = [mb.B, mb.T];
-          const inputs = tf.tensor2d(mb.inputs, shape, 'int32');
-          const targets = tf.tensor2d(mb.targets, shape, 'int32');
-          const mask = tf.tensor2d(mb.mask, shape);
-          const logits = this.logits(inputs, true);
+          const shape: [number, number] = [mb.B, mb.T - from];
+          const inputs = tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32');
+          const targets = tf.tensor2d(cols(mb.targets), shape, 'int32');
+          const mask = tf.tensor2d(cols(mb.mask), shape);
+          const logits = this.logits(inputs, true, from);
           const logprobs = tokenLogprobs(logits, targets);
           const lossInputs: LossInputs = {
             logits,
             targets,
             logprobs,
             mask,
-            oldLogprobs: mb.oldLogprobs && tf.tensor2d(mb.oldLogprobs, shape),
-            refLogprobs: mb.refLogprobs && tf.tensor2d(mb.refLogprobs, shape),
-            advantages: mb.advantages && tf.tensor2d(mb.advantages, shape),
+            oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
+            refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
+            advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
           };
           const out = loss.compute(lossInputs);
           for (const [k, v] of Object.entries(out.metrics ?? {})) kept[`loss.${k}`] = tf.keep(v);

@@ -47,13 +47,14 @@ export interface RealModelRecipeOptions {
 
 /**
  * GRPO + LoRA on a pretrained instruct model and the shipped arithmetic word problems, graded by the
- * last number of the answer (tuned for SmolLM2-135M-Instruct on the 2-core CPU machines): small
- * micro-batches keep each synchronous tfjs stretch well inside the trainer's heartbeat timeout.
+ * last number of the answer (tuned for SmolLM2-135M-Instruct on the 2-core CPU machines): one
+ * sequence per micro-batch keeps each synchronous tfjs stretch well inside the trainer's heartbeat
+ * timeout, and the trainer inside the wasm heap (training/options.ts trainerMemoryEstimate).
  */
 export function realModelRecipe(o: RealModelRecipeOptions): RunConfigInput {
   return {
     seed: 0,
-    model: { from: o.modelFrom, context_length: 256 },
+    model: { from: o.modelFrom, context_length: 128 },
     lora: { rank: o.rank, alpha: 2 * o.rank, dropout: 0 },
     data: {
       train: o.train ?? path.join(EXAMPLE_DATA_DIR, 'arith-train.jsonl'),
@@ -62,7 +63,7 @@ export function realModelRecipe(o: RealModelRecipeOptions): RunConfigInput {
     },
     algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: o.groupSize, clip_low: 0.2, clip_high: 0.28 },
     rollout: { prompts_per_step: o.promptsPerStep, max_new_tokens: o.maxNewTokens, temperature: 1 },
-    train: { steps: o.steps, lr: o.lr, warmup_steps: 0, lr_decay: 'constant', grad_clip: 1, micro_batch: 2, eval_every: o.evalEvery },
+    train: { steps: o.steps, lr: o.lr, warmup_steps: 0, lr_decay: 'constant', grad_clip: 1, micro_batch: 1, eval_every: o.evalEvery },
     checkpoint: { every: 5, keep_last: 3 },
   };
 }
