@@ -1,9 +1,14 @@
 // `relax bench engines --set model=<pretrained>`: the engines on a pretrained model (e.g.
 // smollm2-135m-instruct), side by side in one run: rollout tokens/s at batch 1/8/32 with LoRA
 // adapters as separate low-rank matmuls and with the adapters merged into the weights, train
-// tokens/s for LoRA and for full fine-tuning, weight sync ms for adapters vs full weights, peak RSS,
+// tokens/s for LoRA and for full fine-tuning, weight sync ms for adapters vs full weights (in one
+// process, and through a checkpoint as between processes), peak RSS,
 // and each figure as a fraction of its engine's matmul roofline (bench/engines.ts measures that).
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { relaxEnvironment } from '../config/environment';
+import { loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
 import { seededRandom } from '../config/seeds';
 import { loadTfjsBackend } from '../engines/backends';
 import { loadHfModel } from '../engines/hf-checkpoint';
@@ -85,7 +90,25 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     syncMs.adapters = (await timeCalls(() => loraEngine.setWeights(version++, adapters), { minCalls: 5, minMs: 200 })).medianMs;
     syncMs.merged = (await timeCalls(() => mergedEngine.setWeights(version++, mergeLoraWeights(cfg, base.weights, adapters)), { minCalls: 2, minMs: 0 })).medianMs;
     syncMs.full = (await timeCalls(() => mergedEngine.setWeights(version++, base.weights), { minCalls: 5, minMs: 200 })).medianMs;
-    ctx.log(`weight sync: adapters ${syncMs.adapters.toFixed(1)} ms, merge + full ${syncMs.merged.toFixed(0)} ms, full weights ${syncMs.full.toFixed(1)} ms`);
+    // Across processes a version travels as a checkpoint: write it, read and verify it back.
+    const root = await mkdtemp(path.join(tmpdir(), 'relax-bench-sync-'));
+    try {
+      const viaCheckpoint = async (model: ModelConfig, weights: PolicyWeights) =>
+        (
+          await timeCalls(
+            async () => {
+              const info = await publishCheckpoint(root, version++, model, weights);
+              await loadCheckpoint(info.dir, { model, sha256: info.sha256 });
+            },
+            { minCalls: 2, minMs: 0 },
+          )
+        ).medianMs;
+      syncMs.adapters_checkpoint = await viaCheckpoint(cfg, adapters);
+      syncMs.full_checkpoint = await viaCheckpoint(base.config, base.weights);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+    ctx.log(`weight sync in process: adapters ${syncMs.adapters.toFixed(1)} ms, merge + full ${syncMs.merged.toFixed(0)} ms, full weights ${syncMs.full.toFixed(1)} ms; through a checkpoint: adapters ${syncMs.adapters_checkpoint.toFixed(0)} ms, full ${syncMs.full_checkpoint.toFixed(0)} ms`);
   } finally {
     await Promise.all([loraEngine.release(), mergedEngine.release()]);
   }

