@@ -2,8 +2,9 @@
 // directory (`model.from`; here a tiny random Llama written in the Hugging Face layout with
 // SmolLM2's real tokenizer and chat template, so the test is fast) and `data` files in JSONL and
 // Parquet with prompt and chat-message rows. Prompts reach the policy rendered by the model's chat
-// template, LoRA versions hold adapters only, and a dataset with a bad row fails the run at start
-// with an error naming the file, the line and the field, before anything is trained.
+// template, LoRA versions hold adapters only and export to Hugging Face + PEFT, and a dataset with
+// a bad row fails the run at start with an error naming the file, the line and the field, before
+// anything is trained.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -20,6 +21,7 @@ import { resolveModelSource } from '../engines/model-sources';
 import { HfTokenizer } from '../engines/tokenizers/hf';
 import { listCheckpoints } from '../store/checkpoint-registry';
 import { readSamples } from '../store/transfer-queue';
+import { exportPolicyVersion } from '../training/export';
 import { EXAMPLE_DATA_DIR } from '../training/recipes';
 import type { TrainingResult } from '../workflows/training-run';
 import { freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, type TestDatabase, type TestProcess } from './helpers';
@@ -90,6 +92,15 @@ test('a Parquet dataset trains with LoRA and a KL term to the base: each version
   assert.ok(names.length > 0 && names.every((n) => n.endsWith('.lora_a') || n.endsWith('.lora_b')), `adapter tensors only: ${names.slice(0, 4).join(', ')}...`);
   const samples = await readSamples(db.pool, result.runId, { iteration: 1 });
   assert.ok(samples.length > 0 && samples.every((s) => s.refLogprobs !== null), 'the reference worker scored every sample under the base model');
+
+  // relax export: the version merged into a Hugging Face directory, its adapters in PEFT layout.
+  const out = path.join(home, 'export');
+  const exported = await exportPolicyVersion(db.pool, `${result.runId}@2`, out);
+  assert.equal(exported.adapterDir, path.join(out, 'adapter'));
+  for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'adapter/adapter_config.json', 'adapter/adapter_model.safetensors']) assert.ok(fs.existsSync(path.join(out, f)), `${f} exported`);
+  const adapterConfig = JSON.parse(fs.readFileSync(path.join(out, 'adapter', 'adapter_config.json'), 'utf8'));
+  assert.deepEqual([adapterConfig.peft_type, adapterConfig.r, adapterConfig.lora_alpha], ['LORA', 4, 8]);
+  await assert.rejects(exportPolicyVersion(db.pool, `${result.runId}`, out), /is not <run_id>@<version>/);
 });
 
 test('a dataset with a bad row fails the run at start, naming the file, the line and the field', async () => {
