@@ -62,6 +62,9 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const maxNewTokens = Number(ctx.options.max_new_tokens ?? 16);
   const minMs = Number(ctx.options.min_ms ?? 1000);
   const trainSequences = Number(ctx.options.train_sequences ?? 8);
+  // As the rollout workers run: one intra-op thread per engine (ort_threads 0 = ONNX Runtime's default).
+  const ortThreads = Number(ctx.options.ort_threads ?? 1);
+  const engineOptions = { maxBatchSize: 64, ...(ortThreads > 0 ? { intraOpNumThreads: ortThreads } : {}) };
   const backend = await loadTfjsBackend({ kind: 'cpu' });
   const dir = await resolveModelSource(from, { home: relaxEnvironment().home, log: ctx.log });
   const base = await loadHfModel(dir, { contextLength: 512 });
@@ -71,8 +74,8 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   ctx.log(`engines bench on ${from}: ${parameters.toLocaleString('en-US')} parameters, LoRA rank 8 on all projections (${Object.values(adapters).reduce((n, w) => n + w.length, 0).toLocaleString('en-US')} adapter parameters); tfjs ${backend.backend}`);
 
   // Rollout: the LoRA graph (adapters as inputs) and the plain graph fed merged weights.
-  const loraEngine = await RolloutEngine.create(cfg, { maxBatchSize: 64 });
-  const mergedEngine = await RolloutEngine.create(withoutLora(cfg), { maxBatchSize: 64 });
+  const loraEngine = await RolloutEngine.create(cfg, engineOptions);
+  const mergedEngine = await RolloutEngine.create(withoutLora(cfg), engineOptions);
   const rollout: Record<string, Record<string, number>> = { lora_adapters: {}, merged: {} };
   const syncMs: Record<string, number> = {};
   try {
@@ -115,7 +118,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
 
   // Train: PPO steps on chat prompts + short sampled responses, LoRA first, then full fine-tuning.
   const prompts = chatPrompts(dir, trainSequences);
-  const sampler = await RolloutEngine.create(base.config, { maxBatchSize: 64 });
+  const sampler = await RolloutEngine.create(base.config, engineOptions);
   let batch: TrainSequence[];
   try {
     sampler.setWeights(0, base.weights);
@@ -161,6 +164,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     model: from,
     parameters,
     tfjs_backend: backend.backend,
+    ort_threads: ortThreads || 'onnxruntime default',
     rollout_tokens_per_s: rollout.lora_adapters,
     rollout_tokens_per_s_merged: rollout.merged,
     train_tokens_per_s: train,
