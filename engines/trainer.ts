@@ -18,7 +18,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
 import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
-import { createTfjsOps } from './model-tfjs';
+import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
 import { entropyFromLogits, klLoss, tokenLogprobs } from './rl/losses';
 import type { GeneratedSample } from './rollout';
@@ -234,6 +234,8 @@ export class Trainer {
   private readonly variables: Map<string, tf.Variable>;
   /** LoRA: the frozen base weights (plus a tied embedding's transpose, computed once). */
   private readonly frozen = new Map<string, tf.Tensor>();
+  /** wasm: the row blocks frozen projections are multiplied by (their whole tensors are disposed). */
+  private readonly frozenBlocks: tf.Tensor[] = [];
   private readonly loraDropout: number;
   private readonly moments = new Map<string, { m: tf.Variable; v: tf.Variable }>();
   private readonly ops: ReturnType<typeof createTfjsOps>;
@@ -267,6 +269,17 @@ export class Trainer {
     );
     for (const p of parameterSpec(this.model).filter((q) => q.frozen)) this.frozen.set(p.name, tf.tensor(weights[p.name], p.shape, 'float32'));
     if (this.model.tieEmbeddings && this.frozen.has('tok_emb.weight')) this.frozen.set('lm_head.weight', tf.transpose(this.frozen.get('tok_emb.weight')!));
+    if (backend === 'wasm') {
+      // Frozen projections multiply block by block on wasm (engines/model-tfjs.ts blockFrozenWeight);
+      // the whole matrix is then no longer read, so only its blocks stay on the heap.
+      for (const [name, w] of this.frozen) {
+        if (name === 'tok_emb.weight') continue;
+        const blocks = blockFrozenWeight(w);
+        if (blocks.length === 0) continue;
+        this.frozenBlocks.push(...blocks);
+        w.dispose();
+      }
+    }
   }
 
   /**
@@ -630,6 +643,7 @@ export class Trainer {
   dispose(): void {
     for (const v of this.variables.values()) v.dispose();
     for (const t of this.frozen.values()) t.dispose();
+    for (const t of this.frozenBlocks) t.dispose();
     for (const s of this.moments.values()) tf.dispose([s.m, s.v]);
     this.moments.clear();
   }
