@@ -76,13 +76,13 @@ export const realModelBench: Bench = async (ctx) => {
   const modelDir = await resolveModelSource(o.model ?? 'smollm2-135m-instruct', { home, log: ctx.log });
   const input = realModelRecipe({
     modelFrom: modelDir,
-    steps: num('steps', 20),
+    steps: num('steps', 30),
     evalEvery: num('eval_every', 5),
-    promptsPerStep: num('prompts', 4),
+    promptsPerStep: num('prompts', 8),
     groupSize: num('group', 8),
-    lr: num('lr', 5e-4),
+    lr: num('lr', 3e-4),
     rank: num('rank', 16),
-    maxNewTokens: num('max_new_tokens', 24),
+    maxNewTokens: num('max_new_tokens', 32),
   });
   const config = parseRunConfig(input);
   const stackHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-real-model-'));

