@@ -13,6 +13,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { checkWeights, loraParameterSpec, parameterSpec, parseModelConfig, type LoraConfig, type LoraTarget, type ModelConfig, type PolicyWeights } from './model';
 import { readSafetensorsFile, readSafetensorsHeader, writeSafetensorsFile, type NamedTensor, type SafetensorsDtype } from './safetensors';
+import { tokenString } from './tokenizers/hf';
 
 export const HF_ARCHITECTURES = ['LlamaForCausalLM', 'Qwen2ForCausalLM', 'MistralForCausalLM'] as const;
 export type HfArchitecture = (typeof HF_ARCHITECTURES)[number];
@@ -104,11 +105,6 @@ function idList(v: unknown): number[] {
   return Array.isArray(v) ? v.filter((x): x is number => typeof x === 'number') : [];
 }
 
-function tokenString(value: unknown): string | undefined {
-  if (typeof value === 'string') return value;
-  if (value && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string') return (value as { content: string }).content;
-  return undefined;
-}
 
 /** config.json -> our ModelConfig; `file` names config.json in errors. */
 export function hfConfigToModelConfig(raw: unknown, options: HfLoadOptions = {}, file = 'config.json'): { architecture: HfArchitecture; config: ModelConfig } {

@@ -14,6 +14,7 @@ import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
 import type { Device } from './device';
 import { mixSeed, seededRandom } from '../config/seeds';
 import { attentionBias, checkWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
+import { transpose2d } from './hf-checkpoint';
 import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead } from './model-onnx';
 
 export interface SamplingParams {
@@ -255,9 +256,7 @@ export class RolloutEngine {
   private transposedEmbedding(embedding: Float32Array): ort.Tensor {
     const V = this.model.vocabSize;
     const D = this.model.dModel;
-    const out = new Float32Array(V * D);
-    for (let v = 0; v < V; v++) for (let d = 0; d < D; d++) out[d * V + v] = embedding[v * D + d];
-    return new ort.Tensor('float32', out, [D, V]);
+    return new ort.Tensor('float32', transpose2d(embedding, V, D), [D, V]);
   }
 
   /** The rotary tables of a llama model for `positions` [B, T], as graph feeds; none for the GPT layout. */

@@ -16,7 +16,7 @@ import { after, before, test } from 'node:test';
 import * as ort from 'onnxruntime-node';
 import { relaxEnvironment } from '../config/environment';
 import { loadTfjsBackend } from '../engines/backends';
-import { loadHfModel, readPeftAdapter, writeHfModel, writePeftAdapter, type LoadedHfModel } from '../engines/hf-checkpoint';
+import { loadHfModel, readPeftAdapter, transpose2d, writeHfModel, writePeftAdapter, type LoadedHfModel } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
 import { parameterSpec, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD } from '../engines/model-onnx';
@@ -94,10 +94,7 @@ test('the ONNX graph matches the reference logits, and greedy decoding equals th
   try {
     const weights: Record<string, ort.Tensor> = {};
     for (const p of parameterSpec(cfg)) weights[p.name] = new ort.Tensor('float32', model.weights[p.name], p.shape);
-    const emb = model.weights['tok_emb.weight'];
-    const head = new Float32Array(emb.length);
-    for (let v = 0; v < cfg.vocabSize; v++) for (let d = 0; d < cfg.dModel; d++) head[d * cfg.vocabSize + v] = emb[v * cfg.dModel + d];
-    weights[TIED_HEAD] = new ort.Tensor('float32', head, [cfg.dModel, cfg.vocabSize]);
+    weights[TIED_HEAD] = new ort.Tensor('float32', transpose2d(model.weights['tok_emb.weight'], cfg.vocabSize, cfg.dModel), [cfg.dModel, cfg.vocabSize]);
     for (const p of FIXTURE.prompts) {
       const T = p.ids.length;
       const positions = Int32Array.from({ length: T }, (_, t) => t);

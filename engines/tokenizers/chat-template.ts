@@ -4,6 +4,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Template as JinjaTemplate } from '@huggingface/jinja' with { 'resolution-mode': 'import' };
+import { tokenString } from './hf';
 
 // An ES module with a CommonJS build (its "require" export); this CommonJS project takes only its types.
 const { Template } = require('@huggingface/jinja') as { Template: typeof JinjaTemplate };
@@ -19,11 +20,6 @@ export interface ChatSpecialTokens {
   padToken?: string;
 }
 
-function tokenString(value: unknown): string | undefined {
-  if (typeof value === 'string') return value;
-  if (value && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string') return (value as { content: string }).content;
-  return undefined;
-}
 
 export class ChatTemplate {
   private readonly template: JinjaTemplate;

@@ -18,7 +18,7 @@ export interface HfSpecialTokens {
 type Role = 'pad' | 'bos' | 'eos';
 
 /** tokenizer_config.json writes a special token either as a string or as an AddedToken object. */
-function tokenString(value: unknown): string | undefined {
+export function tokenString(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (value !== null && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string') {
     return (value as { content: string }).content;
