@@ -2,21 +2,10 @@
 // config validated, its user modules and algorithm checked, the run registered) and its end.
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
+import { nativeTfjsAvailable } from '../engines/backends';
 import { checkTrainerFitsWasm } from '../training/options';
 import { loadRunPolicy, RunModelError } from '../training/policy-model';
 
-/** Whether a native tfjs backend (no 4 GiB heap cap) is installed for the train workers of this install. */
-function nativeTfjsInstalled(): boolean {
-  for (const pkg of ['@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu']) {
-    try {
-      require.resolve(pkg);
-      return true;
-    } catch {
-      // not installed
-    }
-  }
-  return false;
-}
 import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/user-modules';
 import { AlgorithmConfigError } from '../training/advantages';
 import { resolveUpdateRule } from '../training/update';
@@ -49,7 +38,7 @@ async function checkWhatItNames(config: RunConfig): Promise<void> {
     // The model and data files are read here, so a run never starts on ones it cannot use.
     const policy = await loadRunPolicy(config);
     task = policy.task;
-    if (!nativeTfjsInstalled()) checkTrainerFitsWasm(config, policy.model);
+    if (!nativeTfjsAvailable()) checkTrainerFitsWasm(config, policy.model);
   } catch (err) {
     if (err instanceof RunModelError || (err instanceof Error && err.message.startsWith('train.micro_batch:'))) throw ApplicationFailure.create({ message: `invalid run config: ${(err as Error).message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
     throw invalid('task', (err as Error).message);

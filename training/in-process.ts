@@ -29,6 +29,8 @@ export interface StepReport {
   /** The step's metrics, named as the workflow's train step records them. */
   metrics: Record<string, number>;
   stepMs: number;
+  /** Seconds since the run started (engines built, initial evaluation included), at the end of this step and its evaluation. */
+  elapsedS: number;
 }
 
 export interface InProcessResult {
@@ -79,12 +81,14 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
         trainedSamples: metrics.trained_samples,
         metrics: { ...metrics, ...stalenessMetrics(claimed, fromVersion) },
         stepMs: performance.now() - t0,
+        elapsedS: 0,
       };
       if (step % evalEvery === 0 || step === config.train.steps) {
         const evaluation = await evaluate(task);
         report.accuracy = finalAccuracy = evaluation.accuracy;
         if (evaluation.metrics) report.evalMetrics = evaluation.metrics;
       }
+      report.elapsedS = (performance.now() - started) / 1000;
       curve.push(report);
       hooks.onStep?.(report);
     }

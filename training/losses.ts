@@ -7,7 +7,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { z } from 'zod';
 import type { RunConfig } from '../config/run-config';
-import { aggregateLoss, behaviorImportanceWeights, entropyBonus, gspoLoss, klLoss, ppoClipLoss, sftCrossEntropy, stopGradient, type KlEstimator, type LossAggregation } from '../engines/rl/losses';
+import { aggregateLoss, behaviorImportanceWeights, gspoLoss, klLoss, ppoClipLoss, stopGradient, type KlEstimator, type LossAggregation } from '../engines/rl/losses';
 import type { LossInputs, TrainingLoss } from '../engines/trainer';
 import { loadUserExport } from '../envs/user-modules';
 import { AlgorithmConfigError, registeredOptions } from './advantages';
@@ -19,7 +19,8 @@ export function sftLoss(): TrainingLoss {
   return {
     name: 'sft',
     microBatchWeighting: 'tokens',
-    compute: ({ logits, targets, mask }) => ({ loss: sftCrossEntropy(logits, targets, mask) }),
+    // The trainer's log-probs of the targets (from its one log-softmax): the same as sftCrossEntropy(logits, targets, mask).
+    compute: ({ logprobs, mask }) => ({ loss: tf.neg(aggregateLoss(logprobs, mask, 'token_mean')) as tf.Scalar }),
   };
 }
 
@@ -91,7 +92,8 @@ export function policyLoss(options: PolicyLossOptions): TrainingLoss {
         const kl = klLoss(inputs.logprobs, required(inputs, 'refLogprobs', name), inputs.mask, options.klEstimator ?? 'k3', aggregation);
         loss = tf.add(loss, tf.mul(kl, tf.scalar(klCoef)));
       }
-      if (entropyCoef > 0) loss = tf.add(loss, entropyBonus(inputs.logits, inputs.mask, entropyCoef));
+      // The entropy bonus -coef * entropy (engines/rl/losses.ts entropyBonus), from the trainer's per-token entropy.
+      if (entropyCoef > 0) loss = tf.add(loss, tf.mul(aggregateLoss(inputs.entropy, inputs.mask, 'token_mean'), tf.scalar(-entropyCoef)));
       return { loss, metrics: { ...metrics, clipFraction: surrogate.clipFraction, approxKl: surrogate.approxKl } };
     },
   };

@@ -71,14 +71,19 @@ function logSoftmaxLargeVocab(logits: tf.Tensor3D): tf.Tensor3D {
   return tf.sub(shifted, tf.log(total)) as tf.Tensor3D;
 }
 
+/** Log-softmax over the vocabulary, [B, T, V] -> [B, T, V] (a two-level sum on large vocabularies). */
+export function vocabLogSoftmax(logits: tf.Tensor3D): tf.Tensor3D {
+  return tf.tidy(() => (logits.shape[2] > LARGE_VOCAB ? logSoftmaxLargeVocab(logits) : (tf.logSoftmax(logits) as tf.Tensor3D)));
+}
+
+/** The log-prob of each target token from a log-softmax: [B, T, V] x [B, T] int32 -> [B, T]. */
+export function targetLogprobs(logSoftmax: tf.Tensor3D, targets: tf.Tensor2D): tf.Tensor2D {
+  return tf.tidy(() => tf.sum(tf.mul(logSoftmax, tf.oneHot(tf.cast(targets, 'int32'), logSoftmax.shape[2])), -1) as tf.Tensor2D);
+}
+
 /** Log-softmax of the logits at the target token: [B, T, V] x [B, T] int32 -> [B, T]. */
 export function tokenLogprobs(logits: tf.Tensor3D, targets: tf.Tensor2D): tf.Tensor2D {
-  return tf.tidy(() => {
-    const vocab = logits.shape[2];
-    const oneHot = tf.oneHot(tf.cast(targets, 'int32'), vocab);
-    const logSoftmax = vocab > LARGE_VOCAB ? logSoftmaxLargeVocab(logits) : tf.logSoftmax(logits);
-    return tf.sum(tf.mul(logSoftmax, oneHot), -1) as tf.Tensor2D;
-  });
+  return tf.tidy(() => targetLogprobs(vocabLogSoftmax(logits), targets));
 }
 
 /** Masked mean negative log-likelihood of the targets (token_mean). */
@@ -230,10 +235,12 @@ export function klLoss(
 
 /** Entropy of the next-token distribution at every position: [B, T, V] -> [B, T], in nats. */
 export function tokenEntropy(logits: tf.Tensor3D): tf.Tensor2D {
-  return tf.tidy(() => {
-    const logp = tf.logSoftmax(logits);
-    return tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1)) as tf.Tensor2D;
-  });
+  return tf.tidy(() => entropyFromLogSoftmax(tf.logSoftmax(logits) as tf.Tensor3D));
+}
+
+/** Per-token entropy -sum_v p log p from a log-softmax [B, T, V] -> [B, T] (the trainer computes the log-softmax once). */
+export function entropyFromLogSoftmax(logSoftmax: tf.Tensor3D): tf.Tensor2D {
+  return tf.tidy(() => tf.neg(tf.sum(tf.mul(tf.exp(logSoftmax), logSoftmax), -1)) as tf.Tensor2D);
 }
 
 /** Mean entropy over valid tokens (token_mean). */

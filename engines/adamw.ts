@@ -1,0 +1,180 @@
+// AdamW with decoupled weight decay over flat buckets of parameters. Each bucket's gradients are
+// concatenated into one vector, and the moment updates, bias correction, clipping and the step run
+// as ~15 ops on that vector instead of ~15 ops per parameter: on native TensorFlow, where a tfjs op
+// costs tens of microseconds whatever its size, the per-parameter form was a third of a small
+// model's train step. Buckets are capped (BUCKET_ELEMENTS) so a large model's temporaries stay small.
+import * as tf from '@tensorflow/tfjs';
+
+export interface AdamWOptions {
+  lr: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  /** Decoupled weight decay (AdamW), applied to matrices only (not to biases, norms). */
+  weightDecay?: number;
+}
+
+export interface AdamWParameter {
+  name: string;
+  variable: tf.Variable;
+  /** Whether weight decay applies (matrices). */
+  decayed: boolean;
+}
+
+/** The largest bucket, in elements (64 MiB of float32): one parameter larger than this is a bucket alone. */
+export const BUCKET_ELEMENTS = 1 << 24;
+
+interface Bucket {
+  params: AdamWParameter[];
+  sizes: number[];
+  elements: number;
+  /** 1 where weight decay applies, per element; undefined when it applies nowhere in the bucket. */
+  decayMask?: tf.Tensor1D;
+  m?: tf.Variable;
+  v?: tf.Variable;
+}
+
+const elementsOf = (p: AdamWParameter) => p.variable.size;
+
+/** Groups parameters, in order, into buckets of at most `limit` elements. */
+export function bucketParameters<T extends { size: number }>(params: readonly T[], limit = BUCKET_ELEMENTS): T[][] {
+  const buckets: T[][] = [];
+  let current: T[] = [];
+  let size = 0;
+  for (const p of params) {
+    if (current.length > 0 && size + p.size > limit) {
+      buckets.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(p);
+    size += p.size;
+  }
+  if (current.length > 0) buckets.push(current);
+  return buckets;
+}
+
+export class BucketedAdamW {
+  private readonly buckets: Bucket[];
+  private readonly options: Required<AdamWOptions>;
+
+  constructor(params: readonly AdamWParameter[], options: AdamWOptions, limit = BUCKET_ELEMENTS) {
+    this.options = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, ...options };
+    const grouped = bucketParameters(params.map((p) => ({ p, size: elementsOf(p) })), limit);
+    this.buckets = grouped.map((group) => {
+      const ps = group.map((g) => g.p);
+      const sizes = ps.map(elementsOf);
+      const elements = sizes.reduce((a, b) => a + b, 0);
+      let decayMask: tf.Tensor1D | undefined;
+      if (this.options.weightDecay > 0 && ps.some((p) => p.decayed)) {
+        const mask = new Float32Array(elements);
+        let offset = 0;
+        ps.forEach((p, i) => {
+          if (p.decayed) mask.fill(1, offset, offset + sizes[i]);
+          offset += sizes[i];
+        });
+        decayMask = tf.tensor1d(mask);
+      }
+      return { params: ps, sizes, elements, decayMask };
+    });
+  }
+
+  /** The gradients (one per parameter, in constructor order) as one flat tensor per bucket. */
+  flatten(grads: readonly tf.Tensor[]): tf.Tensor1D[] {
+    let i = 0;
+    return this.buckets.map((b) => {
+      const parts = b.params.map(() => grads[i++]);
+      return tf.tidy(() => (parts.length === 1 ? tf.reshape(parts[0], [-1]) : tf.concat(parts.map((g) => tf.reshape(g, [-1])))) as tf.Tensor1D);
+    });
+  }
+
+  /** Each bucket's sum of squared gradient entries (one read for the global norm and finiteness). */
+  async sumsOfSquares(flat: readonly tf.Tensor1D[]): Promise<Float32Array> {
+    const sums = tf.tidy(() => tf.stack(flat.map((g) => tf.sum(tf.square(g)))));
+    const values = (await sums.data()) as Float32Array;
+    sums.dispose();
+    return values;
+  }
+
+  /** Names the first parameter of bucket `index` whose gradient is not finite (the rare failure path). */
+  async nonFiniteParameter(flat: readonly tf.Tensor1D[], index: number): Promise<string> {
+    const b = this.buckets[index];
+    const values = (await flat[index].data()) as Float32Array;
+    let offset = 0;
+    for (let i = 0; i < b.params.length; i++) {
+      for (let k = offset; k < offset + b.sizes[i]; k++) if (!Number.isFinite(values[k])) return b.params[i].name;
+      offset += b.sizes[i];
+    }
+    return b.params[0].name;
+  }
+
+  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale` and learning rate `lr`. */
+  apply(flat: readonly tf.Tensor1D[], step: number, clipScale: number, lr: number): void {
+    const { beta1, beta2, eps, weightDecay } = this.options;
+    const correction1 = 1 - beta1 ** step;
+    const correction2 = 1 - beta2 ** step;
+    this.buckets.forEach((b, i) => {
+      b.m ??= tf.variable(tf.zeros([b.elements]), false);
+      b.v ??= tf.variable(tf.zeros([b.elements]), false);
+      tf.tidy(() => {
+        const g = clipScale === 1 ? flat[i] : tf.mul(flat[i], tf.scalar(clipScale));
+        const m = tf.add(tf.mul(b.m!, tf.scalar(beta1)), tf.mul(g, tf.scalar(1 - beta1)));
+        const v = tf.add(tf.mul(b.v!, tf.scalar(beta2)), tf.mul(tf.square(g), tf.scalar(1 - beta2)));
+        // lr * m_hat / (sqrt(v_hat) + eps), with the bias corrections folded into scalars.
+        const update = tf.div(tf.mul(m, tf.scalar(lr / correction1)), tf.add(tf.sqrt(tf.mul(v, tf.scalar(1 / correction2))), tf.scalar(eps)));
+        b.m!.assign(m);
+        b.v!.assign(v);
+        const params = b.params.length === 1 ? tf.reshape(b.params[0].variable, [-1]) : tf.concat(b.params.map((p) => tf.reshape(p.variable, [-1])));
+        let next = tf.sub(params, update);
+        if (b.decayMask) next = tf.sub(next, tf.mul(tf.mul(params, b.decayMask), tf.scalar(lr * weightDecay)));
+        const parts = b.params.length === 1 ? [next] : tf.split(next, b.sizes);
+        b.params.forEach((p, k) => p.variable.assign(tf.reshape(parts[k], p.variable.shape)));
+      });
+    });
+  }
+
+  /** The moments per parameter (empty before the first step). */
+  async exportMoments(): Promise<Array<{ name: string; shape: number[]; m: Float32Array; v: Float32Array }>> {
+    const out: Array<{ name: string; shape: number[]; m: Float32Array; v: Float32Array }> = [];
+    for (const b of this.buckets) {
+      if (!b.m || !b.v) continue;
+      const m = (await b.m.data()) as Float32Array;
+      const v = (await b.v.data()) as Float32Array;
+      let offset = 0;
+      b.params.forEach((p, i) => {
+        out.push({ name: p.name, shape: p.variable.shape, m: m.slice(offset, offset + b.sizes[i]), v: v.slice(offset, offset + b.sizes[i]) });
+        offset += b.sizes[i];
+      });
+    }
+    return out;
+  }
+
+  /** Replaces the moments; a parameter absent from `moments` starts from zero. */
+  importMoments(moments: ReadonlyMap<string, { m: Float32Array; v: Float32Array }>): void {
+    for (const b of this.buckets) {
+      tf.dispose([b.m, b.v].filter((t): t is tf.Variable => t !== undefined));
+      b.m = b.v = undefined;
+      if (!b.params.some((p) => moments.has(p.name))) continue;
+      const m = new Float32Array(b.elements);
+      const v = new Float32Array(b.elements);
+      let offset = 0;
+      b.params.forEach((p, i) => {
+        const s = moments.get(p.name);
+        if (s) {
+          m.set(s.m, offset);
+          v.set(s.v, offset);
+        }
+        offset += b.sizes[i];
+      });
+      b.m = tf.variable(tf.tensor1d(m), false);
+      b.v = tf.variable(tf.tensor1d(v), false);
+    }
+  }
+
+  dispose(): void {
+    for (const b of this.buckets) {
+      tf.dispose([b.m, b.v, b.decayMask].filter((t): t is tf.Variable | tf.Tensor1D => t !== undefined));
+      b.m = b.v = undefined;
+    }
+  }
+}
