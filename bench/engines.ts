@@ -25,6 +25,7 @@ import { RolloutEngine, type GeneratedSample } from '../engines/rollout';
 import { Trainer, trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
 import { policyLoss } from '../training/losses';
 import { add2Tokenizer, add2TrainPrompts } from '../envs/add2';
+import { ADD2_GRPO } from '../training/recipes';
 import { promptTokens } from '../rollout/producers';
 import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';
@@ -32,6 +33,7 @@ import { pretrainedEnginesBench } from './real-engines';
 import { gcPauseMeter, median, peakRssMb, round, timeCalls } from './measure';
 import { tfjsMatmulGflops, trainOnEveryBackend, type BackendTrain } from './train-backends';
 
+const ADD2_MICRO_BATCH = ADD2_GRPO.train?.micro_batch ?? 256;
 const count = (min: number, fallback: number) => z.coerce.number().int().min(min).default(fallback);
 
 const optionsSchema = z
@@ -42,7 +44,10 @@ const optionsSchema = z
       .regex(/^[1-9]\d*(,[1-9]\d*)*$/, 'expected a comma-separated list of batch sizes such as 1,16,64,256')
       .default('1,16,64,256'),
     max_new_tokens: count(1, 16),
-    train_sequences: count(1, 64),
+    /** Sequences per train step, one micro-batch: the add2 GRPO recipe's micro-batch (ADD2_GRPO.train.micro_batch). */
+    train_sequences: count(1, ADD2_MICRO_BATCH),
+    /** A second, small train batch (the figure before this bench followed the recipe): 0 skips it. */
+    train_small_sequences: count(0, 64),
     ort_threads: count(0, 1),
     min_ms: count(0, 1000),
     tfjs_cpu: z.enum(['0', '1']).default('1'),
@@ -229,12 +234,11 @@ export const enginesBench: Bench = async (ctx) => {
     const trainSamples = await engine.generate(trainPrompts, { maxNewTokens: runConfig.rollout.max_new_tokens, seed: 3 });
     const trainBatch = ppoBatch(trainPrompts, trainSamples, 11);
     const trainGc = gcPauseMeter();
-    const byBackend = await trainOnEveryBackend(device, tfjsInfo.backend, trainBatch, () => Trainer.create({ model, seed: runConfig.seed, optimizer: { lr: 1e-3 }, microBatchSize: runConfig.train.micro_batch }), {
-      minMs,
-      rooflineSizes: ROOFLINE_SIZES,
-      flopsPerToken: 6 * parameters,
-      log: ctx.log,
-    });
+    const trainerFor = (batch: TrainSequence[]) => () => Trainer.create({ model, seed: runConfig.seed, optimizer: { lr: 1e-3 }, microBatchSize: batch.length });
+    const trainOptions = { minMs, rooflineSizes: ROOFLINE_SIZES, flopsPerToken: 6 * parameters, log: ctx.log };
+    const byBackend = await trainOnEveryBackend(device, tfjsInfo.backend, trainBatch, trainerFor(trainBatch), trainOptions);
+    const smallBatch = trainBatch.slice(0, options.train_small_sequences);
+    const smallByBackend = smallBatch.length > 0 ? await trainOnEveryBackend(device, tfjsInfo.backend, smallBatch, trainerFor(smallBatch), trainOptions) : undefined;
     const trainGcShare = trainGc.stop();
     const train = byBackend[tfjsInfo.backend];
     ctx.log(`train (${backend.tfjs}, ppo, ${trainBatch.length} sequences, ${sequenceTokens(trainBatch)} tokens): ${train.tokensPerS.toFixed(0)} tokens/s (${train.stepMs.toFixed(1)} ms/step, median of ${train.steps})`);
@@ -290,6 +294,16 @@ export const enginesBench: Bench = async (ctx) => {
       train_roofline_gflops_by_backend: perBackend((r) => Object.fromEntries(Object.entries(r.rooflineGflops).map(([n, g]) => [n, round(g)]))),
       train_fraction_of_roofline_by_backend: perBackend((r) => round(r.fractionOfRoofline)),
       ...(byBackend.tensorflow && byBackend.wasm ? { train_native_over_wasm: round(byBackend.tensorflow.tokensPerS / byBackend.wasm.tokensPerS) } : {}),
+      ...(smallByBackend
+        ? {
+            train_small_batch: {
+              sequences: smallBatch.length,
+              tokens_per_step: sequenceTokens(smallBatch),
+              tokens_per_s_by_backend: Object.fromEntries(Object.entries(smallByBackend).map(([k, r]) => [k, round(r.tokensPerS)])),
+              ...(smallByBackend.tensorflow && smallByBackend.wasm ? { native_over_wasm: round(smallByBackend.tensorflow.tokensPerS / smallByBackend.wasm.tokensPerS) } : {}),
+            },
+          }
+        : {}),
       sync_ms: { in_process: round(inProcess.medianMs), via_checkpoint: round(viaCheckpoint.medianMs) },
       peak_rss_mb: round(peakRss),
       gc_pause_share: { rollout: round(rolloutGcShare), train: round(trainGcShare) },

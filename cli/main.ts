@@ -6,7 +6,9 @@ import { DefaultLogger, Runtime, type LogLevel } from '@temporalio/worker';
 import { RelaxClient, readStackFile, resolveAddresses, stackFilePath } from '../client';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
-import { ADD2_GRPO, ADD2_SFT, realModelRecipe } from '../training/recipes';
+import { ADD2_GRPO, ADD2_GRPO_ASYNC, ADD2_SFT, realModelRecipe } from '../training/recipes';
+import { Pool } from 'pg';
+import { secondsToAccuracy } from '../store/metrics';
 import { resolveModelSource } from '../engines/model-sources';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { ROLES, type Role } from '../config/task-queues';
@@ -212,12 +214,14 @@ export function buildProgram(): Command {
     .option('--steps <n>', 'GRPO steps (default: the add2 recipe)', intOption('--steps', 1))
     .option('--json', 'print one JSON object as the last line')
     .option('--model <model>', 'post-train a pretrained model instead (e.g. smollm2-135m-instruct): a short GRPO + LoRA run on the shipped arithmetic problems')
-    .action(async (o: { dataDir: string; steps?: number; json?: boolean; model?: string }) => {
+    .addOption(new Option('--mode <mode>', 'sync (on-policy) or async (rollout one version ahead of training)').choices(['sync', 'async']).default('async'))
+    .action(async (o: { dataDir: string; steps?: number; json?: boolean; model?: string; mode: 'sync' | 'async' }) => {
       const started = Date.now();
       const home = path.resolve(o.dataDir);
       const log = (line: string) => (o.json ? undefined : console.log(line));
       if (o.model) return realModelQuickstart({ ...o, model: o.model, home, log, started });
-      const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, ...(o.steps ? { steps: o.steps } : {}) } });
+      const recipe = o.mode === 'async' ? ADD2_GRPO_ASYNC : ADD2_GRPO;
+      const config = parseRunConfig({ ...recipe, train: { ...ADD2_GRPO.train, ...(o.steps ? { steps: o.steps } : {}) } });
       log('[relax] starting the local stack (Temporal dev server, embedded PostgreSQL, 4 workers) and the SFT warm start...');
       const [stack, warm] = await Promise.all([
         startEphemeralStack(home),
@@ -228,16 +232,19 @@ export function buildProgram(): Command {
         const client = await RelaxClient.connect(stack.temporalAddress);
         try {
           const runId = `quickstart-${Date.now().toString(36)}`;
-          const handle = await client.startTraining({ ...ADD2_GRPO, run_id: runId, train: config.train, checkpoint: { ...ADD2_GRPO.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', runId) } });
-          log(`[relax] training run ${runId}: GRPO on add2 from the SFT warm start (${(warm.accuracy * 100).toFixed(1)}% held-out), ${config.train.steps} steps of ${config.rollout.prompts_per_step}x${config.algorithm.group_size} samples`);
+          const handle = await client.startTraining({ ...recipe, run_id: runId, train: config.train, checkpoint: { ...ADD2_GRPO.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', runId) } });
+          log(`[relax] training run ${runId}: GRPO on add2 from the SFT warm start (${(warm.accuracy * 100).toFixed(1)}% held-out), ${config.train.steps} steps of ${config.rollout.prompts_per_step}x${config.algorithm.group_size} samples, ${config.mode} mode`);
           const result = await watchRun(handle, { bar: !o.json && process.stdout.isTTY === true, onEval: o.json ? undefined : log });
           const wallS = (Date.now() - started) / 1000;
+          const pool = new Pool({ connectionString: stack.databaseUrl, max: 1 });
+          const [timeTo90, timeTo95] = await Promise.all([secondsToAccuracy(pool, runId, 0.9), secondsToAccuracy(pool, runId, 0.95)]).finally(() => pool.end());
           const out = path.join(home, 'results', `${runId}.json`);
           fs.mkdirSync(path.dirname(out), { recursive: true });
-          fs.writeFileSync(out, `${JSON.stringify({ ...result, warm_start: { accuracy: warm.accuracy, sft_steps: warm.sftSteps, dir: warm.dir }, wall_s: wallS, config }, null, 2)}\n`);
+          fs.writeFileSync(out, `${JSON.stringify({ ...result, warm_start: { accuracy: warm.accuracy, sft_steps: warm.sftSteps, dir: warm.dir }, wall_s: wallS, time_to_90_s: timeTo90, time_to_95_s: timeTo95, config }, null, 2)}\n`);
           log(renderCurves(result));
           log(`[relax] held-out accuracy ${(warm.accuracy * 100).toFixed(1)}% -> ${((result.evalAccuracy ?? 0) * 100).toFixed(1)}% after ${result.steps} GRPO steps, ${wallS.toFixed(0)} s in all; curves saved to ${out}`);
-          console.log(JSON.stringify({ run_id: runId, eval_accuracy: result.evalAccuracy, initial_accuracy: warm.accuracy, steps: result.steps, policy_version: result.policyVersion, wall_s: wallS, results: out }));
+          if (timeTo95 !== null) log(`[relax] 95% held-out accuracy ${timeTo95.toFixed(1)} s after the run started (90%: ${timeTo90?.toFixed(1)} s)`);
+          console.log(JSON.stringify({ run_id: runId, mode: config.mode, eval_accuracy: result.evalAccuracy, initial_accuracy: warm.accuracy, steps: result.steps, policy_version: result.policyVersion, wall_s: wallS, time_to_90_s: timeTo90, time_to_95_s: timeTo95, results: out }));
         } finally {
           await client.close();
         }

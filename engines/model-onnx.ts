@@ -2,7 +2,7 @@
 // emits the generation graphs instead of computing. Weights are graph INPUTS, not initializers, so a
 // session built once serves every policy version: the next run simply feeds the new tensors.
 import { encodeOnnxModel, OnnxDataType, type OnnxAttributeValue, type OnnxGraph, type OnnxNode, type OnnxTensor, type OnnxValueInfo } from './onnx-proto';
-import { attentionDims, forward, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
+import { attentionDims, forward, geluTanh, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
 
 /** Opset 17: the first with LayerNormalization. */
 export const ONNX_OPSET = 17;
@@ -93,6 +93,10 @@ export class OnnxGraphBuilder implements TensorOps<string> {
     const rms = this.one('Sqrt', [this.one('Add', [meanSquare, this.float(eps)])]);
     return this.one('Mul', [this.one('Div', [x, rms]), gamma]);
   }
+  gelu(x: string): string {
+    return geluTanh(this, x);
+  }
+
   sigmoid(x: string): string {
     return this.one('Sigmoid', [x]);
   }

@@ -305,6 +305,8 @@ export interface TensorOps<T> {
   /** x + s for a constant s. */
   shift(x: T, s: number): T;
   tanh(x: T): T;
+  /** GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (geluTanh spells it in the other ops). */
+  gelu(x: T): T;
   /** Softmax over the last axis. */
   softmax(x: T): T;
   /** LayerNorm over the last axis: (x - mean) / sqrt(biased var + eps) * gamma + beta. */
@@ -362,7 +364,8 @@ export interface ForwardOutputs<T> {
 }
 
 /** GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-function gelu<T>(ops: TensorOps<T>, x: T): T {
+/** GELU (tanh approximation) in terms of the other ops: how a backend without a fused one computes it. */
+export function geluTanh<T>(ops: TensorOps<T>, x: T): T {
   const cubic = ops.mul(ops.mul(x, x), x);
   const inner = ops.scale(ops.add(x, ops.scale(cubic, 0.044715)), Math.sqrt(2 / Math.PI));
   return ops.mul(ops.scale(x, 0.5), ops.shift(ops.tanh(inner), 1));
@@ -396,7 +399,7 @@ export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
     present.push(a.cache);
     x = ops.add(x, a.y);
     const h = ops.layerNorm(x, w[`${p}ln2.weight`], w[`${p}ln2.bias`], LAYER_NORM_EPS);
-    const m = ops.linear(gelu(ops, ops.linear(h, w[`${p}mlp.fc.weight`], w[`${p}mlp.fc.bias`])), w[`${p}mlp.proj.weight`], w[`${p}mlp.proj.bias`]);
+    const m = ops.linear(ops.gelu(ops.linear(h, w[`${p}mlp.fc.weight`], w[`${p}mlp.fc.bias`])), w[`${p}mlp.proj.weight`], w[`${p}mlp.proj.bias`]);
     x = ops.add(x, m);
   }
   let h = ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS);

@@ -482,63 +482,75 @@ export class Trainer {
         const mb = this.pad(sequences.slice(start, start + this.microBatchSize), true);
         const share = (loss.microBatchWeighting === 'tokens' ? mb.lossTokens : mb.sequencesWithLoss) / totalWeight;
         if (share === 0) continue;
-        const kept: Record<string, tf.Scalar> = {};
-        let ratioStats: tf.Tensor | undefined;
         // Targets before the micro-batch's first loss token (prompts) carry no loss: no logits for
         // them, which on a large vocabulary is most of a step's memory.
         const from = firstLossColumn(mb);
         const cols = (values: Float32Array | Int32Array) => columnsFrom(values, mb.B, mb.T, from);
-        const { value, grads: g } = tf.variableGrads(() => {
-          const shape: [number, number] = [mb.B, mb.T - from];
-          const inputs = tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32');
-          const targets = tf.tensor2d(cols(mb.targets), shape, 'int32');
-          const mask = tf.tensor2d(cols(mb.mask), shape);
-          const logits = this.logits(inputs, true, from);
-          const logSoftmax = vocabLogSoftmax(logits);
-          const logprobs = targetLogprobs(logSoftmax, targets);
-          const entropy = entropyFromLogSoftmax(logSoftmax);
-          const lossInputs: LossInputs = {
-            logits,
-            logSoftmax,
-            targets,
-            logprobs,
-            entropy,
-            mask,
-            oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
-            refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
-            advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
-          };
-          const out = loss.compute(lossInputs);
-          for (const [k, v] of Object.entries(out.metrics ?? {})) kept[`loss.${k}`] = tf.keep(v);
-          kept.entropy = tf.keep(aggregateLoss(entropy, mask, 'token_mean'));
-          if (lossInputs.refLogprobs) kept.kl = tf.keep(klLoss(logprobs, lossInputs.refLogprobs, mask, 'k3'));
-          if (lossInputs.oldLogprobs) {
-            const ratio = tf.exp(tf.sub(logprobs, lossInputs.oldLogprobs));
-            const valid = tf.cast(mask, 'bool');
-            kept.ratioMean = tf.keep(tf.div(tf.sum(tf.mul(ratio, mask)), tf.sum(mask)) as tf.Scalar);
-            ratioStats = tf.keep(tf.stack([tf.min(tf.where(valid, ratio, tf.fill(shape, Infinity))), tf.max(tf.where(valid, ratio, tf.fill(shape, -Infinity)))]));
+        const shape: [number, number] = [mb.B, mb.T - from];
+        // The batch's constants are made outside the differentiated closure: the gradient tape
+        // records (and keeps copies for) every op inside it.
+        const data = {
+          inputs: tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
+          targets: tf.tensor2d(cols(mb.targets), shape, 'int32'),
+          mask: tf.tensor2d(cols(mb.mask), shape),
+          oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
+          refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
+          advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
+        };
+        const lossMetrics: Record<string, tf.Scalar> = {};
+        let keptLogprobs: tf.Tensor2D | undefined;
+        let keptEntropy: tf.Tensor2D | undefined;
+        let value: tf.Scalar;
+        let g: tf.NamedTensorMap;
+        try {
+          ({ value, grads: g } = tf.variableGrads(() => {
+            const logits = this.logits(data.inputs, true, from);
+            const logSoftmax = vocabLogSoftmax(logits);
+            const logprobs = targetLogprobs(logSoftmax, data.targets);
+            const entropy = entropyFromLogSoftmax(logSoftmax);
+            const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
+            const out = loss.compute({ logits, logSoftmax, logprobs, entropy, targets, mask, oldLogprobs, refLogprobs, advantages });
+            for (const [k, v] of Object.entries(out.metrics ?? {})) lossMetrics[`loss.${k}`] = tf.keep(v);
+            keptLogprobs = tf.keep(logprobs);
+            keptEntropy = tf.keep(entropy);
+            return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
+          }, varList));
+        } catch (err) {
+          tf.dispose([...Object.values(data).filter((t): t is tf.Tensor2D => t !== undefined), ...Object.values(lossMetrics)]);
+          throw err;
+        }
+        // The step's own metrics, off the tape, from the kept log-probs and entropy, and every scalar
+        // (loss, loss metrics, these) read back in one transfer.
+        const names = ['loss', ...Object.keys(lossMetrics), 'entropy'];
+        const stacked = tf.tidy(() => {
+          const { mask, oldLogprobs, refLogprobs } = data;
+          const scalars: tf.Tensor[] = [tf.div(value, tf.scalar(share)), ...Object.values(lossMetrics), aggregateLoss(keptEntropy!, mask, 'token_mean')];
+          if (refLogprobs) {
+            names.push('kl');
+            scalars.push(klLoss(keptLogprobs!, refLogprobs, mask, 'k3'));
           }
-          return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
-        }, varList);
-        const lossValue = (await value.data())[0];
-        value.dispose();
+          if (oldLogprobs) {
+            const ratio = tf.exp(tf.sub(keptLogprobs!, oldLogprobs));
+            const valid = tf.cast(mask, 'bool');
+            names.push('ratioMean', 'ratioMin', 'ratioMax');
+            scalars.push(tf.div(tf.sum(tf.mul(ratio, mask)), tf.sum(mask)), tf.min(tf.where(valid, ratio, tf.fill(shape, Infinity))), tf.max(tf.where(valid, ratio, tf.fill(shape, -Infinity))));
+          }
+          return tf.stack(scalars.map((t) => tf.reshape(t, [])));
+        });
+        const values = (await stacked.data()) as Float32Array;
+        tf.dispose([stacked, value, keptLogprobs!, keptEntropy!, ...Object.values(lossMetrics), ...Object.values(data).filter((t): t is tf.Tensor2D => t !== undefined)]);
+        const metric = Object.fromEntries(names.map((n, i) => [n, values[i]]));
         const microGrads = varList.map((v) => g[v.name]);
-        if (!Number.isFinite(lossValue)) {
-          tf.dispose([...microGrads, ...Object.values(kept), ...(ratioStats ? [ratioStats] : [])]);
+        if (!Number.isFinite(metric.loss)) {
+          tf.dispose(microGrads);
           throw new NonFiniteUpdateError(
-            `${loss.name} loss is ${lossValue} on sequences ${start}..${start + mb.B - 1}; the update was not applied (check advantages, old log-probs and the learning rate)`,
+            `${loss.name} loss is ${metric.loss} on sequences ${start}..${start + mb.B - 1}; the update was not applied (check advantages, old log-probs and the learning rate)`,
           );
         }
-        addMetric('loss', lossValue / share, share);
-        for (const [k, v] of Object.entries(kept)) {
-          addMetric(k, (await v.data())[0], share);
-          v.dispose();
-        }
-        if (ratioStats) {
-          const [lo, hi] = await ratioStats.data();
-          (ratioStats as tf.Tensor).dispose();
-          ratioMin = Math.min(ratioMin, lo);
-          ratioMax = Math.max(ratioMax, hi);
+        for (const [k, v] of Object.entries(metric)) {
+          if (k === 'ratioMin') ratioMin = Math.min(ratioMin, v);
+          else if (k === 'ratioMax') ratioMax = Math.max(ratioMax, v);
+          else addMetric(k, v, share);
         }
         if (!grads) grads = microGrads;
         else {

@@ -21,3 +21,19 @@ export async function readMetrics(db: Queryable, runId: string): Promise<Record<
   for (const r of rows) (out[r.name] ??= []).push([r.step, r.value]);
   return out;
 }
+
+/**
+ * Seconds from the run's registration (before its first evaluation) to the first held-out
+ * evaluation at or above `threshold`, or null if none reached it: the through-the-workflow
+ * counterpart of `relax bench grpo`'s time_to_95_s.
+ */
+export async function secondsToAccuracy(db: Queryable, runId: string, threshold: number): Promise<number | null> {
+  const { rows } = await db.query<{ s: number | null }>(
+    `SELECT extract(epoch FROM min(m.created_at) - r.created_at) AS s
+       FROM metrics m JOIN runs r ON r.run_id = m.run_id
+      WHERE m.run_id = $1 AND m.name = 'eval_accuracy' AND m.value >= $2
+      GROUP BY r.created_at`,
+    [runId, threshold],
+  );
+  return rows.length && rows[0].s !== null ? Number(rows[0].s) : null;
+}

@@ -24,6 +24,12 @@ export const ADD2_GRPO: RunConfigInput = {
   checkpoint: { every: 20 },
 };
 
+/**
+ * ADD2_GRPO in async mode, one version of staleness: rollout of iteration i + 1 overlaps the train
+ * step on iteration i (docs/benchmarks.md#relax-bench-async). What `relax quickstart` runs.
+ */
+export const ADD2_GRPO_ASYNC: RunConfigInput = { ...ADD2_GRPO, mode: 'async', max_staleness: 1 };
+
 /** The SFT warm start for ADD2_GRPO: lands inside the 20-60% held-out band the RL run starts from. */
 export const ADD2_SFT: SftRecipe = { lr: 3e-3, batchSize: 64, maxSteps: 4000, evalEvery: 10, band: [0.2, 0.6], target: 0.55 };
 

@@ -10,6 +10,7 @@ import {
   defineQuery,
   defineSignal,
   deprecatePatch,
+  patched,
   proxyActivities,
   setHandler,
   upsertMemo,
@@ -82,6 +83,12 @@ export const RelaxRunIdKey = defineSearchAttributeKey('RelaxRunId', 'KEYWORD');
  */
 export const FEWER_ROUND_TRIPS = 'fewer-round-trips-per-step';
 
+/**
+ * Patch id: a held-out evaluation no longer holds up the next step. It runs next to training (on a
+ * rollout worker, on the version it names) and is awaited before continue-as-new and the end.
+ */
+export const OVERLAPPED_EVALUATION = 'overlapped-evaluation';
+
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
 const ITERATIONS_PER_EXECUTION = 100;
 /** Points kept in the progress curves (and carried across continue-as-new). */
@@ -133,6 +140,28 @@ interface RunState {
   /** Set by the pause / resume / stop signals. */
   signals: { paused: boolean; stopRequested: boolean };
   trainer: TrainerChoice;
+  /** Evaluations started and not yet awaited (OVERLAPPED_EVALUATION), and the first one's error. */
+  evaluations: { pending: Array<Promise<void>>; error?: unknown; newestStep: number };
+}
+
+/** Waits for the evaluations still running; an evaluation that failed fails the run here. */
+async function settleEvaluations(run: RunState): Promise<void> {
+  await Promise.all(run.evaluations.pending);
+  run.evaluations.pending = [];
+  if (run.evaluations.error !== undefined) throw run.evaluations.error;
+}
+
+/** Adds (step, accuracy) in step order (overlapped evaluations may finish out of order). */
+function recordAccuracy(run: RunState, step: number, accuracy: number): void {
+  const curve = run.progress.accuracies;
+  let i = curve.length;
+  while (i > 0 && curve[i - 1][0] > step) i--;
+  curve.splice(i, 0, [step, accuracy]);
+  if (curve.length > CURVE_POINTS) curve.splice(0, curve.length - CURVE_POINTS);
+  if (step >= run.evaluations.newestStep) {
+    run.evaluations.newestStep = step;
+    run.progress.lastAccuracy = accuracy;
+  }
 }
 
 export async function trainingRun(input: unknown, carry?: TrainingCarry): Promise<TrainingResult> {
@@ -150,7 +179,7 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   const runId = config.run_id as string;
   progress.runId = runId;
   upsertSearchAttributes([{ key: RelaxRunIdKey, value: runId }]);
-  const run: RunState = { input, config, runId, progress, signals, trainer: {} };
+  const run: RunState = { input, config, runId, progress, signals, trainer: {}, evaluations: { pending: [], newestStep: -1 } };
   if (config.mode === 'async') await asyncIterations(run);
   else await syncIterations(run);
   return finishRun(run);
@@ -183,7 +212,10 @@ async function unlessPaused(run: RunState): Promise<boolean> {
 async function syncIterations(run: RunState): Promise<void> {
   let executed = 0;
   while (run.progress.step < run.config.train.steps && (await unlessPaused(run))) {
-    if (executed >= ITERATIONS_PER_EXECUTION) await continueAsNew<typeof trainingRun>(run.input, { config: run.config, progress: run.progress, paused: run.signals.paused });
+    if (executed >= ITERATIONS_PER_EXECUTION) {
+      await settleEvaluations(run);
+      await continueAsNew<typeof trainingRun>(run.input, { config: run.config, progress: run.progress, paused: run.signals.paused });
+    }
     const started = Date.now();
     const summary = await rolloutIteration(run, run.progress.step, run.progress.policyVersion);
     await trainIteration(run, run.progress.step + 1, summary, started);
@@ -226,6 +258,7 @@ async function asyncIterations(run: RunState): Promise<void> {
   await producer;
   if (producerError !== undefined) throw producerError;
   if (!run.signals.stopRequested && progress.step < config.train.steps) {
+    await settleEvaluations(run);
     await continueAsNew<typeof trainingRun>(run.input, { config, progress, paused: run.signals.paused });
   }
 }
@@ -280,14 +313,15 @@ async function trainIteration(run: RunState, step: number, summary: RolloutSumma
   progress.samplesPerSecond = summary.samples / Math.max(0.001, (Date.now() - started) / 1000);
   // The train step and the evaluation record their own metrics.
   if (step % config.train.eval_every === 0 || step === config.train.steps || run.signals.stopRequested) {
-    const { accuracy } = await rollout.evaluate({ runId, policyVersion: progress.policyVersion, step });
-    progress.lastAccuracy = accuracy;
-    pushPoint(progress.accuracies, [step, accuracy]);
+    const evaluation = rollout.evaluate({ runId, policyVersion: progress.policyVersion, step }).then(({ accuracy }) => recordAccuracy(run, step, accuracy));
+    if (patched(OVERLAPPED_EVALUATION)) run.evaluations.pending.push(evaluation.catch((err) => void (run.evaluations.error ??= err)));
+    else await evaluation;
   }
 }
 
 /** The run's result, memo and final status. */
 async function finishRun(run: RunState): Promise<TrainingResult> {
+  await settleEvaluations(run);
   const { progress, config, runId } = run;
   progress.status = run.signals.stopRequested && progress.step < config.train.steps ? 'stopped' : 'completed';
   const result: TrainingResult = {
