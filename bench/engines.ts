@@ -181,7 +181,7 @@ export const enginesBench: Bench = async (ctx) => {
   }
   const ortPeak = Math.max(...Object.values(roofline.onnxruntime));
   const tfjsPeak = Math.max(...Object.values(roofline.tfjs));
-  if (options.model) return pretrainedEnginesBench(ctx, options.model, { onnxruntime: ortPeak, tfjs: tfjsPeak });
+  if (options.model) return pretrainedEnginesBench(ctx, options.model, { onnxruntime: ortPeak, tfjs: tfjsPeak }, device);
 
   const trainer = Trainer.create({ model, seed: runConfig.seed, optimizer: { lr: 1e-3 }, microBatchSize: runConfig.train.micro_batch });
   const engine = await RolloutEngine.create(model, { device, ...(ortThreads ? { intraOpNumThreads: ortThreads } : {}), maxBatchSize: Math.max(...batches, options.train_sequences) });

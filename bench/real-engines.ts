@@ -11,6 +11,7 @@ import { relaxEnvironment } from '../config/environment';
 import { loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
 import { seededRandom } from '../config/seeds';
 import { loadTfjsBackend } from '../engines/backends';
+import type { Device } from '../engines/device';
 import { loadHfModel } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
 import { parameterCount, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
@@ -58,14 +59,14 @@ async function trainTokensPerS(trainer: Trainer, batch: TrainSequence[]): Promis
   return { tokensPerS: tokens / (timing.medianMs / 1000), stepMs: timing.medianMs };
 }
 
-export async function pretrainedEnginesBench(ctx: BenchContext, from: string, roofline: { onnxruntime: number; tfjs: number }): Promise<Record<string, unknown>> {
+export async function pretrainedEnginesBench(ctx: BenchContext, from: string, roofline: { onnxruntime: number; tfjs: number }, device: Device = { kind: 'cpu' }): Promise<Record<string, unknown>> {
   const maxNewTokens = Number(ctx.options.max_new_tokens ?? 16);
   const minMs = Number(ctx.options.min_ms ?? 1000);
   const trainSequences = Number(ctx.options.train_sequences ?? 8);
   // As the rollout workers run: one intra-op thread per engine (ort_threads 0 = ONNX Runtime's default).
   const ortThreads = Number(ctx.options.ort_threads ?? 1);
-  const engineOptions = { maxBatchSize: 64, ...(ortThreads > 0 ? { intraOpNumThreads: ortThreads } : {}) };
-  const backend = await loadTfjsBackend({ kind: 'cpu' });
+  const engineOptions = { device, maxBatchSize: 64, ...(ortThreads > 0 ? { intraOpNumThreads: ortThreads } : {}) };
+  const backend = await loadTfjsBackend(device);
   const dir = await resolveModelSource(from, { home: relaxEnvironment().home, log: ctx.log });
   const base = await loadHfModel(dir, { contextLength: 512 });
   const cfg: ModelConfig = { ...base.config, lora: { rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } };

@@ -22,9 +22,12 @@ const TINY = {
   train: { steps: 3, eval_every: 2 },
 };
 
+// Recorded by the current code (with the overlapped-evaluation patch). The two histories recorded
+// before that patch (training-run.json, training-run-async.json) stay, so executions started then
+// are still checked to replay.
 const RUNS = [
-  { name: 'training-run', start: (client) => client.startTraining(TINY, 'history-training-run') },
-  { name: 'training-run-async', start: (client) => client.startTraining({ ...TINY, mode: 'async', max_staleness: 1 }, 'history-training-run-async') },
+  { name: 'training-run-overlapped-eval', start: (client) => client.startTraining(TINY, 'history-training-run-overlapped-eval') },
+  { name: 'training-run-async-overlapped-eval', start: (client) => client.startTraining({ ...TINY, mode: 'async', max_staleness: 1 }, 'history-training-run-async-overlapped-eval') },
 ];
 
 async function main() {
