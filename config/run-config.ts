@@ -140,6 +140,8 @@ export const TrainConfigSchema = z
     weight_decay: z.number().nonnegative().max(1).default(0),
     grad_clip: z.number().positive().default(1),
     micro_batch: positiveInt.default(64),
+    /** Packs micro-batches by a token budget (sequences x longest, padding included), at most micro_batch sequences each; unset: micro_batch sequences in order. */
+    micro_batch_tokens: positiveInt.min(2).max(16_777_216).optional(),
     eval_every: positiveInt.default(10),
     failure_budget: z.number().min(0).max(1).default(0.1),
     keep_consumed_steps: nonNegativeInt.default(2),

@@ -104,6 +104,10 @@ export class OnnxGraphBuilder implements TensorOps<string> {
     // ONNX Runtime fuses Transpose + MatMul into one FusedMatMul with transB (no copy of the weight).
     return this.one('MatMul', [x, this.one('Transpose', [weight], { perm: { kind: 'ints', value: [1, 0] } })]);
   }
+  splitSizes(x: string, sizes: number[]): string[] {
+    return this.node('Split', [x, this.ints(sizes)], { axis: { kind: 'int', value: -1 } }, sizes.length);
+  }
+
   split(x: string, parts: number): string[] {
     // Opset 17's Split takes the chunk sizes as an input; the last axis size is only known at run
     // time, so compute it: size = Shape(x)[-1] / parts.

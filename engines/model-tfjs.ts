@@ -218,6 +218,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
       return tf.reshape(y, [...lead, weight.shape[0] as number]);
     },
     split: (x, parts) => tf.split(x, parts, -1),
+    splitSizes: (x, sizes) => tf.split(x, sizes, -1),
     reshape: (x, shape) => tf.reshape(x, resolveShape(x, shape)),
     transpose: (x, perm) => tf.transpose(x, perm),
     concat: (xs, axis) => tf.concat(xs, axis),

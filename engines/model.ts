@@ -316,6 +316,8 @@ export interface TensorOps<T> {
   sigmoid(x: T): T;
   /** x [B, T, in] @ weight^T for weight [out, in] -> [B, T, out] (a tied unembedding). */
   linearTransposed(x: T, weight: T): T;
+  /** Splits the last axis into chunks of the given sizes. */
+  splitSizes(x: T, sizes: number[]): T[];
   /** Splits the last axis into `parts` equal chunks. */
   split(x: T, parts: number): T[];
   /** Reshape where 0 copies the input's dimension at that index and -1 is inferred. */
@@ -408,13 +410,66 @@ export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   return { logits: ops.linear(h, w['lm_head.weight']), present };
 }
 
+/** A projection's LoRA term (alpha / rank) (x A) B, or undefined when `w` holds no adapter for it. */
+function loraDelta<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T) => T): T | undefined {
+  const a = w[`${prefix}.lora_a`];
+  if (!a || !cfg.lora) return undefined;
+  return ops.scale(ops.linear(ops.linear(loraInput ? loraInput(x) : x, a), w[`${prefix}.lora_b`]), cfg.lora.alpha / cfg.lora.rank);
+}
+
 /** A llama projection x @ W (+ b), plus its LoRA adapter (alpha / rank) (x A) B when `w` holds one. */
 function project<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T) => T): T {
   const y = ops.linear(x, w[`${prefix}.weight`], w[`${prefix}.bias`]);
-  const a = w[`${prefix}.lora_a`];
-  if (!a || !cfg.lora) return y;
-  const low = ops.linear(ops.linear(loraInput ? loraInput(x) : x, a), w[`${prefix}.lora_b`]);
-  return ops.add(y, ops.scale(low, cfg.lora.alpha / cfg.lora.rank));
+  const delta = loraDelta(ops, cfg, w, prefix, x, loraInput);
+  return delta ? ops.add(y, delta) : y;
+}
+
+/**
+ * Frozen projections that read the same input, concatenated along the output axis (fuseFrozenProjections):
+ * `fused` names the runtime weight, `parts` the projections in order.
+ */
+export const FUSED_PROJECTIONS: ReadonlyArray<{ fused: string; parts: readonly string[] }> = [
+  { fused: 'attn.qkv_fused', parts: ['attn.q', 'attn.k', 'attn.v'] },
+  { fused: 'mlp.gate_up_fused', parts: ['mlp.gate', 'mlp.up'] },
+];
+
+/**
+ * Several projections of one input: one matmul when `w` holds their fused frozen weight (a LoRA
+ * base, fused once by fuseFrozenProjections), each with its own LoRA term; else one by one.
+ */
+function projectAll<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, block: string, group: { fused: string; parts: readonly string[] }, sizes: number[], x: T, loraInput?: (x: T) => T): T[] {
+  const fused = w[`${block}${group.fused}.weight`];
+  if (!fused) return group.parts.map((part) => project(ops, cfg, w, `${block}${part}`, x, loraInput));
+  return ops.splitSizes(ops.linear(x, fused, w[`${block}${group.fused}.bias`]), sizes).map((y, i) => {
+    const delta = loraDelta(ops, cfg, w, `${block}${group.parts[i]}`, x, loraInput);
+    return delta ? ops.add(y, delta) : y;
+  });
+}
+
+/**
+ * Concatenates frozen llama projections of one input ([in, out] layout) into the weights
+ * projectAll multiplies at once, for every layer where all parts (and all or none of their biases)
+ * are frozen. Returns the fused weights and the names they replace.
+ */
+export function fuseFrozenProjections<W>(cfg: ModelConfig, frozen: ReadonlyMap<string, W>, concatColumns: (ws: W[]) => W): { fused: Map<string, W>; replaced: string[] } {
+  const fused = new Map<string, W>();
+  const replaced: string[] = [];
+  if (cfg.architecture !== 'llama') return { fused, replaced };
+  for (let l = 0; l < cfg.nLayers; l++) {
+    for (const group of FUSED_PROJECTIONS) {
+      const names = group.parts.map((part) => `blocks.${l}.${part}`);
+      if (!names.every((n) => frozen.has(`${n}.weight`))) continue;
+      const biases = names.filter((n) => frozen.has(`${n}.bias`));
+      if (biases.length !== 0 && biases.length !== names.length) continue;
+      fused.set(`blocks.${l}.${group.fused}.weight`, concatColumns(names.map((n) => frozen.get(`${n}.weight`)!)));
+      replaced.push(...names.map((n) => `${n}.weight`));
+      if (biases.length) {
+        fused.set(`blocks.${l}.${group.fused}.bias`, concatColumns(names.map((n) => frozen.get(`${n}.bias`)!)));
+        replaced.push(...names.map((n) => `${n}.bias`));
+      }
+    }
+  }
+  return { fused, replaced };
 }
 
 /** Rotary embedding, Hugging Face layout: x cos + rotate_half(x) sin, rotate_half([x1, x2]) = [-x2, x1]. */
@@ -429,9 +484,10 @@ function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   const rope = inputs.rope;
   if (!rope) throw new Error('llama forward needs inputs.rope (ropeTables)');
   const heads = (t: T, n: number) => ops.transpose(ops.reshape(t, [0, 0, n, Dh]), [0, 2, 1, 3]); // [B, n, T, Dh]
-  const q = ops.scale(rotary(ops, heads(project(ops, cfg, w, `${p}q`, x, inputs.loraInput), H), rope), 1 / Math.sqrt(Dh));
-  let kT = ops.transpose(rotary(ops, heads(project(ops, cfg, w, `${p}k`, x, inputs.loraInput), Hkv), rope), [0, 1, 3, 2]); // [B, Hkv, Dh, T]
-  let v = heads(project(ops, cfg, w, `${p}v`, x, inputs.loraInput), Hkv); // [B, Hkv, T, Dh]
+  const [qp, kp, vp] = projectAll(ops, cfg, w, `blocks.${layer}.`, FUSED_PROJECTIONS[0], [H * Dh, Hkv * Dh, Hkv * Dh], x, inputs.loraInput);
+  const q = ops.scale(rotary(ops, heads(qp, H), rope), 1 / Math.sqrt(Dh));
+  let kT = ops.transpose(rotary(ops, heads(kp, Hkv), rope), [0, 1, 3, 2]); // [B, Hkv, Dh, T]
+  let v = heads(vp, Hkv); // [B, Hkv, T, Dh]
   const past = inputs.past?.[layer];
   if (past) {
     kT = ops.concat([past.k, kT], 3);
@@ -458,8 +514,7 @@ function llamaForward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, 
     present.push(a.cache);
     x = ops.add(x, a.y);
     const h = ops.rmsNorm(x, w[`${p}mlp_norm.weight`], eps);
-    const gate = project(ops, cfg, w, `${p}mlp.gate`, h, inputs.loraInput);
-    const up = project(ops, cfg, w, `${p}mlp.up`, h, inputs.loraInput);
+    const [gate, up] = projectAll(ops, cfg, w, p, FUSED_PROJECTIONS[1], [cfg.dFF, cfg.dFF], h, inputs.loraInput);
     x = ops.add(x, project(ops, cfg, w, `${p}mlp.down`, ops.mul(ops.mul(gate, ops.sigmoid(gate)), up), inputs.loraInput)); // SwiGLU
   }
   let h = ops.rmsNorm(x, w['norm_f.weight'], eps);

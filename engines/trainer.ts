@@ -17,7 +17,7 @@
 // all work on that state; splitting it would pass its internals between files.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
-import { attentionBias, checkWeights, forward, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
+import { attentionBias, checkWeights, forward, fuseFrozenProjections, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { BucketedAdamW, type AdamWOptions } from './adamw';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
@@ -119,6 +119,12 @@ export interface TrainerOptions {
   maxGradNorm?: number;
   /** Sequences per forward/backward pass; default 32. */
   microBatchSize?: number;
+  /**
+   * Packs each train step's micro-batches by a token budget instead: sequences sorted by length,
+   * each micro-batch as many as fit in this many padded tokens (sequences x longest), at most
+   * microBatchSize. Default: microBatchSize sequences at a time, in the given order.
+   */
+  microBatchTokens?: number;
   /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
   loraDropout?: number;
 }
@@ -146,8 +152,39 @@ export interface TrainStepMetrics {
   clipFraction?: number;
   /** Every scalar the loss reported (ppo/gspo: clipFraction, approxKl). */
   lossMetrics: Record<string, number>;
+  /** Forward/backward passes this step took, and the tokens they processed padding included. */
+  microBatches: number;
+  paddedTokens: number;
   /** Wall time of the step, ms. */
   durationMs: number;
+}
+
+/**
+ * The micro-batches of a train step, as indices into its sequences. Without a token budget:
+ * consecutive runs of `maxSequences`. With one: longest first, each micro-batch as many sequences as
+ * fit in `maxTokens` padded tokens (count x its longest; a sequence longer than the budget goes
+ * alone), at most `maxSequences`, so similar lengths share a micro-batch and little is padding.
+ */
+export function planMicroBatches(lengths: readonly number[], maxSequences: number, maxTokens?: number): number[][] {
+  const order = lengths.map((_, i) => i);
+  if (maxTokens === undefined) {
+    const plan: number[][] = [];
+    for (let start = 0; start < order.length; start += maxSequences) plan.push(order.slice(start, start + maxSequences));
+    return plan;
+  }
+  order.sort((a, b) => lengths[b] - lengths[a] || a - b);
+  const plan: number[][] = [];
+  let current: number[] = [];
+  for (const i of order) {
+    const longest = current.length ? lengths[current[0]] : lengths[i];
+    if (current.length > 0 && (current.length >= maxSequences || (current.length + 1) * longest > maxTokens)) {
+      plan.push(current);
+      current = [];
+    }
+    current.push(i);
+  }
+  if (current.length) plan.push(current);
+  return plan;
 }
 
 /** A train step refused to update because the loss or a gradient was NaN or infinite. */
@@ -181,6 +218,7 @@ function checkOptions(o: TrainerOptions): void {
   if (o.optimizer.weightDecay !== undefined && !(o.optimizer.weightDecay >= 0)) fail('optimizer.weightDecay', `must be >= 0, got ${o.optimizer.weightDecay}`);
   if (o.maxGradNorm !== undefined && !(o.maxGradNorm > 0)) fail('maxGradNorm', `must be > 0, got ${o.maxGradNorm}`);
   if (o.microBatchSize !== undefined && !(Number.isInteger(o.microBatchSize) && o.microBatchSize >= 1)) fail('microBatchSize', `must be an integer >= 1, got ${o.microBatchSize}`);
+  if (o.microBatchTokens !== undefined && !(Number.isInteger(o.microBatchTokens) && o.microBatchTokens >= 2)) fail('microBatchTokens', `must be an integer >= 2, got ${o.microBatchTokens}`);
   const s = o.schedule;
   if (s) {
     if (s.warmupSteps !== undefined && !(Number.isInteger(s.warmupSteps) && s.warmupSteps >= 0)) fail('schedule.warmupSteps', `must be an integer >= 0, got ${s.warmupSteps}`);
@@ -240,6 +278,7 @@ export class Trainer {
   private readonly schedule: LrSchedule;
   private readonly maxGradNorm: number;
   private readonly microBatchSize: number;
+  private readonly microBatchTokens: number | undefined;
   private stepsApplied = 0;
   private busy = false;
   /** tfjs variable names are process-global: each trainer prefixes its own. */
@@ -251,6 +290,7 @@ export class Trainer {
     this.schedule = options.schedule ?? { kind: 'constant' };
     this.maxGradNorm = options.maxGradNorm ?? 1;
     this.microBatchSize = options.microBatchSize ?? 32;
+    this.microBatchTokens = options.microBatchTokens;
     this.loraDropout = options.loraDropout ?? 0;
     const backend = tf.getBackend();
     if (backend === 'wasm') registerWasmTrainingKernels();
@@ -271,6 +311,13 @@ export class Trainer {
     );
     for (const p of parameterSpec(this.model).filter((q) => q.frozen)) this.frozen.set(p.name, tf.tensor(weights[p.name], p.shape, 'float32'));
     if (this.model.tieEmbeddings && this.frozen.has('tok_emb.weight')) this.frozen.set('lm_head.weight', tf.transpose(this.frozen.get('tok_emb.weight')!));
+    // A LoRA base: frozen q/k/v (and gate/up) of a layer become one wider matmul (engines/model.ts projectAll).
+    const { fused, replaced } = fuseFrozenProjections(this.model, this.frozen, (ws) => tf.concat(ws, ws[0].rank - 1));
+    for (const name of replaced) {
+      this.frozen.get(name)!.dispose();
+      this.frozen.delete(name);
+    }
+    for (const [name, w] of fused) this.frozen.set(name, w);
     if (backend === 'wasm') {
       // Frozen projections multiply block by block on wasm (engines/model-tfjs.ts blockFrozenWeight);
       // the whole matrix is then no longer read, so only its blocks stay on the heap.
@@ -472,16 +519,25 @@ export class Trainer {
     const weightOf: Record<string, number> = {};
     let ratioMin = Infinity;
     let ratioMax = -Infinity;
+    let paddedTokens = 0;
+    let microBatches = 0;
     const addMetric = (key: string, value: number, weight: number) => {
       sums[key] = (sums[key] ?? 0) + value * weight;
       weightOf[key] = (weightOf[key] ?? 0) + weight;
     };
     try {
-      for (let start = 0; start < sequences.length; start += this.microBatchSize) {
-        if (start > 0) await yieldToEventLoop();
-        const mb = this.pad(sequences.slice(start, start + this.microBatchSize), true);
+      const plan = planMicroBatches(
+        sequences.map((q) => q.tokens.length),
+        this.microBatchSize,
+        this.microBatchTokens,
+      );
+      for (const [k, indices] of plan.entries()) {
+        if (k > 0) await yieldToEventLoop();
+        const mb = this.pad(indices.map((i) => sequences[i]), true);
         const share = (loss.microBatchWeighting === 'tokens' ? mb.lossTokens : mb.sequencesWithLoss) / totalWeight;
         if (share === 0) continue;
+        paddedTokens += mb.B * mb.T;
+        microBatches += 1;
         // Targets before the micro-batch's first loss token (prompts) carry no loss: no logits for
         // them, which on a large vocabulary is most of a step's memory.
         const from = firstLossColumn(mb);
@@ -544,7 +600,7 @@ export class Trainer {
         if (!Number.isFinite(metric.loss)) {
           tf.dispose(microGrads);
           throw new NonFiniteUpdateError(
-            `${loss.name} loss is ${metric.loss} on sequences ${start}..${start + mb.B - 1}; the update was not applied (check advantages, old log-probs and the learning rate)`,
+            `${loss.name} loss is ${metric.loss} on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
           );
         }
         for (const [k, v] of Object.entries(metric)) {
@@ -594,6 +650,8 @@ export class Trainer {
         ...(mean('ratioMean') !== undefined ? { ratioMean: mean('ratioMean'), ratioMin, ratioMax } : {}),
         ...(lossMetrics.clipFraction !== undefined ? { clipFraction: lossMetrics.clipFraction } : {}),
         lossMetrics,
+        microBatches,
+        paddedTokens,
         durationMs: performance.now() - started,
       };
     } finally {

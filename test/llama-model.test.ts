@@ -5,7 +5,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadTfjsBackend } from '../engines/backends';
-import { initWeights, parameterSpec, parseModelConfig, trainableParameterSpec, type LoraTarget, type ModelConfig, type PolicyWeights } from '../engines/model';
+import * as tf from '@tensorflow/tfjs';
+import { attentionBias, forward, fuseFrozenProjections, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type LoraTarget, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { createTfjsOps } from '../engines/model-tfjs';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
@@ -216,4 +218,27 @@ test('a trainer that cannot fit the wasm heap is refused with the estimate', () 
   assert.throws(() => checkTrainerFitsWasm(config(2), smollm2), /train\.micro_batch: the trainer needs about \d+\.\d\d GiB .* heap holds 4 GiB: lower train\.micro_batch/);
   assert.throws(() => checkTrainerFitsWasm(config(2), lora), /activations of 2 x 128 tokens/);
   assert.doesNotThrow(() => checkTrainerFitsWasm(config(1), lora), 'the real-model recipe (LoRA, micro-batch 1, 128 tokens) fits');
+});
+
+test('a LoRA base fuses q/k/v (with their biases) and gate/up into one matmul each: same logits as the separate projections', async () => {
+  await tf.setBackend('cpu');
+  const weights = initWeights(WITH_LORA, 11);
+  const frozen = new Map(parameterSpec(WITH_LORA).filter((p) => p.frozen).map((p) => [p.name, tf.tensor(weights[p.name], p.shape)]));
+  const { fused, replaced } = fuseFrozenProjections(WITH_LORA, frozen, (ws) => tf.concat(ws, ws[0].rank - 1));
+  assert.deepEqual([...fused.keys()].sort(), ['blocks.0.attn.qkv_fused.bias', 'blocks.0.attn.qkv_fused.weight', 'blocks.0.mlp.gate_up_fused.weight', 'blocks.1.attn.qkv_fused.bias', 'blocks.1.attn.qkv_fused.weight', 'blocks.1.mlp.gate_up_fused.weight']);
+  assert.equal(replaced.length, 2 * (6 + 2));
+  assert.deepEqual(fused.get('blocks.0.attn.qkv_fused.weight')!.shape, [32, 32 + 16 + 16]);
+  // Adapters with B != 0, so the LoRA terms after the split are exercised too.
+  for (const p of parameterSpec(WITH_LORA).filter((q) => q.adapter)) weights[p.name] = weights[p.name].map((_, i) => Math.sin(i + p.name.length) * 0.05);
+  const ops = createTfjsOps({ explicitTransposeGrad: false });
+  const tokens = tf.tensor2d([[1, 5, 9, 3, 7]], [1, 5], 'int32');
+  const tables = ropeTables(WITH_LORA, Int32Array.from([0, 1, 2, 3, 4]), 1, 5);
+  const Dh = tables.cos.length / 5;
+  const inputs = { tokens, positions: tf.tensor2d([[0, 1, 2, 3, 4]], [1, 5], 'int32'), attentionBias: tf.tensor(attentionBias(1, 5, 0), [1, 1, 5, 5]), rope: { cos: tf.tensor(tables.cos, [1, 1, 5, Dh]), sin: tf.tensor(tables.sin, [1, 1, 5, Dh]) } };
+  const all = Object.fromEntries(Object.entries(weights).map(([k, v]) => [k, tf.tensor(v, parameterSpec(WITH_LORA).find((p) => p.name === k)!.shape)]));
+  const separate = forward(ops, WITH_LORA, all, inputs).logits as tf.Tensor;
+  const withFused = { ...Object.fromEntries(Object.entries(all).filter(([k]) => !replaced.includes(k))), ...Object.fromEntries(fused) };
+  const once = forward(ops, WITH_LORA, withFused, inputs).logits as tf.Tensor;
+  const diff = (await tf.max(tf.abs(tf.sub(separate, once))).data())[0];
+  assert.ok(diff < 1e-5, `max |separate - fused| logit ${diff}`);
 });

@@ -7,7 +7,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { seededRandom } from '../config/seeds';
 import { initWeights, parameterSpec, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { decodeSafetensors } from '../engines/safetensors';
-import { learningRate, NonFiniteUpdateError, Trainer, type TrainSequence, type TrainingLoss } from '../engines/trainer';
+import { learningRate, NonFiniteUpdateError, planMicroBatches, Trainer, type TrainSequence, type TrainingLoss } from '../engines/trainer';
 import { policyLoss, sftLoss } from '../training/losses';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
@@ -238,4 +238,38 @@ test('no tensors leak across steps and log-prob passes', async () => {
   } finally {
     trainer.dispose();
   }
+});
+
+test('planMicroBatches: by count in order, or by a token budget longest first', () => {
+  assert.deepEqual(planMicroBatches([3, 9, 4, 8, 2], 2), [[0, 1], [2, 3], [4]]);
+  // Budget 18: [9, 8] (2 x 9 = 18), [4, 3, 2] (3 x 4 = 12; a fourth would not fit anyway), a 20-token sequence alone.
+  assert.deepEqual(planMicroBatches([3, 9, 4, 8, 2, 20], 8, 18), [[5], [1, 3], [2, 0, 4]]);
+  assert.deepEqual(planMicroBatches([5, 5, 5], 2, 100), [[0, 1], [2]], 'never more than maxSequences');
+});
+
+test('micro_batch_tokens: packing by length gives the same update with less padding', async () => {
+  const model = { vocabSize: 13, dModel: 16, nLayers: 1, nHeads: 2, dFF: 32, contextLength: 24 };
+  // Lengths alternate long and short, so count-based micro-batches pad every short sequence to the long one.
+  const batch = Array.from({ length: 8 }, (_, i) => {
+    const n = i % 2 ? 20 : 4;
+    const tokens = Array.from({ length: n }, (_, j) => (i * 5 + j * 3) % 13);
+    return { tokens, lossMask: Array.from({ length: n - 1 }, (_, t) => (t >= 1 ? 1 : 0)), oldLogprobs: Array(n - 1).fill(-2.5), advantages: i % 3 ? 1 : -1 };
+  });
+  const run = async (microBatchTokens?: number) => {
+    const trainer = Trainer.create({ model, seed: 5, optimizer: { lr: 1e-2 }, microBatchSize: 2, ...(microBatchTokens ? { microBatchTokens } : {}) });
+    try {
+      const m = await trainer.trainStep(batch, policyLoss({ algorithm: 'ppo' }));
+      return { m, weights: await trainer.exportWeights() };
+    } finally {
+      trainer.dispose();
+    }
+  };
+  const byCount = await run();
+  const packed = await run(48);
+  assert.equal(byCount.m.paddedTokens, 4 * 2 * 19, 'four micro-batches of [short, long], padded to 19');
+  assert.equal(packed.m.paddedTokens, 2 * 2 * 19 + 2 * 2 * 3, 'longs together, shorts together');
+  assert.ok(Math.abs(byCount.m.loss - packed.m.loss) < 1e-5, `loss ${byCount.m.loss} vs ${packed.m.loss}`);
+  let worst = 0;
+  for (const [name, w] of Object.entries(byCount.weights)) w.forEach((x, i) => (worst = Math.max(worst, Math.abs(x - packed.weights[name][i]))));
+  assert.ok(worst < 1e-5, `max weight difference ${worst}`);
 });

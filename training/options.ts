@@ -29,6 +29,7 @@ export function trainerOptions(config: RunConfig, model: ModelConfig, weights: P
     schedule: { kind: t.lr_decay, warmupSteps: t.warmup_steps, totalSteps: t.steps },
     maxGradNorm: t.grad_clip,
     microBatchSize: t.micro_batch,
+    ...(t.micro_batch_tokens !== undefined ? { microBatchTokens: t.micro_batch_tokens } : {}),
     ...(config.lora ? { loraDropout: config.lora.dropout } : {}),
   };
 }

@@ -94,6 +94,8 @@ export async function computeUpdate(trainer: Trainer, rule: UpdateRule, samples:
     ratio_mean: m.ratioMean ?? 1,
     trained_samples: sequences.length,
     duration_ms: m.durationMs,
+    micro_batches: m.microBatches,
+    padded_tokens: m.paddedTokens,
     ...(m.kl !== undefined ? { kl: m.kl } : {}),
     ...(m.lossMetrics.logprobMismatch !== undefined ? { logprob_mismatch: m.lossMetrics.logprobMismatch } : {}),
     ...(m.lossMetrics.importanceWeightMean !== undefined ? { importance_weight_mean: m.lossMetrics.importanceWeightMean } : {}),
