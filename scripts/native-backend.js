@@ -36,6 +36,8 @@ const WHEEL_PLATFORM = 'manylinux_2_27_x86_64';
 const TFJS_LIBTENSORFLOW_VERSION = '2.9.1';
 /** Stamp written next to a built binding: which wheel it was built from. */
 const STAMP = 'relax-native.json';
+/** Stamp of a failed build (the libraries are removed): later setups do not retry it on every run. */
+const FAILED_STAMP = 'relax-native-failed.json';
 
 /** Whether this platform can take the route at all (the wheels are Linux x86-64). */
 function nativeRouteSupported(platform = process.platform, arch = process.arch) {
@@ -173,18 +175,39 @@ function installNativeBackend({ root, flavor, pip, python }) {
   const pkgDir = packageDir(root, wheel.npmPackage);
   if (!fs.existsSync(path.join(pkgDir, 'package.json'))) throw new Error(`${wheel.npmPackage} is not in node_modules (run npm ci)`);
   if (isInstalled(pkgDir, wheel)) return `${wheel.npmPackage}: already built from ${wheel.pypi} ${wheel.version}`;
+  const failed = previousFailure(pkgDir, wheel);
+  if (failed) throw new Error(`an earlier setup could not build it (${failed}); delete ${path.join(pkgDir, 'deps')} to try again`);
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-native-'));
+  const deps = path.join(pkgDir, 'deps');
   try {
     const file = downloadWheel(pip, wheel, work);
     const extracted = path.join(work, 'x');
     extractWheel(python, file, extracted);
     fs.rmSync(file);
-    const deps = stageLibtensorflow(extracted, pkgDir);
-    buildBinding(pkgDir);
+    stageLibtensorflow(extracted, pkgDir);
+    try {
+      buildBinding(pkgDir);
+    } catch (err) {
+      // ~850 MB of libraries without a binding are of no use: keep only the reason.
+      fs.rmSync(deps, { recursive: true, force: true });
+      fs.mkdirSync(deps, { recursive: true });
+      fs.writeFileSync(path.join(deps, FAILED_STAMP), JSON.stringify({ sha256: wheel.sha256, error: err.message.split('\n')[0] }) + '\n');
+      throw err;
+    }
     fs.writeFileSync(path.join(deps, STAMP), JSON.stringify({ pypi: wheel.pypi, version: wheel.version, sha256: wheel.sha256 }) + '\n');
     return `${wheel.npmPackage}: built against ${wheel.pypi} ${wheel.version} (${bindingPath(pkgDir)})`;
   } finally {
     fs.rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** The reason an earlier build from `wheel` failed, if one did. */
+function previousFailure(pkgDir, wheel) {
+  try {
+    const stamp = JSON.parse(fs.readFileSync(path.join(pkgDir, 'deps', FAILED_STAMP), 'utf8'));
+    return stamp.sha256 === wheel.sha256 ? stamp.error || 'unknown error' : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -200,6 +223,7 @@ module.exports = {
   packageDir,
   bindingPath,
   isInstalled,
+  previousFailure,
   sha256File,
   downloadWheel,
   extractWheel,

@@ -89,6 +89,19 @@ test('bindingPath reads package.json; isInstalled wants the stamp of the same wh
   assert.equal(nb.isInstalled(pkgDir, wheel), false, 'malformed stamp');
 });
 
+test('a build that failed is not retried on every setup: installNativeBackend names the reason and how to retry', () => {
+  const root = tempDir();
+  const pkgDir = path.join(root, 'node_modules', '@tensorflow', 'tfjs-node');
+  fakeTfjsPackage(pkgDir);
+  const wheel = nb.TENSORFLOW_WHEELS.cpu;
+  assert.equal(nb.previousFailure(pkgDir, wheel), undefined);
+  write(path.join(pkgDir, 'deps', 'relax-native-failed.json'), JSON.stringify({ sha256: wheel.sha256, error: 'g++: not found' }));
+  assert.equal(nb.previousFailure(pkgDir, wheel), 'g++: not found');
+  assert.equal(nb.previousFailure(pkgDir, nb.TENSORFLOW_WHEELS.cuda), undefined, 'a failure of another wheel does not count');
+  // pip is never called: the refusal comes before any download.
+  assert.throws(() => nb.installNativeBackend({ root, flavor: 'cpu', pip: '/nonexistent/pip', python: '/nonexistent/python' }), /an earlier setup could not build it \(g\+\+: not found\); delete .*deps to try again/);
+});
+
 test('nodeHeadersDir finds include/node/node_api.h next to the node binary, else undefined', () => {
   const prefix = tempDir();
   const execPath = path.join(prefix, 'bin', 'node');
