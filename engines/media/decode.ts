@@ -194,7 +194,8 @@ export function encodeWav(audio: MonoAudio): Uint8Array {
   const pcm = new Int16Array(audio.samples.length);
   for (let i = 0; i < pcm.length; i++) {
     const s = Math.max(-1, Math.min(1, audio.samples[i]));
-    pcm[i] = s < 0 ? Math.round(s * 32768) : Math.round(s * 32767);
+    // The inverse of decodeAudio's x / 32768, so a round trip is off by at most half a step (1.0 itself clips to 32767).
+    pcm[i] = Math.min(32767, Math.round(s * 32768));
   }
   const wav = new WaveFile();
   wav.fromScratch(1, audio.sampleRate, '16', pcm);
