@@ -1,6 +1,7 @@
 // The model's ops as an ONNX graph builder: running engines/model.ts's forward() with these ops
 // emits the generation graphs instead of computing. Weights are graph INPUTS, not initializers, so a
 // session built once serves every policy version: the next run simply feeds the new tensors.
+// buildForwardGraph is the full-sequence graph with image / audio inputs (no KV cache).
 import { encodeOnnxModel, OnnxDataType, type OnnxAttributeValue, type OnnxGraph, type OnnxNode, type OnnxTensor, type OnnxValueInfo } from './onnx-proto';
 import { attentionDims, forward, geluTanh, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
 
@@ -131,6 +132,17 @@ export class OnnxGraphBuilder implements TensorOps<string> {
   lastPosition(x: string): string {
     return this.one('Slice', [x, this.ints([-1]), this.ints([Number.MAX_SAFE_INTEGER]), this.ints([1])]);
   }
+  leadingRows(table: string, x: string): string {
+    const n = this.one('Slice', [this.one('Shape', [x]), this.ints([1]), this.ints([2])]);
+    return this.one('Slice', [table, this.ints([0]), n, this.ints([0])]);
+  }
+  conv1d(x: string, weight: string, bias: string, stride: number, padding: number): string {
+    // ONNX Conv is channels-first with weights [Cout, Cin, k]: transpose the input, the weight
+    // (ours is [k, Cin, Cout]) and the output; the transposes are on graph inputs, no constants.
+    const w = this.transpose(weight, [2, 1, 0]);
+    const y = this.one('Conv', [this.transpose(x, [0, 2, 1]), w, bias], { strides: { kind: 'ints', value: [stride] }, pads: { kind: 'ints', value: [padding, padding] } });
+    return this.transpose(y, [0, 2, 1]);
+  }
 }
 
 /** The extra graph input of a tied model: the token embedding transposed, [D, V]. */
@@ -153,6 +165,9 @@ export const GRAPH_NAMES = {
   pastValue: (l: number) => `past_value_${l}`,
   presentKey: (l: number) => `present_key_${l}`,
   presentValue: (l: number) => `present_value_${l}`,
+  images: 'images',
+  audio: 'audio',
+  embeddingIndex: 'embedding_index',
 };
 
 /**
@@ -212,4 +227,52 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
 
 export function buildGenerationModel(cfg: ModelConfig, withPast: boolean): Uint8Array {
   return encodeOnnxModel(buildGenerationGraph(cfg, withPast), ONNX_OPSET);
+}
+
+/**
+ * The full-sequence forward graph with media (no KV cache): every weight, tokens / positions
+ * [batch, T] int32, attention_bias [batch, 1, T, T], rope_cos / rope_sin for llama, with
+ * `media.images` images [nImages, nPatches, p*p*3], with `media.audio` audio [nClips, nFrames,
+ * nMels], and with either embedding_index [batch, T] int32 (MediaInputs). Output: logits [batch, T, V].
+ * The generation graphs (buildGenerationGraph) do not take media yet.
+ */
+export function buildForwardGraph(cfg: ModelConfig, media: { images?: boolean; audio?: boolean } = {}): OnnxGraph {
+  const b = new OnnxGraphBuilder();
+  const F = OnnxDataType.FLOAT;
+  const I = OnnxDataType.INT32;
+  const { Dh } = attentionDims(cfg);
+  const llama = cfg.architecture === 'llama';
+  const inputs: OnnxValueInfo[] = parameterSpec(cfg).map((p) => ({ name: p.name, dataType: F, shape: p.shape }));
+  inputs.push(
+    { name: GRAPH_NAMES.tokens, dataType: I, shape: ['batch', 'new'] },
+    { name: GRAPH_NAMES.positions, dataType: I, shape: ['batch', 'new'] },
+    { name: GRAPH_NAMES.attentionBias, dataType: F, shape: ['batch', 1, 'new', 'new'] },
+  );
+  if (llama) inputs.push({ name: GRAPH_NAMES.ropeCos, dataType: F, shape: ['batch', 1, 'new', Dh] }, { name: GRAPH_NAMES.ropeSin, dataType: F, shape: ['batch', 1, 'new', Dh] });
+  if (media.images) {
+    if (!cfg.vision) throw new Error('a graph with images needs a vision encoder in the model config');
+    inputs.push({ name: GRAPH_NAMES.images, dataType: F, shape: ['images', 'patches', cfg.vision.patchSize * cfg.vision.patchSize * 3] });
+  }
+  if (media.audio) {
+    if (!cfg.audio) throw new Error('a graph with audio needs an audio encoder in the model config');
+    inputs.push({ name: GRAPH_NAMES.audio, dataType: F, shape: ['clips', 'frames', cfg.audio.nMels] });
+  }
+  const withMedia = media.images || media.audio;
+  if (withMedia) inputs.push({ name: GRAPH_NAMES.embeddingIndex, dataType: I, shape: ['batch', 'new'] });
+  const weights: Record<string, string> = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.name]));
+  const out = forward(b, cfg, weights, {
+    tokens: GRAPH_NAMES.tokens,
+    positions: GRAPH_NAMES.positions,
+    attentionBias: GRAPH_NAMES.attentionBias,
+    ...(llama ? { rope: { cos: GRAPH_NAMES.ropeCos, sin: GRAPH_NAMES.ropeSin } } : {}),
+    ...(withMedia
+      ? { media: { embeddingIndex: GRAPH_NAMES.embeddingIndex, ...(media.images ? { images: GRAPH_NAMES.images } : {}), ...(media.audio ? { audio: GRAPH_NAMES.audio } : {}) } }
+      : {}),
+  });
+  b.rename(out.logits, GRAPH_NAMES.logits);
+  return { name: 'relax_policy_forward', nodes: b.nodes, inputs, outputs: [{ name: GRAPH_NAMES.logits, dataType: F, shape: ['batch', 'new', cfg.vocabSize] }] };
+}
+
+export function buildForwardModel(cfg: ModelConfig, media: { images?: boolean; audio?: boolean } = {}): Uint8Array {
+  return encodeOnnxModel(buildForwardGraph(cfg, media), ONNX_OPSET);
 }

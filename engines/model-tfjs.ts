@@ -224,5 +224,32 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     concat: (xs, axis) => tf.concat(xs, axis),
     lastPosition: (x) => tf.slice(x, [0, x.shape[1]! - 1, 0], [-1, 1, -1]),
     positionsFrom: (x, start) => tf.slice(x, [0, start, 0], [-1, -1, -1]),
+    leadingRows: (table, x) => tf.slice(table, [0, 0], [x.shape[1] as number, -1]),
+    conv1d: (x, weight, bias, stride, padding) => conv1dIm2col(x, weight, bias, stride, padding, matmul),
   };
+}
+
+/**
+ * conv1d as im2col + one matmul: pad the time axis, take the k shifted (and, for stride s, every
+ * s-th) windows with slice + reshape, concatenate them along channels ([B, T', k Cin], tap-major like
+ * the weight [k, Cin, Cout] read as [k Cin, Cout]) and multiply. Pad, slice, reshape, concat and
+ * matmul differentiate on every backend; tf.conv1d's filter gradient (Conv2DBackpropFilter) does
+ * not exist on wasm.
+ */
+function conv1dIm2col(x: tf.Tensor, weight: tf.Tensor, bias: tf.Tensor, stride: number, padding: number, matmul: (a: tf.Tensor, b: tf.Tensor) => tf.Tensor): tf.Tensor {
+  const [B, T, C] = x.shape as number[];
+  const [k, cin, cout] = weight.shape as number[];
+  if (cin !== C) throw new Error(`conv1d: input has ${C} channels, the weight expects ${cin}`);
+  const outT = Math.floor((T + 2 * padding - k) / stride) + 1;
+  // Enough zeros on the right that every tap's window of stride * outT positions fits.
+  const extra = Math.max(0, k - 1 + stride * outT - (T + 2 * padding));
+  const padded = tf.pad(x, [[0, 0], [padding, padding + extra], [0, 0]]);
+  const taps: tf.Tensor[] = [];
+  for (let j = 0; j < k; j++) {
+    const window = tf.slice(padded, [0, j, 0], [B, stride * outT, C]);
+    taps.push(stride === 1 ? window : tf.reshape(tf.slice(tf.reshape(window, [B, outT, stride, C]), [0, 0, 0, 0], [B, outT, 1, C]), [B, outT, C]));
+  }
+  const cols = tf.reshape(tf.concat(taps, 2), [B * outT, k * C]);
+  const y = tf.add(matmul(cols, tf.reshape(weight, [k * C, cout])), bias);
+  return tf.reshape(y, [B, outT, cout]);
 }

@@ -14,10 +14,14 @@
 // or untied unembedding; optional q/k/v biases (Qwen2); optional LoRA adapters on any projection.
 // Hugging Face checkpoints map onto these names in engines/hf-checkpoint.ts.
 //
+// Optional vision and audio encoders (cfg.vision, cfg.audio; engines/encoders.ts) turn image patches
+// and log-mel frames into embeddings that replace the placeholder positions of the prompt.
+//
 // Over 400 lines because both layouts share one parameter spec, one ops interface and one forward
 // entry point; split apart, the trainer and the ONNX builder would need two of each.
 import { z } from 'zod';
 import { mixSeed, seededRandom } from '../config/seeds';
+import { encoderParameterSpec, mediaEmbeddings } from './encoders';
 
 const LORA_TARGETS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
@@ -31,6 +35,31 @@ export const loraConfigSchema = z
   })
   .strict();
 export type LoraConfig = z.infer<typeof loraConfigSchema>;
+
+/** One encoder's transformer: pre-LayerNorm blocks (the GPT block shapes), non-causal attention. */
+const encoderFields = {
+  dModel: z.number().int().min(1),
+  nLayers: z.number().int().min(1),
+  nHeads: z.number().int().min(1),
+  dFF: z.number().int().min(1),
+};
+const headsDivide = (name: string) => (c: { dModel: number; nHeads: number }, ctx: z.RefinementCtx) => {
+  if (c.dModel % c.nHeads !== 0) ctx.addIssue({ code: 'custom', path: ['dModel'], message: `${name}.dModel (${c.dModel}) must be a multiple of ${name}.nHeads (${c.nHeads})` });
+};
+
+/** The vision encoder: linear patch embedding, learned positions, blocks, LayerNorm, linear projector to the LM width. */
+export const visionConfigSchema = z
+  .object({ patchSize: z.number().int().min(1), maxPatches: z.number().int().min(1), ...encoderFields })
+  .strict()
+  .superRefine(headsDivide('vision'));
+export type VisionConfig = z.infer<typeof visionConfigSchema>;
+
+/** The audio encoder (Whisper's layout): two 1-D convolutions (kernel 3; stride 1, then 2), learned positions, blocks, LayerNorm, projector. */
+export const audioConfigSchema = z
+  .object({ nMels: z.number().int().min(1), maxFrames: z.number().int().min(2), ...encoderFields })
+  .strict()
+  .superRefine(headsDivide('audio'));
+export type AudioConfig = z.infer<typeof audioConfigSchema>;
 
 export const modelConfigSchema = z
   .object({
@@ -58,6 +87,10 @@ export const modelConfigSchema = z
     attentionBias: z.boolean().optional(),
     /** Low-rank adapters; the base weights are then frozen. */
     lora: loraConfigSchema.optional(),
+    /** An image encoder whose projected patches replace `<image>` placeholder positions. */
+    vision: visionConfigSchema.optional(),
+    /** An audio encoder whose projected frames replace `<audio>` placeholder positions. */
+    audio: audioConfigSchema.optional(),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -184,13 +217,36 @@ export function loraParameterSpec(cfg: ModelConfig): ParameterSpec[] {
 
 /** Every parameter of the model, in a fixed order (the order of checkpoint files and graph inputs). */
 export function parameterSpec(cfg: ModelConfig): ParameterSpec[] {
+  // The encoders' parameters come after the language model's (existing checkpoints keep their order);
+  // with LoRA they are frozen with the rest of the base (choosing trained parts is not done yet).
   if (cfg.architecture === 'llama') {
-    const base = llamaParameterSpec(cfg);
+    const base = [...llamaParameterSpec(cfg), ...encoderParameterSpec(cfg)];
     if (!cfg.lora) return base;
     return [...base.map((p) => ({ ...p, frozen: true })), ...loraParameterSpec(cfg)];
   }
   if (cfg.lora) throw new Error('LoRA adapters need a llama-architecture model');
-  return gptParameterSpec(cfg);
+  return [...gptParameterSpec(cfg), ...encoderParameterSpec(cfg)];
+}
+
+/** The parameters of one GPT-layout block at prefix `p` (the LM's `blocks.l.`, an encoder's `vision.blocks.l.`). */
+export function gptBlockParameters(p: string, D: number, F: number, residualStd: number): ParameterSpec[] {
+  const normal = (std: number) => ({ kind: 'normal' as const, std });
+  const zeros = { kind: 'zeros' as const };
+  const ones = { kind: 'ones' as const };
+  return [
+    { name: `${p}ln1.weight`, shape: [D], init: ones },
+    { name: `${p}ln1.bias`, shape: [D], init: zeros },
+    { name: `${p}attn.qkv.weight`, shape: [D, 3 * D], init: normal(0.02) },
+    { name: `${p}attn.qkv.bias`, shape: [3 * D], init: zeros },
+    { name: `${p}attn.proj.weight`, shape: [D, D], init: normal(residualStd) },
+    { name: `${p}attn.proj.bias`, shape: [D], init: zeros },
+    { name: `${p}ln2.weight`, shape: [D], init: ones },
+    { name: `${p}ln2.bias`, shape: [D], init: zeros },
+    { name: `${p}mlp.fc.weight`, shape: [D, F], init: normal(0.02) },
+    { name: `${p}mlp.fc.bias`, shape: [F], init: zeros },
+    { name: `${p}mlp.proj.weight`, shape: [F, D], init: normal(residualStd) },
+    { name: `${p}mlp.proj.bias`, shape: [D], init: zeros },
+  ];
 }
 
 /** The parameters the optimizer updates and a published version holds: the adapters with LoRA, else all. */
@@ -209,23 +265,7 @@ function gptParameterSpec(cfg: ModelConfig): ParameterSpec[] {
     { name: 'tok_emb.weight', shape: [V, D], init: normal(0.02) },
     { name: 'pos_emb.weight', shape: [C, D], init: normal(0.01) },
   ];
-  for (let l = 0; l < cfg.nLayers; l++) {
-    const p = `blocks.${l}.`;
-    spec.push(
-      { name: `${p}ln1.weight`, shape: [D], init: ones },
-      { name: `${p}ln1.bias`, shape: [D], init: zeros },
-      { name: `${p}attn.qkv.weight`, shape: [D, 3 * D], init: normal(0.02) },
-      { name: `${p}attn.qkv.bias`, shape: [3 * D], init: zeros },
-      { name: `${p}attn.proj.weight`, shape: [D, D], init: normal(residualStd) },
-      { name: `${p}attn.proj.bias`, shape: [D], init: zeros },
-      { name: `${p}ln2.weight`, shape: [D], init: ones },
-      { name: `${p}ln2.bias`, shape: [D], init: zeros },
-      { name: `${p}mlp.fc.weight`, shape: [D, F], init: normal(0.02) },
-      { name: `${p}mlp.fc.bias`, shape: [F], init: zeros },
-      { name: `${p}mlp.proj.weight`, shape: [F, D], init: normal(residualStd) },
-      { name: `${p}mlp.proj.bias`, shape: [D], init: zeros },
-    );
-  }
+  for (let l = 0; l < cfg.nLayers; l++) spec.push(...gptBlockParameters(`blocks.${l}.`, D, F, residualStd));
   spec.push(
     { name: 'ln_f.weight', shape: [D], init: ones },
     { name: 'ln_f.bias', shape: [D], init: zeros },
@@ -329,6 +369,13 @@ export interface TensorOps<T> {
   lastPosition(x: T): T;
   /** [B, T, D] -> [B, T - start, D]: positions start.. (logits only where the loss needs them). */
   positionsFrom(x: T, start: number): T;
+  /** table [N, D], x [B, n, ...] -> table's first n rows [n, D] (learned positions of an encoder's n inputs). */
+  leadingRows(table: T, x: T): T;
+  /**
+   * 1-D convolution over time, channels last: x [B, T, Cin], weight [k, Cin, Cout] (tfjs's conv1d
+   * layout), bias [Cout], zero padding `padding` on both sides -> [B, floor((T + 2 padding - k) / stride) + 1, Cout].
+   */
+  conv1d(x: T, weight: T, bias: T, stride: number, padding: number): T;
 }
 
 /** One layer's key/value cache. Keys are kept transposed so attention needs no per-step transpose. */
@@ -356,6 +403,22 @@ export interface ForwardInputs<T> {
   rope?: { cos: T; sin: T };
   /** LoRA: applied to a projection's input before its adapter (dropout while training). */
   loraInput?: (x: T) => T;
+  /** Images and audio whose encoder embeddings replace placeholder positions (engines/encoders.ts). */
+  media?: MediaInputs<T>;
+}
+
+export interface MediaInputs<T> {
+  /** [nImages, nPatches, patchSize * patchSize * 3] patches (processImage), all images of one call with the same patch count. */
+  images?: T;
+  /** [nClips, nFrames, nMels] log-mel frames (processAudio), all clips of one call with the same frame count. */
+  audio?: T;
+  /**
+   * [B, T] int: the row each position's input embedding comes from, in the concatenation of the
+   * text embeddings [B * T] (position (b, t) is row b * T + t), then the image embeddings (image-major,
+   * nPatches each), then the audio embeddings (clip-major, ceil(nFrames / 2) each). embeddingIndex
+   * in engines/encoders.ts builds it.
+   */
+  embeddingIndex: T;
 }
 
 export interface ForwardOutputs<T> {
@@ -373,7 +436,14 @@ export function geluTanh<T>(ops: TensorOps<T>, x: T): T {
   return ops.mul(ops.scale(x, 0.5), ops.shift(ops.tanh(inner), 1));
 }
 
-function attention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, p: string, x: T, bias: T, past?: LayerCache<T>): { y: T; cache: LayerCache<T> } {
+/** Width and heads of a GPT-layout block: the language model's, or an encoder's. */
+export interface BlockDims {
+  dModel: number;
+  nHeads: number;
+}
+
+/** Multi-head self-attention; `bias` undefined means every query sees every key (an encoder). */
+function attention<T>(ops: TensorOps<T>, cfg: BlockDims, w: Record<string, T>, p: string, x: T, bias: T | undefined, past?: LayerCache<T>): { y: T; cache: LayerCache<T> } {
   const H = cfg.nHeads;
   const Dh = cfg.dModel / H;
   const [q, k, v] = ops.split(ops.linear(x, w[`${p}qkv.weight`], w[`${p}qkv.bias`]), 3); // 3 x [B, T, D]
@@ -384,25 +454,42 @@ function attention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>,
     kT = ops.concat([past.k, kT], 3); // [B, H, Dh, S]
     v4 = ops.concat([past.v, v4], 2); // [B, H, S, Dh]
   }
-  const weights = ops.softmax(ops.add(ops.matmul(q4, kT), bias)); // [B, H, T, S]
+  const scores = ops.matmul(q4, kT); // [B, H, T, S]
+  const weights = ops.softmax(bias === undefined ? scores : ops.add(scores, bias));
   const heads = ops.matmul(weights, v4); // [B, H, T, Dh]
   const merged = ops.reshape(ops.transpose(heads, [0, 2, 1, 3]), [0, 0, cfg.dModel]); // [B, T, D]
   return { y: ops.linear(merged, w[`${p}proj.weight`], w[`${p}proj.bias`]), cache: { k: kT, v: v4 } };
 }
 
+/**
+ * One pre-LayerNorm GPT block at parameter prefix `p` (`blocks.3.`, `vision.blocks.0.`): x + attn(ln1(x)),
+ * then + mlp(ln2(x)) with a GELU MLP. Returns the new residual stream and the layer's keys/values.
+ */
+export function gptBlock<T>(ops: TensorOps<T>, dims: BlockDims, w: Record<string, T>, p: string, x: T, bias: T | undefined, past?: LayerCache<T>): { x: T; cache: LayerCache<T> } {
+  const a = attention(ops, dims, w, `${p}attn.`, ops.layerNorm(x, w[`${p}ln1.weight`], w[`${p}ln1.bias`], LAYER_NORM_EPS), bias, past);
+  const r = ops.add(x, a.y);
+  const h = ops.layerNorm(r, w[`${p}ln2.weight`], w[`${p}ln2.bias`], LAYER_NORM_EPS);
+  const m = ops.linear(ops.gelu(ops.linear(h, w[`${p}mlp.fc.weight`], w[`${p}mlp.fc.bias`])), w[`${p}mlp.proj.weight`], w[`${p}mlp.proj.bias`]);
+  return { x: ops.add(r, m), cache: a.cache };
+}
+
+/** Token embeddings [B, T, D], with the encoders' embeddings at the media positions when `inputs.media` is given. */
+function inputEmbeddings<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): T {
+  const text = ops.embed(w['tok_emb.weight'], inputs.tokens);
+  if (!inputs.media) return text;
+  const rows = [ops.reshape(text, [-1, cfg.dModel]), ...mediaEmbeddings(ops, cfg, w, inputs.media)];
+  return ops.embed(ops.concat(rows, 0), inputs.media.embeddingIndex);
+}
+
 /** The model's forward pass. `w` maps parameter names (parameterSpec) to backend tensors. */
 export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): ForwardOutputs<T> {
   if (cfg.architecture === 'llama') return llamaForward(ops, cfg, w, inputs);
-  let x = ops.add(ops.embed(w['tok_emb.weight'], inputs.tokens), ops.embed(w['pos_emb.weight'], inputs.positions)); // [B, T, D]
+  let x = ops.add(inputEmbeddings(ops, cfg, w, inputs), ops.embed(w['pos_emb.weight'], inputs.positions)); // [B, T, D]
   const present: LayerCache<T>[] = [];
   for (let l = 0; l < cfg.nLayers; l++) {
-    const p = `blocks.${l}.`;
-    const a = attention(ops, cfg, w, `${p}attn.`, ops.layerNorm(x, w[`${p}ln1.weight`], w[`${p}ln1.bias`], LAYER_NORM_EPS), inputs.attentionBias, inputs.past?.[l]);
-    present.push(a.cache);
-    x = ops.add(x, a.y);
-    const h = ops.layerNorm(x, w[`${p}ln2.weight`], w[`${p}ln2.bias`], LAYER_NORM_EPS);
-    const m = ops.linear(ops.gelu(ops.linear(h, w[`${p}mlp.fc.weight`], w[`${p}mlp.fc.bias`])), w[`${p}mlp.proj.weight`], w[`${p}mlp.proj.bias`]);
-    x = ops.add(x, m);
+    const block = gptBlock(ops, cfg, w, `blocks.${l}.`, x, inputs.attentionBias, inputs.past?.[l]);
+    present.push(block.cache);
+    x = block.x;
   }
   let h = ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS);
   if (inputs.lastPositionOnly) h = ops.lastPosition(h);
@@ -506,7 +593,7 @@ function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
 
 function llamaForward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): ForwardOutputs<T> {
   const eps = cfg.rmsNormEps ?? 1e-5;
-  let x = ops.embed(w['tok_emb.weight'], inputs.tokens);
+  let x = inputEmbeddings(ops, cfg, w, inputs);
   const present: LayerCache<T>[] = [];
   for (let l = 0; l < cfg.nLayers; l++) {
     const p = `blocks.${l}.`;

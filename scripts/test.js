@@ -13,7 +13,7 @@ const { startTemporalServer } = require(path.join(root, 'dist', 'workers', 'temp
 const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 
 /** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
-const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses'];
+const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
 
 async function main() {
   const server = await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 });
