@@ -31,7 +31,7 @@ import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';
 import { pretrainedEnginesBench } from './real-engines';
 import { gcPauseMeter, median, peakRssMb, round, timeCalls } from './measure';
-import { tfjsMatmulGflops, trainOnEveryBackend, type BackendTrain } from './train-backends';
+import { randomMatrix, tfjsMatmulGflops, trainOnEveryBackend, type BackendTrain } from './train-backends';
 
 const ADD2_MICRO_BATCH = ADD2_GRPO.train?.micro_batch ?? 256;
 const count = (min: number, fallback: number) => z.coerce.number().int().min(min).default(fallback);
@@ -81,10 +81,6 @@ function randomPrompts(model: ModelConfig, seed: number, n: number, maxLength: n
   return Array.from({ length: n }, () => Array.from({ length: 1 + Math.floor(rand() * maxLength) }, () => Math.floor(rand() * model.vocabSize)));
 }
 
-function randomMatrix(n: number, seed: number): Float32Array {
-  const rand = seededRandom(seed);
-  return Float32Array.from({ length: n * n }, () => rand() - 0.5);
-}
 
 /** A square matmul's GFLOP/s (2 n^3 FLOPs per call) given the median call time. */
 const matmulGflops = (n: number, ms: number) => (2 * n ** 3) / (ms * 1e6);

@@ -46,15 +46,17 @@ interface BackendRun {
   curve: Array<{ step: number; accuracy: number; elapsed_s: number }>;
 }
 
+const firstAt = (curve: BackendRun['curve'], threshold: number) => curve.find((q) => q.accuracy >= threshold);
 /** Wall seconds (since the run started) at the first evaluation at or above `threshold`, or null. */
-function timeTo(curve: BackendRun['curve'], threshold: number): number | null {
-  const p = curve.find((q) => q.accuracy >= threshold);
+const timeTo = (curve: BackendRun['curve'], threshold: number) => {
+  const p = firstAt(curve, threshold);
   return p ? round(p.elapsed_s) : null;
-}
+};
+const firstStepAt = (curve: BackendRun['curve'], threshold: number) => firstAt(curve, threshold)?.step ?? null;
 
 export const grpoBench: Bench = async (ctx) => {
   const options = parseOptions(ctx.options);
-  const overrides: RunConfigInput = options.steps ? { train: { ...ADD2_GRPO.train, steps: options.steps } } : {};
+  const overrides: RunConfigInput = options.steps ? { train: { ...ADD2_GRPO.train, steps: options.steps, warmup_steps: Math.min(ADD2_GRPO.train?.warmup_steps ?? 0, options.steps) } } : {};
   const config = parseRunConfig({ ...ADD2_GRPO, ...overrides });
   const choices: TfjsBackendChoice[] = options.backends ?? [options.backend ?? 'auto'];
   const home = relaxEnvironment().home;
@@ -83,7 +85,6 @@ export const grpoBench: Bench = async (ctx) => {
 
   const byBackend = <T>(f: (r: BackendRun) => T) => Object.fromEntries([...runs].map(([k, r]) => [k, f(r)]));
   const [first] = runs.values();
-  const firstAbove = (threshold: number) => first.curve.find((p) => p.accuracy >= threshold)?.step ?? null;
   const summary: Record<string, unknown> = {
     task: config.task,
     backend: first.tfjs,
@@ -96,8 +97,8 @@ export const grpoBench: Bench = async (ctx) => {
     initial_accuracy: first.result.initialAccuracy,
     final_accuracy: first.result.finalAccuracy,
     best_accuracy: Math.max(...first.curve.map((p) => p.accuracy)),
-    first_step_at_90: firstAbove(0.9),
-    first_step_at_95: firstAbove(0.95),
+    first_step_at_90: firstStepAt(first.curve, 0.9),
+    first_step_at_95: firstStepAt(first.curve, 0.95),
     time_to_90_s: timeTo(first.curve, 0.9),
     time_to_95_s: timeTo(first.curve, 0.95),
     grpo_wall_s: round(first.result.wallS),
@@ -108,7 +109,7 @@ export const grpoBench: Bench = async (ctx) => {
       tfjs_backend_by_backend: byBackend((r) => r.tfjs),
       time_to_90_s_by_backend: byBackend((r) => timeTo(r.curve, 0.9)),
       time_to_95_s_by_backend: byBackend((r) => timeTo(r.curve, 0.95)),
-      first_step_at_95_by_backend: byBackend((r) => r.curve.find((p) => p.accuracy >= 0.95)?.step ?? null),
+      first_step_at_95_by_backend: byBackend((r) => firstStepAt(r.curve, 0.95)),
       final_accuracy_by_backend: byBackend((r) => r.result.finalAccuracy),
       grpo_wall_s_by_backend: byBackend((r) => round(r.result.wallS)),
       median_train_ms_by_backend: byBackend((r) => round(median(r.result.curve.map((s) => s.metrics.duration_ms ?? 0)))),

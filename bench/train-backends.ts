@@ -23,7 +23,8 @@ export interface BackendTrain {
 
 const ROUNDS = 3;
 
-function randomMatrix(n: number, seed: number): Float32Array {
+/** An n x n matrix of uniform values in [-0.5, 0.5) from `seed` (the rooflines' operands). */
+export function randomMatrix(n: number, seed: number): Float32Array {
   const rand = seededRandom(seed);
   return Float32Array.from({ length: n * n }, () => rand() - 0.5);
 }

@@ -57,7 +57,7 @@ export function defaultIntraOpThreads(cores = os.availableParallelism()): number
 /** Loads the native TensorFlow backend for `device` and makes it current; the reason when none loads. */
 export async function loadNativeBackend(device: Device, packages: readonly string[] = nativeCandidates(device)): Promise<TfjsBackendInfo | { error: string }> {
   const tf = await import('@tensorflow/tfjs');
-  // TensorFlow logs its CPU-feature and oneDNN banners to stderr unless told otherwise.
+  // TensorFlow's own INFO and WARNING logs off (two absl/oneDNN lines at load still print on 2.21).
   process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
   // Read once, when TensorFlow loads. Half the cores: the trainer shares the host with rollout
   // workers, and on the 2-core machines one thread trained the engines bench's model 1.4x faster
