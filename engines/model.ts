@@ -49,14 +49,26 @@ const headsDivide = (name: string) => (c: { dModel: number; nHeads: number }, ct
 
 /** The vision encoder: linear patch embedding, learned positions, blocks, LayerNorm, linear projector to the LM width. */
 export const visionConfigSchema = z
-  .object({ patchSize: z.number().int().min(1), maxPatches: z.number().int().min(1), ...encoderFields })
+  .object({
+    patchSize: z.number().int().min(1),
+    maxPatches: z.number().int().min(1),
+    /** The `<image>` placeholder's token id (Hugging Face LLaVA's image_token_index). */
+    tokenId: z.number().int().min(0).optional(),
+    ...encoderFields,
+  })
   .strict()
   .superRefine(headsDivide('vision'));
 export type VisionConfig = z.infer<typeof visionConfigSchema>;
 
 /** The audio encoder (Whisper's layout): two 1-D convolutions (kernel 3; stride 1, then 2), learned positions, blocks, LayerNorm, projector. */
 export const audioConfigSchema = z
-  .object({ nMels: z.number().int().min(1), maxFrames: z.number().int().min(2), ...encoderFields })
+  .object({
+    nMels: z.number().int().min(1),
+    maxFrames: z.number().int().min(2),
+    /** The `<audio>` placeholder's token id. */
+    tokenId: z.number().int().min(0).optional(),
+    ...encoderFields,
+  })
   .strict()
   .superRefine(headsDivide('audio'));
 export type AudioConfig = z.infer<typeof audioConfigSchema>;
@@ -94,6 +106,10 @@ export const modelConfigSchema = z
   })
   .strict()
   .superRefine((c, ctx) => {
+    for (const kind of ['vision', 'audio'] as const) {
+      const id = c[kind]?.tokenId;
+      if (id !== undefined && id >= c.vocabSize) ctx.addIssue({ code: 'custom', path: [kind, 'tokenId'], message: `${kind}.tokenId ${id} is outside the ${c.vocabSize}-token vocabulary` });
+    }
     const llama = c.architecture === 'llama';
     if (!llama) {
       for (const key of ['nKvHeads', 'headDim', 'ropeTheta', 'ropeScalingFactor', 'rmsNormEps', 'tieEmbeddings', 'attentionBias'] as const) {
