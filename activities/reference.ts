@@ -6,7 +6,7 @@ import { referenceTrainerOptions } from '../training/options';
 import { withBaseWeights } from '../training/policy-model';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
-import { referenceLogprobs } from '../training/update';
+import { referenceLogprobs, withSequenceMedia } from '../training/update';
 import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 // The frozen reference policy of each run, forward passes only.
@@ -27,7 +27,7 @@ async function referenceLogprobsActivity(ctx: WorkerContext, { runId, iteration 
   const reference = await referenceOf(ctx, run);
   // In-flight samples that have no reference log-probs yet (a retry skips what is written).
   const rows = (await readSamples(ctx.pool, runId, { iteration })).filter((r) => (r.status === 'generated' || r.status === 'scored') && r.refLogprobs === null);
-  const ref = await referenceLogprobs(reference, rows);
+  const ref = await referenceLogprobs(reference, await withSequenceMedia(rows, run.media));
   const updated = await setReferenceLogprobs(ctx.pool, runId, rows.map((r, i) => ({ iteration: r.iteration, groupIndex: r.groupIndex, sampleIndex: r.sampleIndex, refLogprobs: ref[i] })));
   return { samples: updated };
 }

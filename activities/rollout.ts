@@ -81,6 +81,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
       task: run.task,
       engine: policy.engine,
       agentEndpoint: () => agentEndpoint(run),
+      ...(run.media ? { media: run.media } : {}),
       ...(run.config.rollout.in_flight === 'continue' ? { followUpdates: policy.followNewVersions() } : {}),
     },
     input,

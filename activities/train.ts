@@ -14,7 +14,7 @@ import { initialPolicyWeights, withBaseWeights } from '../training/policy-model'
 import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
-import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, type UpdateRule } from '../training/update';
+import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia, type UpdateRule } from '../training/update';
 import { failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 export interface PolicyVersionInfo {
@@ -140,7 +140,8 @@ async function claimBatch(ctx: WorkerContext, run: RunContext, input: Required<P
 async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRule, fromVersion: number, samples: TrainSample[], advantages: number[]): Promise<{ trainer: Trainer; metrics: Record<string, number> }> {
   const trainer = await trainerAt(ctx, run, fromVersion);
   try {
-    return { trainer, metrics: await withHeartbeats(() => computeUpdate(trainer, rule, samples, advantages, fromVersion)) };
+    const withMedia = await withSequenceMedia(samples, run.media);
+    return { trainer, metrics: await withHeartbeats(() => computeUpdate(trainer, rule, withMedia, advantages, fromVersion)) };
   } catch (err) {
     dropTrainer(run.runId);
     throw err;

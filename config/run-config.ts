@@ -29,9 +29,41 @@ const RegisteredOptionsSchema = z.record(z.string(), z.unknown()).default({});
  * named model such as "smollm2-135m-instruct"), or else the tiny GPT these fields size (defaults in
  * TINY_POLICY_DEFAULTS). `context_length` caps a pretrained model's context (default 1024).
  */
+/** Overrides of a media task's vision encoder (its defaults: envs/omni-tasks.ts); docs/multimodal.md. */
+const VisionEncoderConfigSchema = z
+  .object({
+    /** The side of a square patch in pixels. */
+    patch_size: positiveInt.max(64).optional(),
+    /** Patches per image (the image token budget): images become a square grid of floor(sqrt(max_patches))^2. */
+    max_patches: positiveInt.max(4096).optional(),
+    d_model: positiveInt.max(4096).optional(),
+    n_layers: positiveInt.max(48).optional(),
+    n_heads: positiveInt.max(64).optional(),
+    d_ff: positiveInt.max(16384).optional(),
+  })
+  .strict();
+
+/** Overrides of a media task's audio encoder. */
+const AudioEncoderConfigSchema = z
+  .object({
+    /** Mel bands (Whisper: 80). */
+    n_mels: positiveInt.max(256).optional(),
+    /** The clip window in log-mel frames, 100 a second (the duration budget): longer clips are refused. */
+    max_frames: z.number().int().min(2).max(3000).optional(),
+    d_model: positiveInt.max(4096).optional(),
+    n_layers: positiveInt.max(48).optional(),
+    n_heads: positiveInt.max(64).optional(),
+    d_ff: positiveInt.max(16384).optional(),
+  })
+  .strict();
+
 export const PolicyModelConfigSchema = z
   .object({
     from: z.string().min(1).optional(),
+    /** The vision encoder (media tasks give defaults): how images become patches and embeddings. */
+    vision: VisionEncoderConfigSchema.optional(),
+    /** The audio encoder (media tasks give defaults): the clip window and the encoder's size. */
+    audio: AudioEncoderConfigSchema.optional(),
     d_model: positiveInt.optional(),
     n_layers: positiveInt.max(48).optional(),
     n_heads: positiveInt.optional(),

@@ -1,9 +1,10 @@
 // The model's ops as an ONNX graph builder: running engines/model.ts's forward() with these ops
 // emits the generation graphs instead of computing. Weights are graph INPUTS, not initializers, so a
 // session built once serves every policy version: the next run simply feeds the new tensors.
-// buildForwardGraph is the full-sequence graph with image / audio inputs (no KV cache).
+// The prefill graph optionally takes image / audio inputs (the KV cache then holds the prompt with its
+// media, so decode graphs never do); buildForwardGraph is the full-sequence graph with them (no cache).
 import { encodeOnnxModel, OnnxDataType, type OnnxAttributeValue, type OnnxGraph, type OnnxNode, type OnnxTensor, type OnnxValueInfo } from './onnx-proto';
-import { attentionDims, forward, geluTanh, parameterSpec, type LayerCache, type ModelConfig, type TensorOps } from './model';
+import { attentionDims, forward, geluTanh, parameterSpec, type LayerCache, type MediaInputs, type ModelConfig, type TensorOps } from './model';
 
 /** Opset 17: the first with LayerNormalization. */
 export const ONNX_OPSET = 17;
@@ -170,15 +171,44 @@ export const GRAPH_NAMES = {
   embeddingIndex: 'embedding_index',
 };
 
+/** Which media a graph takes as inputs. */
+export interface GraphMedia {
+  images?: boolean;
+  audio?: boolean;
+}
+
+/**
+ * The media inputs of a graph, appended to `inputs`: images [nImages, nPatches, p*p*3], audio
+ * [nClips, nFrames, nMels], and with either embedding_index [batch, new] int32 (MediaInputs).
+ * Returns forward()'s `media` argument, or undefined for a text-only graph.
+ */
+function addMediaInputs(cfg: ModelConfig, media: GraphMedia, inputs: OnnxValueInfo[]): MediaInputs<string> | undefined {
+  const F = OnnxDataType.FLOAT;
+  if (media.images) {
+    if (!cfg.vision) throw new Error('a graph with images needs a vision encoder in the model config');
+    inputs.push({ name: GRAPH_NAMES.images, dataType: F, shape: ['images', 'patches', cfg.vision.patchSize * cfg.vision.patchSize * 3] });
+  }
+  if (media.audio) {
+    if (!cfg.audio) throw new Error('a graph with audio needs an audio encoder in the model config');
+    inputs.push({ name: GRAPH_NAMES.audio, dataType: F, shape: ['clips', 'frames', cfg.audio.nMels] });
+  }
+  if (!media.images && !media.audio) return undefined;
+  inputs.push({ name: GRAPH_NAMES.embeddingIndex, dataType: OnnxDataType.INT32, shape: ['batch', 'new'] });
+  return { embeddingIndex: GRAPH_NAMES.embeddingIndex, ...(media.images ? { images: GRAPH_NAMES.images } : {}), ...(media.audio ? { audio: GRAPH_NAMES.audio } : {}) };
+}
+
 /**
  * The generation graph. Inputs: every weight (by parameter name), tokens and positions [batch, new]
  * int32, attention_bias [batch, 1, new, past + new] float, for llama models rope_cos / rope_sin
  * [batch, 1, new, Dh] (engines/model.ts ropeTables), and with `withPast` the cache
  * past_key_l [batch, Hkv, Dh, past] / past_value_l [batch, Hkv, past, Dh]. Outputs: logits of the
  * last position [batch, 1, V] and present_key_l / present_value_l covering past + new positions.
- * Prefill is withPast = false (the prompt), decode is withPast = true (one token per step).
+ * Prefill is withPast = false (the prompt), decode is withPast = true (one token per step). A prefill
+ * graph with `media` also takes those media inputs (addMediaInputs) and places their embeddings at
+ * the prompt's placeholder positions; decode graphs take none (the cache holds the prompt).
  */
-export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxGraph {
+export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean, media: GraphMedia = {}): OnnxGraph {
+  if (withPast && (media.images || media.audio)) throw new Error('a decode graph (withPast) takes no media: the prefill graph encodes them into the key/value cache');
   const b = new OnnxGraphBuilder();
   const { Hkv: H, Dh } = attentionDims(cfg);
   const F = OnnxDataType.FLOAT;
@@ -204,6 +234,7 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
       past.push({ k: GRAPH_NAMES.pastKey(l), v: GRAPH_NAMES.pastValue(l) });
     }
   }
+  const mediaInputs = addMediaInputs(cfg, media, inputs);
   const weights: Record<string, string> = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.name]));
   if (tiedHead(cfg)) weights[TIED_HEAD] = TIED_HEAD;
   const out = forward(b, cfg, weights, {
@@ -213,6 +244,7 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
     ...(llama ? { rope: { cos: GRAPH_NAMES.ropeCos, sin: GRAPH_NAMES.ropeSin } } : {}),
     past,
     lastPositionOnly: true,
+    ...(mediaInputs ? { media: mediaInputs } : {}),
   });
   b.rename(out.logits, GRAPH_NAMES.logits);
   const outputs: OnnxValueInfo[] = [{ name: GRAPH_NAMES.logits, dataType: F, shape: ['batch', 1, cfg.vocabSize] }];
@@ -225,8 +257,8 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean): OnnxG
   return { name: withPast ? 'relax_policy_decode' : 'relax_policy_prefill', nodes: b.nodes, inputs, outputs };
 }
 
-export function buildGenerationModel(cfg: ModelConfig, withPast: boolean): Uint8Array {
-  return encodeOnnxModel(buildGenerationGraph(cfg, withPast), ONNX_OPSET);
+export function buildGenerationModel(cfg: ModelConfig, withPast: boolean, media: GraphMedia = {}): Uint8Array {
+  return encodeOnnxModel(buildGenerationGraph(cfg, withPast, media), ONNX_OPSET);
 }
 
 /**
@@ -234,9 +266,9 @@ export function buildGenerationModel(cfg: ModelConfig, withPast: boolean): Uint8
  * [batch, T] int32, attention_bias [batch, 1, T, T], rope_cos / rope_sin for llama, with
  * `media.images` images [nImages, nPatches, p*p*3], with `media.audio` audio [nClips, nFrames,
  * nMels], and with either embedding_index [batch, T] int32 (MediaInputs). Output: logits [batch, T, V].
- * The generation graphs (buildGenerationGraph) do not take media yet.
+ * For generation, buildGenerationGraph's prefill graph takes the same media inputs.
  */
-export function buildForwardGraph(cfg: ModelConfig, media: { images?: boolean; audio?: boolean } = {}): OnnxGraph {
+export function buildForwardGraph(cfg: ModelConfig, media: GraphMedia = {}): OnnxGraph {
   const b = new OnnxGraphBuilder();
   const F = OnnxDataType.FLOAT;
   const I = OnnxDataType.INT32;
@@ -249,30 +281,19 @@ export function buildForwardGraph(cfg: ModelConfig, media: { images?: boolean; a
     { name: GRAPH_NAMES.attentionBias, dataType: F, shape: ['batch', 1, 'new', 'new'] },
   );
   if (llama) inputs.push({ name: GRAPH_NAMES.ropeCos, dataType: F, shape: ['batch', 1, 'new', Dh] }, { name: GRAPH_NAMES.ropeSin, dataType: F, shape: ['batch', 1, 'new', Dh] });
-  if (media.images) {
-    if (!cfg.vision) throw new Error('a graph with images needs a vision encoder in the model config');
-    inputs.push({ name: GRAPH_NAMES.images, dataType: F, shape: ['images', 'patches', cfg.vision.patchSize * cfg.vision.patchSize * 3] });
-  }
-  if (media.audio) {
-    if (!cfg.audio) throw new Error('a graph with audio needs an audio encoder in the model config');
-    inputs.push({ name: GRAPH_NAMES.audio, dataType: F, shape: ['clips', 'frames', cfg.audio.nMels] });
-  }
-  const withMedia = media.images || media.audio;
-  if (withMedia) inputs.push({ name: GRAPH_NAMES.embeddingIndex, dataType: I, shape: ['batch', 'new'] });
+  const mediaInputs = addMediaInputs(cfg, media, inputs);
   const weights: Record<string, string> = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.name]));
   const out = forward(b, cfg, weights, {
     tokens: GRAPH_NAMES.tokens,
     positions: GRAPH_NAMES.positions,
     attentionBias: GRAPH_NAMES.attentionBias,
     ...(llama ? { rope: { cos: GRAPH_NAMES.ropeCos, sin: GRAPH_NAMES.ropeSin } } : {}),
-    ...(withMedia
-      ? { media: { embeddingIndex: GRAPH_NAMES.embeddingIndex, ...(media.images ? { images: GRAPH_NAMES.images } : {}), ...(media.audio ? { audio: GRAPH_NAMES.audio } : {}) } }
-      : {}),
+    ...(mediaInputs ? { media: mediaInputs } : {}),
   });
   b.rename(out.logits, GRAPH_NAMES.logits);
   return { name: 'relax_policy_forward', nodes: b.nodes, inputs, outputs: [{ name: GRAPH_NAMES.logits, dataType: F, shape: ['batch', 'new', cfg.vocabSize] }] };
 }
 
-export function buildForwardModel(cfg: ModelConfig, media: { images?: boolean; audio?: boolean } = {}): Uint8Array {
+export function buildForwardModel(cfg: ModelConfig, media: GraphMedia = {}): Uint8Array {
   return encodeOnnxModel(buildForwardGraph(cfg, media), ONNX_OPSET);
 }

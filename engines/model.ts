@@ -234,7 +234,7 @@ export function loraParameterSpec(cfg: ModelConfig): ParameterSpec[] {
 /** Every parameter of the model, in a fixed order (the order of checkpoint files and graph inputs). */
 export function parameterSpec(cfg: ModelConfig): ParameterSpec[] {
   // The encoders' parameters come after the language model's (existing checkpoints keep their order);
-  // with LoRA they are frozen with the rest of the base (choosing trained parts is not done yet).
+  // with LoRA they are frozen with the rest of the base (selectedParameterSpec chooses trained parts).
   if (cfg.architecture === 'llama') {
     const base = [...llamaParameterSpec(cfg), ...encoderParameterSpec(cfg)];
     if (!cfg.lora) return base;
@@ -268,6 +268,38 @@ export function gptBlockParameters(p: string, D: number, F: number, residualStd:
 /** The parameters the optimizer updates and a published version holds: the adapters with LoRA, else all. */
 export function trainableParameterSpec(cfg: ModelConfig): ParameterSpec[] {
   return parameterSpec(cfg).filter((p) => !p.frozen);
+}
+
+/** The parts of a model that train separately (TrainerOptions.trainable); a run config validates against this list. */
+export const TRAINABLE_PARTS = ['language_model', 'vision_encoder', 'vision_projector', 'audio_encoder', 'audio_projector'] as const;
+export type TrainablePart = (typeof TRAINABLE_PARTS)[number];
+
+/** The part a parameter belongs to: an encoder's projector (`vision.proj.*`), the rest of its encoder, else the language model (LoRA adapters included). */
+export function parameterPart(name: string): TrainablePart {
+  for (const kind of ['vision', 'audio'] as const) {
+    if (name.startsWith(`${kind}.`)) return name.startsWith(`${kind}.proj.`) ? `${kind}_projector` : `${kind}_encoder`;
+  }
+  return 'language_model';
+}
+
+/**
+ * The parameters trained when only `parts` train (default: every part, i.e. trainableParameterSpec).
+ * Throws, naming the part, for an unknown part, one the model does not have, and (with LoRA, whose
+ * frozen base includes the encoders) an encoder part; and for an empty list.
+ */
+export function selectedParameterSpec(cfg: ModelConfig, parts?: readonly string[]): ParameterSpec[] {
+  const trainable = trainableParameterSpec(cfg);
+  if (parts === undefined) return trainable;
+  if (parts.length === 0) throw new Error(`trainable is empty: list at least one of ${TRAINABLE_PARTS.join(', ')}`);
+  const all = new Set(parameterSpec(cfg).map((p) => parameterPart(p.name)));
+  const trained = new Set(trainable.map((p) => parameterPart(p.name)));
+  for (const part of parts) {
+    if (!(TRAINABLE_PARTS as readonly string[]).includes(part)) throw new Error(`trainable: unknown part "${part}"; the parts are ${TRAINABLE_PARTS.join(', ')}`);
+    const encoder = part.startsWith('vision') ? 'vision' : 'audio';
+    if (!all.has(part as TrainablePart)) throw new Error(`trainable: the model has no ${part} (add model.${encoder} or remove "${part}")`);
+    if (!trained.has(part as TrainablePart)) throw new Error(`trainable: ${part} cannot train with LoRA (model.lora freezes the whole base, encoders included); remove "${part}" or train without LoRA`);
+  }
+  return trainable.filter((p) => parts.includes(parameterPart(p.name)));
 }
 
 function gptParameterSpec(cfg: ModelConfig): ParameterSpec[] {

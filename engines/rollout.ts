@@ -8,6 +8,11 @@
 // trainer computes (Trainer.logprobs) and what RL ratios and KL need. Temperature, top-p and top-k
 // only shape exploration; the log-probs of the distribution actually sampled from are returned
 // separately as `samplingLogprobs` for anyone who wants to correct for that.
+//
+// Media: a prompt may come with images and audio clips (SequenceMedia, processed for the model's
+// encoders), its tokens holding each medium as a run of placeholder tokens. A batch with media runs
+// a prefill graph that also takes the media inputs, one per combination of kinds, built on first
+// use; the encoders' embeddings then sit in the key/value cache, so decoding is the same as for text.
 import * as ort from 'onnxruntime-node';
 import { onnxRuntimeInfo } from './backends';
 import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
@@ -15,7 +20,13 @@ import type { Device } from './device';
 import { mixSeed, seededRandom } from '../config/seeds';
 import { attentionBias, checkWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { transpose2d } from './hf-checkpoint';
-import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead } from './model-onnx';
+import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead, type GraphMedia } from './model-onnx';
+import { batchMediaInputs, placeholderIds, type SequenceMedia } from './media/model-inputs';
+import { checkPromptMedia, mediaFeeds } from './rollout-media';
+import { argmax, checkSamplingParams, logSoftmax, sampleToken } from './rollout-sampling';
+
+// The sampler, re-exported for the callers that import it from here.
+export { sampleToken } from './rollout-sampling';
 
 export interface SamplingParams {
   /** Stop after this many new tokens (finish reason 'length'). */
@@ -94,83 +105,6 @@ interface Row {
   rand: () => number;
 }
 
-function checkSamplingParams(p: SamplingParams, vocabSize: number): void {
-  const fail = (field: string, why: string) => {
-    throw new Error(`sampling params: ${field} ${why}`);
-  };
-  if (!Number.isInteger(p.maxNewTokens) || p.maxNewTokens < 1) fail('maxNewTokens', `must be an integer >= 1, got ${p.maxNewTokens}`);
-  if (p.temperature !== undefined && !(p.temperature >= 0 && Number.isFinite(p.temperature))) fail('temperature', `must be a finite number >= 0, got ${p.temperature}`);
-  if (p.topP !== undefined && !(p.topP > 0 && p.topP <= 1)) fail('topP', `must be in (0, 1], got ${p.topP}`);
-  if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) fail('topK', `must be an integer >= 0, got ${p.topK}`);
-  for (const t of p.stopTokens ?? []) {
-    if (!Number.isInteger(t) || t < 0 || t >= vocabSize) fail('stopTokens', `contains ${t}, not a token id of this ${vocabSize}-token vocabulary`);
-  }
-  if (p.seed !== undefined && !Number.isInteger(p.seed)) fail('seed', `must be an integer, got ${p.seed}`);
-}
-
-/** log-softmax of one row of logits, in float64. */
-function logSoftmax(logits: Float32Array, offset: number, V: number, temperature = 1): Float64Array {
-  const out = new Float64Array(V);
-  let max = -Infinity;
-  for (let v = 0; v < V; v++) max = Math.max(max, logits[offset + v] / temperature);
-  let sum = 0;
-  for (let v = 0; v < V; v++) sum += Math.exp(logits[offset + v] / temperature - max);
-  const logSum = Math.log(sum) + max;
-  for (let v = 0; v < V; v++) out[v] = logits[offset + v] / temperature - logSum;
-  return out;
-}
-
-function argmax(logits: Float32Array, offset: number, V: number): number {
-  let best = 0;
-  for (let v = 1; v < V; v++) if (logits[offset + v] > logits[offset + best]) best = v;
-  return best;
-}
-
-/**
- * Draws a token from softmax(logits / temperature) restricted to the top-k tokens, then to the
- * nucleus (smallest most-likely prefix whose renormalized mass reaches topP); returns it with its
- * log-probability under that restricted distribution. topK 0 / topP 1 disable the restrictions.
- */
-export function sampleToken(logits: Float32Array, offset: number, V: number, temperature: number, topK: number, topP: number, rand: () => number, logSoftmaxAtTemperature?: Float64Array): { token: number; logq: number } {
-  const logq = logSoftmaxAtTemperature ?? logSoftmax(logits, offset, V, temperature);
-  if (topK === 0 && topP >= 1) {
-    // No truncation: draw from the whole distribution in one pass (large vocabularies).
-    let u = rand();
-    for (let v = 0; v < V; v++) {
-      u -= Math.exp(logq[v]);
-      if (u < 0) return { token: v, logq: logq[v] };
-    }
-    let last = V - 1;
-    while (last > 0 && !(logq[last] > -Infinity)) last--;
-    return { token: last, logq: logq[last] };
-  }
-  let order = Array.from({ length: V }, (_, v) => v);
-  if (topK > 0 || topP < 1) {
-    order.sort((a, b) => logq[b] - logq[a] || a - b);
-    if (topK > 0) order = order.slice(0, topK);
-    if (topP < 1) {
-      // Nucleus over the top-k survivors, renormalized (top-k first, then top-p, as HF does).
-      const survivors = order.reduce((m, v) => m + Math.exp(logq[v]), 0);
-      let mass = 0;
-      let keep = 0;
-      while (keep < order.length && mass < topP * survivors) mass += Math.exp(logq[order[keep++]]);
-      order = order.slice(0, Math.max(1, keep));
-    }
-  }
-  let total = 0;
-  for (const v of order) total += Math.exp(logq[v]);
-  let u = rand() * total;
-  let token = order[order.length - 1];
-  for (const v of order) {
-    u -= Math.exp(logq[v]);
-    if (u < 0) {
-      token = v;
-      break;
-    }
-  }
-  return { token, logq: logq[token] - Math.log(total) };
-}
-
 /** Keeps the rows `keep` (indices into the batch) of a [B, ...] float tensor. */
 function selectRows(t: ort.Tensor, keep: number[]): ort.Tensor {
   const dims = t.dims as number[];
@@ -185,13 +119,20 @@ export class RolloutEngine {
   private policy: LoadedPolicy | undefined;
   /** LoRA: the frozen base weights every version shares (setFrozenWeights). */
   private frozen: Record<string, ort.Tensor> = {};
+  /** Prefill sessions with media inputs, by combination of kinds ('images', 'audio', 'images+audio'), opened on first use. */
+  private readonly mediaPrefill = new Map<string, Promise<ort.InferenceSession>>();
+  /** The media placeholder token ids (never sampled). */
+  private readonly placeholders: number[];
 
   private constructor(
     readonly model: ModelConfig,
     private readonly prefill: ort.InferenceSession,
     private readonly decode: ort.InferenceSession,
     private readonly maxBatchSize: number,
-  ) {}
+    private readonly sessionOptions: ort.InferenceSession.SessionOptions,
+  ) {
+    this.placeholders = Object.values(placeholderIds(model));
+  }
 
   /** Builds the prefill and decode graphs for `model` and opens one ONNX Runtime session for each. */
   static async create(model: ModelConfig, options: RolloutEngineOptions = {}): Promise<RolloutEngine> {
@@ -207,7 +148,20 @@ export class RolloutEngine {
       ort.InferenceSession.create(buildGenerationModel(model, false), sessionOptions),
       ort.InferenceSession.create(buildGenerationModel(model, true), sessionOptions),
     ]);
-    return new RolloutEngine(model, prefill, decode, options.maxBatchSize ?? 64);
+    return new RolloutEngine(model, prefill, decode, options.maxBatchSize ?? 64, sessionOptions);
+  }
+
+  /** The prefill session that takes `media`'s kinds as inputs (built and opened once per combination). */
+  private mediaPrefillSession(media: GraphMedia): Promise<ort.InferenceSession> {
+    const key = [media.images ? 'images' : '', media.audio ? 'audio' : ''].filter(Boolean).join('+');
+    let session = this.mediaPrefill.get(key);
+    if (!session) {
+      session = ort.InferenceSession.create(buildGenerationModel(this.model, false, media), this.sessionOptions);
+      // A failed build is not cached: the next batch with these media tries again.
+      session.catch(() => this.mediaPrefill.delete(key));
+      this.mediaPrefill.set(key, session);
+    }
+    return session;
   }
 
   /** The policy version generate() will use, or undefined before any weights are loaded. */
@@ -274,8 +228,12 @@ export class RolloutEngine {
     return info;
   }
 
-  /** Generates one sample per prompt (token ids), in prompt order. */
-  async generate(prompts: ReadonlyArray<readonly number[]>, params: SamplingParams): Promise<GeneratedSample[]> {
+  /**
+   * Generates one sample per prompt (token ids), in prompt order. `media[i]`, when given, holds
+   * prompts[i]'s processed images and clips (engines/media/model-inputs.ts), each already expanded
+   * in the prompt's tokens to its run of placeholder tokens (expandMediaTokens).
+   */
+  async generate(prompts: ReadonlyArray<readonly number[]>, params: SamplingParams, media?: ReadonlyArray<SequenceMedia | undefined>): Promise<GeneratedSample[]> {
     const policy = this.policy;
     if (!policy) throw new Error('rollout engine has no policy weights: call setWeights() or loadCheckpoint() first');
     checkSamplingParams(params, this.model.vocabSize);
@@ -286,15 +244,17 @@ export class RolloutEngine {
       const bad = p.find((t) => !Number.isInteger(t) || t < 0 || t >= this.model.vocabSize);
       if (bad !== undefined) throw new Error(`prompt ${i} contains token ${bad}, outside the vocabulary [0, ${this.model.vocabSize})`);
     });
+    if (media) checkPromptMedia(this.model, prompts, media);
     const results: GeneratedSample[] = [];
     for (let start = 0; start < prompts.length; start += this.maxBatchSize) {
       const chunk = prompts.slice(start, start + this.maxBatchSize);
-      results.push(...(await this.generateBatch(params.followUpdates ? (this.policy as LoadedPolicy) : policy, chunk, start, params)));
+      const chunkMedia = media?.slice(start, start + this.maxBatchSize);
+      results.push(...(await this.generateBatch(params.followUpdates ? (this.policy as LoadedPolicy) : policy, chunk, chunkMedia, start, params)));
     }
     return results;
   }
 
-  private async generateBatch(policy: LoadedPolicy, prompts: ReadonlyArray<readonly number[]>, firstIndex: number, params: SamplingParams): Promise<GeneratedSample[]> {
+  private async generateBatch(policy: LoadedPolicy, prompts: ReadonlyArray<readonly number[]>, media: ReadonlyArray<SequenceMedia | undefined> | undefined, firstIndex: number, params: SamplingParams): Promise<GeneratedSample[]> {
     const V = this.model.vocabSize;
     const C = this.model.contextLength;
     const greedy = params.greedy === true || params.temperature === 0;
@@ -322,12 +282,16 @@ export class RolloutEngine {
       prompts[r.sample].forEach((t, j) => (tokens[b * width + r.padding + j] = t));
       for (let s = r.padding; s < width; s++) positions[b * width + s] = s - r.padding;
     });
-    let out = await this.prefill.run({
+    // With media: the embedding index is over the padded rows (each row's media start after its padding).
+    const batchMedia = media && batchMediaInputs(this.model, rows.map((r) => ({ tokens: prompts[r.sample], media: media[r.sample], offset: r.padding })), width);
+    const prefill = batchMedia ? await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined }) : this.prefill;
+    let out = await prefill.run({
       ...policy.feeds,
       [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [B, width]),
       [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [B, width]),
       ...this.ropeFeeds(positions, B, width),
       [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(B, width, 0, (b, s) => s < rows[b].padding), [B, 1, width, width]),
+      ...(batchMedia ? mediaFeeds(batchMedia, B, width) : {}),
     });
     let cacheLength = width;
     // The version whose weights computed `out` (changes mid-call only with followUpdates).
@@ -341,10 +305,13 @@ export class RolloutEngine {
       rows.forEach((r, b) => {
         const offset = b * V;
         const policyLogq = logSoftmax(logits, offset, V);
+        // Media placeholders are never generated (they would stand for media nobody gave): they are
+        // masked out of what is sampled from; `logprobs` stay the policy's own, unmasked.
+        for (const id of this.placeholders) logits[offset + id] = -Infinity;
         let token: number;
         let logq = 0;
         if (greedy) token = argmax(logits, offset, V);
-        else ({ token, logq } = sampleToken(logits, offset, V, temperature, params.topK ?? 0, params.topP ?? 1, r.rand, temperature === 1 ? policyLogq : undefined));
+        else ({ token, logq } = sampleToken(logits, offset, V, temperature, params.topK ?? 0, params.topP ?? 1, r.rand, temperature === 1 && this.placeholders.length === 0 ? policyLogq : undefined));
         r.generated.push(token);
         r.logprobs.push(policyLogq[token]);
         r.samplingLogprobs.push(logq);
@@ -392,6 +359,8 @@ export class RolloutEngine {
   }
 
   async release(): Promise<void> {
-    await Promise.all([this.prefill.release(), this.decode.release()]);
+    const media = await Promise.allSettled(this.mediaPrefill.values());
+    this.mediaPrefill.clear();
+    await Promise.all([this.prefill.release(), this.decode.release(), ...media.map((s) => (s.status === 'fulfilled' ? s.value.release() : undefined))]);
   }
 }

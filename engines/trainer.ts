@@ -8,23 +8,32 @@
 // n - 1 entries in that order. Log-probs are the policy's own, at temperature 1 (the rollout
 // engine's `logprobs` follow the same rule, so the two agree).
 //
+// Images and audio: a TrainSequence may carry its processed media (engines/media/model-inputs.ts),
+// each medium a run of its placeholder token in `tokens`; the encoders run inside the forward pass,
+// so their parameters train with the rest. TrainerOptions.trainable picks the parts that train
+// (language model, each encoder, each projector); the others are held as constants.
+//
 // The event loop: one micro-batch's forward + backward is synchronous tfjs work; between micro-batches
 // (and before the update) the trainer yields with setImmediate, so a Temporal worker in the same
 // process keeps heartbeating during a step. Pick microBatchSize to bound the longest blocking stretch.
 //
-// Over 400 lines because the trainer is one stateful object (variables, AdamW moments, schedule)
-// whose parts (padding, micro-batched accumulation, clipping, the update, optimizer-state export)
-// all work on that state; splitting it would pass its internals between files.
+// Over 400 lines because the trainer is one stateful object (variables, held constants, AdamW
+// moments, schedule) whose parts (micro-batched accumulation, clipping, the update, weight and
+// optimizer-state export) all work on that state; splitting it would pass its internals between
+// files. Padding and the batch arrays, which need none of it, are in engines/trainer-batch.ts.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
-import { attentionBias, checkWeights, forward, fuseFrozenProjections, initWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
+import { attentionBias, checkWeights, forward, fuseFrozenProjections, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
 import { BucketedAdamW, type AdamWOptions } from './adamw';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
 import { aggregateLoss, entropyFromLogSoftmax, klLoss, targetLogprobs, tokenLogprobs, vocabLogSoftmax } from './rl/losses';
 import type { GeneratedSample } from './rollout';
+import type { SequenceMedia } from './media/model-inputs';
+import { columnsFrom, firstLossColumn, mediaTensors, padBatch } from './trainer-batch';
 
 export type { AdamWOptions } from './adamw';
+export { TRAINABLE_PARTS, type TrainablePart } from './model';
 import { decodeSafetensors, encodeSafetensors, type NamedTensor } from './safetensors';
 
 /** One training sequence. Per-token arrays have tokens.length - 1 entries (see the file comment). */
@@ -39,7 +48,12 @@ export interface TrainSequence {
   oldLogprobs?: ArrayLike<number>;
   /** Log-probs of the targets under the frozen reference policy. */
   refLogprobs?: ArrayLike<number>;
+  /** The sequence's images and clips, processed for the model's encoders, in order of their placeholder runs in `tokens`. */
+  media?: SequenceMedia;
 }
+
+/** A sequence to score (Trainer.logprobs): its tokens, or its tokens with their media. */
+export type ScoredSequence = ArrayLike<number> | { tokens: ArrayLike<number>; media?: SequenceMedia };
 
 /**
  * The TrainSequence of a rollout sample: prompt + generated tokens, loss on the generated targets,
@@ -48,7 +62,14 @@ export interface TrainSequence {
 export function trainSequenceFromSample(
   prompt: readonly number[],
   sample: Pick<GeneratedSample, 'tokens' | 'logprobs'>,
-  extra: { advantage?: number; refLogprobs?: ArrayLike<number>; /** Per response token (0: not trained on, e.g. tool output); default all 1. */ lossMask?: ArrayLike<number> } = {},
+  extra: {
+    advantage?: number;
+    refLogprobs?: ArrayLike<number>;
+    /** Per response token (0: not trained on, e.g. tool output); default all 1. */
+    lossMask?: ArrayLike<number>;
+    /** The media of the prompt's (and any observation's) placeholder runs. */
+    media?: SequenceMedia;
+  } = {},
 ): TrainSequence {
   const tokens = [...prompt, ...sample.tokens];
   const lossMask = new Float32Array(tokens.length - 1);
@@ -60,7 +81,14 @@ export function trainSequenceFromSample(
     lossMask[prompt.length - 1 + j] = extra.lossMask ? extra.lossMask[j] : 1;
     oldLogprobs[prompt.length - 1 + j] = sample.logprobs[j];
   });
-  return { tokens, lossMask, oldLogprobs, ...(extra.advantage !== undefined ? { advantages: extra.advantage } : {}), ...(extra.refLogprobs ? { refLogprobs: extra.refLogprobs } : {}) };
+  return {
+    tokens,
+    lossMask,
+    oldLogprobs,
+    ...(extra.advantage !== undefined ? { advantages: extra.advantage } : {}),
+    ...(extra.refLogprobs ? { refLogprobs: extra.refLogprobs } : {}),
+    ...(extra.media ? { media: extra.media } : {}),
+  };
 }
 
 /** What a loss sees for one micro-batch; all [B, T] tensors are aligned with the targets. */
@@ -127,6 +155,12 @@ export interface TrainerOptions {
   microBatchTokens?: number;
   /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
   loraDropout?: number;
+  /**
+   * The parts that train (TRAINABLE_PARTS); default all. The others are held as constants: no
+   * variables, optimizer state or gradients, yet exportWeights still returns them (unchanged). With
+   * LoRA, 'language_model' is the adapters, and the encoders are frozen with the base.
+   */
+  trainable?: readonly TrainablePart[];
 }
 
 export interface TrainStepMetrics {
@@ -227,48 +261,17 @@ function checkOptions(o: TrainerOptions): void {
   }
 }
 
-interface PaddedBatch {
-  B: number;
-  /** Padded input length = targets per row. */
-  T: number;
-  inputs: Int32Array;
-  targets: Int32Array;
-  mask: Float32Array;
-  oldLogprobs?: Float32Array;
-  refLogprobs?: Float32Array;
-  advantages?: Float32Array;
-  lossTokens: number;
-  sequencesWithLoss: number;
-}
-
-/** The first target column with a loss token in any row of the batch (0 when none). */
-function firstLossColumn(batch: PaddedBatch): number {
-  let first = batch.T;
-  for (let b = 0; b < batch.B; b++) {
-    for (let t = 0; t < first; t++) {
-      if (batch.mask[b * batch.T + t] !== 0) {
-        first = t;
-        break;
-      }
-    }
-  }
-  return first === batch.T ? 0 : first;
-}
-
-/** Columns from..T-1 of a row-major [B, T] array. */
-function columnsFrom<A extends Float32Array | Int32Array>(values: A, B: number, T: number, from: number): A {
-  if (from === 0) return values;
-  const out = new (values.constructor as new (n: number) => A)(B * (T - from));
-  for (let b = 0; b < B; b++) out.set(values.subarray(b * T + from, (b + 1) * T), b * (T - from));
-  return out;
-}
-
 export class Trainer {
   readonly model: ModelConfig;
-  /** The trained parameters (with LoRA: the adapters only). */
+  /** The trained parameters (with LoRA: the adapters only; without the parts options.trainable leaves out). */
   private readonly variables: Map<string, tf.Variable>;
-  /** LoRA: the frozen base weights (plus a tied embedding's transpose, computed once). */
+  /**
+   * The constant weights: a LoRA base, and the parts options.trainable leaves out (plus a tied
+   * embedding's transpose, computed once, and fused projections).
+   */
   private readonly frozen = new Map<string, tf.Tensor>();
+  /** The parts left out of options.trainable, as given (exportWeights returns them; `frozen` may hold them fused or blocked). */
+  private readonly held = new Map<string, Float32Array>();
   /** wasm: the row blocks frozen projections are multiplied by (their whole tensors are disposed). */
   private readonly frozenBlocks: tf.Tensor[] = [];
   private readonly loraDropout: number;
@@ -296,22 +299,27 @@ export class Trainer {
     if (backend === 'wasm') registerWasmTrainingKernels();
     this.ops = createTfjsOps({ explicitTransposeGrad: backend === 'wasm' });
     Trainer.instances += 1;
+    const trained = selectedParameterSpec(this.model, options.trainable);
+    const isTrained = new Set(trained.map((p) => p.name));
     this.variables = new Map(
-      trainableParameterSpec(this.model).map((p) => {
+      trained.map((p) => {
         const initial = tf.tensor(weights[p.name], p.shape, 'float32');
         const variable = tf.variable(initial, true, `trainer${Trainer.instances}/${p.name}`);
         initial.dispose();
         return [p.name, variable];
       }),
     );
-    const trainable = trainableParameterSpec(this.model);
     this.adamw = new BucketedAdamW(
-      trainable.map((p) => ({ name: p.name, variable: this.variables.get(p.name)!, decayed: p.shape.length >= 2 })),
+      trained.map((p) => ({ name: p.name, variable: this.variables.get(p.name)!, decayed: p.shape.length >= 2 })),
       this.optimizer,
     );
-    for (const p of parameterSpec(this.model).filter((q) => q.frozen)) this.frozen.set(p.name, tf.tensor(weights[p.name], p.shape, 'float32'));
+    for (const p of parameterSpec(this.model).filter((q) => !isTrained.has(q.name))) {
+      if (!p.frozen) this.held.set(p.name, weights[p.name].slice());
+      this.frozen.set(p.name, tf.tensor(weights[p.name], p.shape, 'float32'));
+    }
     if (this.model.tieEmbeddings && this.frozen.has('tok_emb.weight')) this.frozen.set('lm_head.weight', tf.transpose(this.frozen.get('tok_emb.weight')!));
-    // A LoRA base: frozen q/k/v (and gate/up) of a layer become one wider matmul (engines/model.ts projectAll).
+    // A LoRA base (or a language model held constant): frozen q/k/v (and gate/up) of a layer become
+    // one wider matmul (engines/model.ts projectAll).
     const { fused, replaced } = fuseFrozenProjections(this.model, this.frozen, (ws) => tf.concat(ws, ws[0].rank - 1));
     for (const name of replaced) {
       this.frozen.get(name)!.dispose();
@@ -322,7 +330,8 @@ export class Trainer {
       // Frozen projections multiply block by block on wasm (engines/model-tfjs.ts blockFrozenWeight);
       // the whole matrix is then no longer read, so only its blocks stay on the heap.
       for (const [name, w] of this.frozen) {
-        if (name === 'tok_emb.weight') continue;
+        // Embedding tables are gathered from (or sliced), not multiplied: they stay whole.
+        if (name === 'tok_emb.weight' || name.endsWith('pos_emb.weight')) continue;
         const blocks = blockFrozenWeight(w);
         if (blocks.length === 0) continue;
         this.frozenBlocks.push(...blocks);
@@ -338,6 +347,11 @@ export class Trainer {
   static create(options: TrainerOptions): Trainer {
     parseModelConfig(options.model);
     checkOptions(options);
+    try {
+      selectedParameterSpec(options.model, options.trainable);
+    } catch (err) {
+      throw new Error(`trainer options: ${(err as Error).message}`);
+    }
     let weights = options.weights ?? initWeights(options.model, options.seed ?? 0);
     if (options.model.lora && options.weights) {
       // Base weights given without adapters: fresh adapters (B = 0, so the model starts as the base).
@@ -355,22 +369,35 @@ export class Trainer {
   }
 
   /**
-   * A copy of the trained weights (never aliasing backend storage, so callers may keep or modify
-   * it): every parameter, or with LoRA the adapters only (what a published version holds).
+   * A copy of the weights (never aliasing backend storage, so callers may keep or modify it): every
+   * parameter, or with LoRA the adapters only (what a published version holds). Parts held constant
+   * (options.trainable) are included, unchanged.
    */
   async exportWeights(): Promise<PolicyWeights> {
     const out: PolicyWeights = {};
-    for (const [name, v] of this.variables) out[name] = ((await v.data()) as Float32Array).slice();
+    for (const p of trainableParameterSpec(this.model)) {
+      const v = this.variables.get(p.name);
+      out[p.name] = v ? ((await v.data()) as Float32Array).slice() : this.held.get(p.name)!.slice();
+    }
     return out;
   }
 
-  /** Replaces the trained weights (e.g. from a checkpoint; with LoRA the adapters); optimizer state is kept. */
+  /**
+   * Replaces the trained weights (e.g. from a checkpoint; with LoRA the adapters); optimizer state is
+   * kept. The parts held constant must come back as they are: changing them needs a new trainer.
+   */
   loadWeights(weights: PolicyWeights): void {
     const trainable = trainableParameterSpec(this.model);
     const only = Object.fromEntries(trainable.map((p) => [p.name, weights[p.name]]).filter(([, w]) => w !== undefined));
     checkWeights(this.model, only, undefined, 'trainable');
-    for (const p of trainable) {
-      tf.tidy(() => this.variables.get(p.name)!.assign(tf.tensor(weights[p.name], p.shape, 'float32')));
+    for (const [name, values] of this.held) {
+      if (weights[name].some((x, i) => x !== values[i])) {
+        throw new Error(`loadWeights: "${name}" differs from the value this trainer holds constant (its ${parameterPart(name)} is not in options.trainable); create a new Trainer to change it`);
+      }
+    }
+    for (const [name, variable] of this.variables) {
+      const shape = variable.shape;
+      tf.tidy(() => variable.assign(tf.tensor(weights[name], shape, 'float32')));
     }
   }
 
@@ -383,9 +410,12 @@ export class Trainer {
     return { ...Object.fromEntries(this.frozen), ...Object.fromEntries(this.variables) };
   }
 
-  /** [B, T, V] logits for [B, T] int32 inputs, positions 0..T-1 and a causal mask. */
-  /** Logits for positions `from`.. only when given (the targets before it carry no loss). */
-  private logits(inputs: tf.Tensor2D, training = false, from = 0): tf.Tensor3D {
+  /**
+   * [B, T, V] logits for [B, T] int32 inputs, positions 0..T-1 and a causal mask; for positions
+   * `from`.. only when given (the targets before it carry no loss). `media`: the batch's images and
+   * clips (mediaTensors), whose embeddings replace their placeholder positions.
+   */
+  private logits(inputs: tf.Tensor2D, training = false, from = 0, media?: MediaInputs<tf.Tensor>): tf.Tensor3D {
     const [B, T] = inputs.shape;
     const positions = tf.tile(tf.range(0, T, 1, 'int32').reshape([1, T]), [B, 1]);
     const bias = tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]);
@@ -396,96 +426,40 @@ export class Trainer {
       rope = { cos: tf.tensor(tables.cos, [1, 1, T, Dh]), sin: tf.tensor(tables.sin, [1, 1, T, Dh]) };
     }
     const loraInput = training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
-    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput, logitsFrom: from }).logits as tf.Tensor3D;
-  }
-
-  private pad(sequences: readonly TrainSequence[], withLoss: boolean): PaddedBatch {
-    const C = this.model.contextLength;
-    sequences.forEach((s, i) => {
-      if (s.tokens.length < 2) throw new Error(`sequence ${i} has ${s.tokens.length} tokens: it needs at least 2 (one input, one target)`);
-      if (s.tokens.length > C) throw new Error(`sequence ${i} has ${s.tokens.length} tokens, more than the model's context of ${C}`);
-      for (let j = 0; j < s.tokens.length; j++) {
-        const t = s.tokens[j];
-        if (!Number.isInteger(t) || t < 0 || t >= this.model.vocabSize) throw new Error(`sequence ${i} token ${j} is ${t}, outside the vocabulary [0, ${this.model.vocabSize})`);
-      }
-      if (!withLoss) return;
-      const n = s.tokens.length - 1;
-      const fields: Array<[string, ArrayLike<number> | number | undefined]> = [['lossMask', s.lossMask], ['oldLogprobs', s.oldLogprobs], ['refLogprobs', s.refLogprobs], ['advantages', s.advantages]];
-      for (const [field, arr] of fields) {
-        if (arr !== undefined && typeof arr !== 'number' && arr.length !== n) {
-          throw new Error(`sequence ${i}: ${field} has ${arr.length} entries, expected ${n} (one per target = tokens.length - 1)`);
-        }
-      }
-      for (const field of ['oldLogprobs', 'refLogprobs', 'advantages'] as const) {
-        if ((s[field] === undefined) !== (sequences[0][field] === undefined)) {
-          throw new Error(`sequence ${i}: ${field} is ${s[field] === undefined ? 'missing' : 'present'} but sequence 0 ${sequences[0][field] === undefined ? 'lacks it' : 'has it'}; give it for all sequences or none`);
-        }
-      }
-    });
-    const B = sequences.length;
-    const T = Math.max(...sequences.map((s) => s.tokens.length)) - 1;
-    const first = sequences[0];
-    const batch: PaddedBatch = {
-      B,
-      T,
-      inputs: new Int32Array(B * T),
-      targets: new Int32Array(B * T),
-      mask: new Float32Array(B * T),
-      oldLogprobs: withLoss && first.oldLogprobs ? new Float32Array(B * T) : undefined,
-      refLogprobs: withLoss && first.refLogprobs ? new Float32Array(B * T) : undefined,
-      advantages: withLoss && first.advantages !== undefined ? new Float32Array(B * T) : undefined,
-      lossTokens: 0,
-      sequencesWithLoss: 0,
-    };
-    sequences.forEach((s, b) => {
-      const n = s.tokens.length - 1;
-      let tokensWithLoss = 0;
-      for (let t = 0; t < n; t++) {
-        const k = b * T + t;
-        batch.inputs[k] = s.tokens[t];
-        batch.targets[k] = s.tokens[t + 1];
-        if (!withLoss) continue;
-        const m = s.lossMask[t];
-        if (m !== 0 && m !== 1) throw new Error(`sequence ${b}: lossMask[${t}] is ${m}; the loss mask holds only 0 and 1`);
-        batch.mask[k] = m;
-        tokensWithLoss += m;
-        if (batch.oldLogprobs) batch.oldLogprobs[k] = s.oldLogprobs![t];
-        if (batch.refLogprobs) batch.refLogprobs[k] = s.refLogprobs![t];
-        if (batch.advantages) batch.advantages[k] = typeof s.advantages === 'number' ? s.advantages : s.advantages![t];
-      }
-      batch.lossTokens += tokensWithLoss;
-      if (tokensWithLoss > 0) batch.sequencesWithLoss += 1;
-    });
-    return batch;
+    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput, logitsFrom: from, media }).logits as tf.Tensor3D;
   }
 
   /**
    * Log-probs of every target of each sequence under the current weights (reference policy, old
-   * log-probs): row i has tokens.length - 1 entries.
+   * log-probs): row i has tokens.length - 1 entries. A sequence is its tokens, or its tokens and media.
    */
-  async logprobs(sequences: ReadonlyArray<ArrayLike<number>>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
+  async logprobs(sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
     const size = options.microBatchSize ?? this.microBatchSize;
     const out: Float32Array[] = [];
     for (let start = 0; start < sequences.length; start += size) {
       if (start > 0) await yieldToEventLoop();
-      const chunk = sequences.slice(start, start + size);
-      const batch = this.pad(chunk.map((tokens) => ({ tokens, lossMask: [] })), false);
+      const chunk = sequences.slice(start, start + size).map((s) => ('tokens' in s ? s : { tokens: s }));
+      const batch = padBatch(this.model, chunk.map((s) => ({ ...s, lossMask: [] })), false);
       const lp = tf.tidy(() => {
         const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
         const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
-        return tokenLogprobs(this.logits(inputs), targets);
+        return tokenLogprobs(this.logits(inputs, false, 0, mediaTensors(batch)), targets);
       });
       const values = (await lp.data()) as Float32Array;
       lp.dispose();
-      chunk.forEach((tokens, b) => out.push(values.slice(b * batch.T, b * batch.T + tokens.length - 1)));
+      chunk.forEach((s, b) => out.push(values.slice(b * batch.T, b * batch.T + s.tokens.length - 1)));
     }
     return out;
   }
 
-  /** The logits [T, V] (row-major) of one sequence under the current weights (reference checks, exports). */
-  async forwardLogits(tokens: ArrayLike<number>): Promise<Float32Array> {
-    const batch = this.pad([{ tokens: [...Array.from(tokens), 0], lossMask: [] }], false);
-    const logits = tf.tidy(() => this.logits(tf.tensor2d(batch.inputs, [1, batch.T], 'int32')));
+  /** The logits [T, V] (row-major) of one sequence (and its media) under the current weights (reference checks, exports). */
+  async forwardLogits(tokens: ArrayLike<number>, media?: SequenceMedia): Promise<Float32Array> {
+    // One more token than the inputs, as a target to pad with: any id that is not a placeholder.
+    const placeholders = [this.model.vision?.tokenId, this.model.audio?.tokenId];
+    let extra = 0;
+    while (placeholders.includes(extra)) extra += 1;
+    const batch = padBatch(this.model, [{ tokens: [...Array.from(tokens), extra], lossMask: [], media }], false);
+    const logits = tf.tidy(() => this.logits(tf.tensor2d(batch.inputs, [1, batch.T], 'int32'), false, 0, mediaTensors(batch)));
     const values = (await logits.data()) as Float32Array;
     logits.dispose();
     return values;
@@ -509,11 +483,12 @@ export class Trainer {
 
   private async runStep(sequences: readonly TrainSequence[], loss: TrainingLoss): Promise<TrainStepMetrics> {
     const started = performance.now();
-    const full = this.pad(sequences, true);
+    const full = padBatch(this.model, sequences, true, false);
     if (full.lossTokens === 0) throw new Error('trainStep: no sequence has a loss token (every lossMask is all 0)');
     const totalWeight = loss.microBatchWeighting === 'tokens' ? full.lossTokens : full.sequencesWithLoss;
     const names = [...this.variables.keys()];
     const varList = names.map((n) => this.variables.get(n)!);
+    const parts = names.map(parameterPart);
     let grads: tf.Tensor[] | undefined;
     const sums: Record<string, number> = {};
     const weightOf: Record<string, number> = {};
@@ -533,7 +508,7 @@ export class Trainer {
       );
       for (const [k, indices] of plan.entries()) {
         if (k > 0) await yieldToEventLoop();
-        const mb = this.pad(indices.map((i) => sequences[i]), true);
+        const mb = padBatch(this.model, indices.map((i) => sequences[i]), true);
         const share = (loss.microBatchWeighting === 'tokens' ? mb.lossTokens : mb.sequencesWithLoss) / totalWeight;
         if (share === 0) continue;
         paddedTokens += mb.B * mb.T;
@@ -553,14 +528,21 @@ export class Trainer {
           refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
           advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
         };
+        const media = mediaTensors(mb);
+        const constants = [...Object.values(data), ...Object.values(media ?? {})].filter((t): t is tf.Tensor => t !== undefined);
+        // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
+        // projector's) when the micro-batch has that medium, the language model's always. The
+        // others get a zero gradient below (tf.variableGrads refuses a loss that reaches none).
+        const reaches = (part: TrainablePart) => part === 'language_model' || (part.startsWith('vision') ? mb.media?.images : mb.media?.audio) !== undefined;
+        const reached = varList.filter((_, i) => reaches(parts[i]));
         const lossMetrics: Record<string, tf.Scalar> = {};
         let keptLogprobs: tf.Tensor2D | undefined;
         let keptEntropy: tf.Tensor2D | undefined;
         let value: tf.Scalar;
         let g: tf.NamedTensorMap;
         try {
-          ({ value, grads: g } = tf.variableGrads(() => {
-            const logits = this.logits(data.inputs, true, from);
+          const microBatchLoss = () => {
+            const logits = this.logits(data.inputs, true, from, media);
             const logSoftmax = vocabLogSoftmax(logits);
             const logprobs = targetLogprobs(logSoftmax, data.targets);
             const entropy = entropyFromLogSoftmax(logSoftmax);
@@ -570,9 +552,10 @@ export class Trainer {
             keptLogprobs = tf.keep(logprobs);
             keptEntropy = tf.keep(entropy);
             return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
-          }, varList));
+          };
+          ({ value, grads: g } = reached.length > 0 ? tf.variableGrads(microBatchLoss, reached) : { value: tf.tidy(microBatchLoss), grads: {} });
         } catch (err) {
-          tf.dispose([...Object.values(data).filter((t): t is tf.Tensor2D => t !== undefined), ...Object.values(lossMetrics)]);
+          tf.dispose([...constants, ...Object.values(lossMetrics)]);
           throw err;
         }
         // The step's own metrics, off the tape, from the kept log-probs and entropy, and every scalar
@@ -594,9 +577,9 @@ export class Trainer {
           return tf.stack(scalars.map((t) => tf.reshape(t, [])));
         });
         const values = (await stacked.data()) as Float32Array;
-        tf.dispose([stacked, value, keptLogprobs!, keptEntropy!, ...Object.values(lossMetrics), ...Object.values(data).filter((t): t is tf.Tensor2D => t !== undefined)]);
+        tf.dispose([stacked, value, keptLogprobs!, keptEntropy!, ...Object.values(lossMetrics), ...constants]);
         const metric = Object.fromEntries(names.map((n, i) => [n, values[i]]));
-        const microGrads = varList.map((v) => g[v.name]);
+        const microGrads = varList.map((v) => g[v.name] ?? tf.zerosLike(v));
         if (!Number.isFinite(metric.loss)) {
           tf.dispose(microGrads);
           throw new NonFiniteUpdateError(
@@ -675,7 +658,8 @@ export class Trainer {
     const step = Number(file.metadata['relax.step']);
     if (!Number.isInteger(step) || step < 0) throw new Error(`optimizer state: metadata relax.step is ${file.metadata['relax.step']}, expected a step count`);
     const restored = new Map<string, { m: Float32Array; v: Float32Array }>();
-    for (const p of trainableParameterSpec(this.model)) {
+    // Moments of parts this trainer holds constant (options.trainable) are not read.
+    for (const p of trainableParameterSpec(this.model).filter((q) => this.variables.has(q.name))) {
       const m = file.tensors.get(`m.${p.name}`);
       const v = file.tensors.get(`v.${p.name}`);
       if (!m && !v) continue;

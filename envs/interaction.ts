@@ -3,11 +3,19 @@
 // rolled out by rollout/episodes.ts instead of single-turn generation: the policy's tokens are
 // trained on (loss mask 1), the environment's observations are context only (loss mask 0, no
 // log-probs), and the whole trajectory is one sample in the transfer queue.
-import type { TaskPrompt } from './task';
+import type { PromptMedium, TaskPrompt } from './task';
+
+/** An observation with images or audio: one medium per `<image>` / `<audio>` placeholder of its text, in order. */
+export interface Observation {
+  text: string;
+  media?: PromptMedium[];
+}
 
 export interface StepResult {
   /** What the policy sees next (ignored once the episode ends). */
   observation: string;
+  /** The images / audio of the observation's placeholders (they stay in the episode's context). */
+  media?: PromptMedium[];
   /** Reward for this turn; the sample's reward is the sum over turns. */
   reward: number;
   /** The episode reached an end state (solved, answered, failed for good). */
@@ -23,8 +31,11 @@ export interface StepResult {
 
 /** One episode's environment. Methods may be async. */
 export interface Environment {
-  /** Starts the episode for one prompt; returns the first observation (the policy's prompt text). */
-  reset(prompt: TaskPrompt): string | Promise<string>;
+  /**
+   * Starts the episode for one prompt; returns the first observation (the policy's prompt text). A
+   * string with placeholders takes the prompt's media; return an Observation to give other media.
+   */
+  reset(prompt: TaskPrompt): string | Observation | Promise<string | Observation>;
   /** The policy's turn, decoded with special tokens kept (a turn that ended on eos ends with it). */
   step(response: string): StepResult | Promise<StepResult>;
   close?(): void | Promise<void>;
@@ -53,6 +64,8 @@ export interface InteractionSpec {
 export interface DemonstrationSegment {
   text: string;
   policy: boolean;
+  /** The media of an environment segment's placeholders (the first observation's come from the prompt). */
+  media?: PromptMedium[];
   /** Close this policy turn with eos (a turn ending on a turn stop like "]" has it in `text`). */
   eos?: boolean;
 }

@@ -3,10 +3,12 @@ import { add2Task } from './add2';
 import { calculatorTask } from './calculator';
 import { gridworldTask } from './gridworld';
 import { guessNumberTask } from './guess-number';
+import { OMNI_TASKS } from './omni-tasks';
+import { zoomTask } from './zoom';
 import { isTaskModule, loadTaskModule } from './task-modules';
 import type { Task } from './task';
 
-const TASKS: ReadonlyMap<string, Task> = new Map([add2Task, calculatorTask, guessNumberTask, gridworldTask].map((t) => [t.name, t]));
+const TASKS: ReadonlyMap<string, Task> = new Map([add2Task, calculatorTask, guessNumberTask, gridworldTask, ...OMNI_TASKS, zoomTask].map((t) => [t.name, t]));
 
 export function taskNames(): string[] {
   return [...TASKS.keys()];

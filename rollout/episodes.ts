@@ -3,12 +3,17 @@
 // generation. The policy's tokens get loss mask 1 and their log-probs; the environment's
 // observations get loss mask 0 and log-prob 0 (they are context, not actions). The whole trajectory
 // is one sample: promptTokens = bos + the first observation, responseTokens = everything after.
+// Images and audio of observations (the first one's usually the prompt's) accumulate in the
+// episode's context: every turn is conditioned on all of them, their placeholder positions carry
+// loss mask 0 like any observation token, and the sample keeps their ids in order.
 import { episodeTurnSeed } from '../config/seeds';
 import type { RolloutEngine, SamplingParams } from '../engines/rollout';
 import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
-import type { Environment, InteractionSpec, StepResult } from '../envs/interaction';
-import type { Task, TaskPrompt } from '../envs/task';
+import type { SequenceMedia } from '../engines/media/model-inputs';
+import type { Environment, InteractionSpec, Observation, StepResult } from '../envs/interaction';
+import type { PromptMedium, Task, TaskPrompt } from '../envs/task';
 import { withTimeout } from '../envs/user-modules';
+import { mediaPromptsOf, type MediaPrompts } from './media-prompts';
 
 export type EpisodeEnd = 'terminated' | 'truncated' | 'max_turns' | 'context_full' | 'error';
 
@@ -33,6 +38,8 @@ export interface Episode {
   error: string | null;
   /** The whole transcript, specials kept (what a transcript-level reward module sees). */
   text: string;
+  /** The ids of the episode's media in placeholder order (prompt, then observations). */
+  mediaIds: string[];
 }
 
 export interface EpisodeOptions {
@@ -42,13 +49,29 @@ export interface EpisodeOptions {
   envSeed: number;
   /** Overrides the task's environment (a user class from env.module). */
   createEnv?: InteractionSpec['createEnv'];
+  /** Processes (and stores) observation media; default: the engine's in-memory cache. */
+  media?: MediaPrompts;
 }
 
 function checkStep(result: StepResult): StepResult {
   if (result === null || typeof result !== 'object') throw new Error(`step() returned ${String(result)}: return { observation, reward, terminated, truncated }`);
   if (typeof result.reward !== 'number' || !Number.isFinite(result.reward)) throw new Error(`step() returned reward ${String(result.reward)}: it must be a finite number`);
   if (typeof result.observation !== 'string') throw new Error(`step() returned observation ${String(result.observation)}: it must be a string ("" for none)`);
+  if (result.media !== undefined && !Array.isArray(result.media)) throw new Error('step() returned media that is not an array: return media: [{ kind, format, bytes }] in placeholder order');
   return result;
+}
+
+/** reset()'s first observation as text and media: a string takes the prompt's media when it has placeholders. */
+function firstObservation(first: string | Observation, prompt: TaskPrompt): { text: string; media: PromptMedium[] } {
+  if (typeof first === 'string') return { text: first, media: /<image>|<audio>/.test(first) ? (prompt.media ?? []) : [] };
+  if (!first || typeof first.text !== 'string') throw new Error(`reset() returned ${JSON.stringify(first)}: return the observation text, or { text, media }`);
+  return { text: first.text, media: first.media ?? [] };
+}
+
+function appendMedia(to: SequenceMedia, more: SequenceMedia | undefined): void {
+  if (!more) return;
+  to.images.push(...more.images);
+  to.audio.push(...more.audio);
 }
 
 interface Live {
@@ -57,6 +80,8 @@ interface Live {
   episode: Episode;
   /** bos + every token so far (what the next turn is conditioned on). */
   context: number[];
+  /** The processed media of the context so far. */
+  media: SequenceMedia;
 }
 
 /** Token ids of the texts that end a policy turn (each must be one token of the tokenizer). */
@@ -82,6 +107,8 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
   const contextLength = engine.model.contextLength;
   const stops = turnStopIds(tokenizer, spec);
   const createEnv = options.createEnv ?? spec.createEnv.bind(spec);
+  const media = options.media ?? mediaPromptsOf(engine);
+  let withMedia = false;
   const episodes: Episode[] = [];
   const live: Live[] = [];
 
@@ -93,14 +120,19 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
 
   await Promise.all(
     prompts.map(async (prompt, index) => {
-      const episode: Episode = { promptTokens: [], responseTokens: [], lossMask: [], logprobs: [], tokenVersions: [], policyVersion: engine.policyVersion ?? 0, reward: 0, turnRewards: [], turns: 0, end: 'max_turns', info: {}, error: null, text: '' };
+      const episode: Episode = { promptTokens: [], responseTokens: [], lossMask: [], logprobs: [], tokenVersions: [], policyVersion: engine.policyVersion ?? 0, reward: 0, turnRewards: [], turns: 0, end: 'max_turns', info: {}, error: null, text: '', mediaIds: [] };
       episodes[index] = episode;
       let env: Environment;
+      const contextMedia: SequenceMedia = { images: [], audio: [] };
       try {
         env = createEnv({ seed: options.envSeed + index });
-        const first = await withTimeout('environment reset', options.timeoutMs, () => env.reset(prompt));
-        episode.promptTokens = withBos(tokenizer, tokenizer.encode(first));
-        episode.text = first;
+        const first = firstObservation(await withTimeout('environment reset', options.timeoutMs, () => env.reset(prompt)), prompt);
+        const inputs = await media.encode(tokenizer, first.text, first.media, true);
+        episode.promptTokens = inputs.tokens;
+        episode.mediaIds.push(...(inputs.mediaIds ?? []));
+        appendMedia(contextMedia, inputs.media);
+        withMedia ||= inputs.media !== undefined;
+        episode.text = first.text;
       } catch (err) {
         fail({ episode }, new Error(`environment reset failed: ${(err as Error).message}`));
         return;
@@ -109,7 +141,7 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
         fail({ episode }, new Error(`the first observation is ${episode.promptTokens.length} tokens with bos, but the model's context is ${contextLength}: raise model.context_length`));
         return;
       }
-      live.push({ index, env, episode, context: [...episode.promptTokens] });
+      live.push({ index, env, episode, context: [...episode.promptTokens], media: contextMedia });
     }),
   );
   live.sort((a, b) => a.index - b.index);
@@ -123,6 +155,7 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
     const generated = await engine.generate(
       active.map((l) => l.context),
       { ...sampling, maxNewTokens: spec.maxTurnTokens, stopTokens: stops, seed: episodeTurnSeed(sampling.seed ?? 0, turn) },
+      withMedia ? active.map((l) => l.media) : undefined,
     );
     const next: Live[] = [];
     await Promise.all(
@@ -152,8 +185,11 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
           return;
         }
         let observation: number[];
+        let observationMedia: { ids: string[]; media?: SequenceMedia };
         try {
-          observation = tokenizer.encode(result.observation);
+          const inputs = await media.encode(tokenizer, result.observation, result.media ?? []);
+          observation = inputs.tokens;
+          observationMedia = { ids: inputs.mediaIds ?? [], media: inputs.media };
         } catch (err) {
           fail(l, new Error(`observation of step ${e.turns} cannot be tokenized: ${(err as Error).message}`));
           return;
@@ -167,6 +203,9 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
         e.logprobs.push(...observation.map(() => 0));
         e.tokenVersions.push(...observation.map(() => g.policyVersion));
         l.context.push(...observation);
+        e.mediaIds.push(...observationMedia.ids);
+        appendMedia(l.media, observationMedia.media);
+        withMedia ||= observationMedia.media !== undefined;
         e.text += result.observation;
         next.push(l);
       }),

@@ -4,6 +4,7 @@ import type { RolloutEngine } from '../engines/rollout';
 import { stopTokens } from '../engines/tokenizers/tokenizer';
 import type { Task, TaskPrompt } from '../envs/task';
 import { evaluateEpisodes } from './episodes';
+import { mediaPromptsOf } from './media-prompts';
 import { promptTokens } from './producers';
 
 export interface EvalResult {
@@ -23,10 +24,13 @@ export async function evaluateGreedy(engine: RolloutEngine, task: Task, prompts:
     return { accuracy: r.accuracy, responses: r.episodes.map((e) => e.text), metrics: r.metrics };
   }
   const tokenizer = task.tokenizer();
-  const samples = await engine.generate(
-    prompts.map((p) => promptTokens(tokenizer, p)),
-    { maxNewTokens, greedy: true, stopTokens: stopTokens(tokenizer) },
-  );
+  const params = { maxNewTokens, greedy: true, stopTokens: stopTokens(tokenizer) };
+  let samples;
+  if (prompts.some((p) => p.media?.length)) {
+    const media = mediaPromptsOf(engine);
+    const inputs = await Promise.all(prompts.map((p) => media.prompt(tokenizer, p)));
+    samples = await engine.generate(inputs.map((i) => i.tokens), params, inputs.map((i) => i.media));
+  } else samples = await engine.generate(prompts.map((p) => promptTokens(tokenizer, p)), params);
   const responses = samples.map((s) => tokenizer.decode(s.tokens));
   const correct = responses.reduce((n, r, i) => n + task.reward(prompts[i], r), 0);
   return { accuracy: correct / prompts.length, responses };

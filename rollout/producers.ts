@@ -12,6 +12,7 @@ import { loadRewardFunction, loadUserExport, scoreGroup, withTimeout, type Loade
 import type { Task, TaskPrompt } from '../envs/task';
 import type { NewSample } from '../store/transfer-queue';
 import { rolloutEpisodes } from './episodes';
+import { mediaPromptsOf, type MediaPrompts } from './media-prompts';
 import { runAgentEpisodes } from './agent-rollout';
 import type { SessionRecorder } from './sessions';
 
@@ -52,6 +53,8 @@ export interface RolloutContext {
   agentEndpoint?: () => Promise<AgentEndpoint>;
   /** rollout.in_flight "continue": switches the engine to newer versions between decode steps. */
   followUpdates?: Pick<SamplingParams, 'followUpdates' | 'beforeDecodeStep'>;
+  /** Prompts with images or audio: processes their media and puts them in the run's media store. */
+  media?: MediaPrompts;
 }
 
 /**
@@ -66,7 +69,8 @@ export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Pr
   const prompts = iterationPrompts(config, task, slice.iteration).slice(slice.firstGroup, slice.firstGroup + slice.groups);
   const seed = rolloutSeed(config.seed, slice.iteration, slice.firstGroup);
   const sampling = { ...samplingParams(config.rollout, stopTokens(task.tokenizer()), seed), ...ctx.followUpdates };
-  const rowsCtx: RowsContext = { config, task, engine: ctx.engine, sampling, seed };
+  const media = ctx.media ?? (prompts.some((p) => p.media?.length) ? mediaPromptsOf(ctx.engine) : undefined);
+  const rowsCtx: RowsContext = { config, task, engine: ctx.engine, sampling, seed, ...(media ? { media } : {}) };
   const agentEndpoint = ctx.agentEndpoint;
   const produce: (c: RowsContext, p: TaskPrompt[]) => Promise<RolloutRow[]> = config.rollout.agent
     ? async (c, p) => {
@@ -91,20 +95,21 @@ export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Pr
     ...(r.rewards ? { rewards: r.rewards } : {}),
     policyVersion: r.policyVersion,
     ...(r.tokenVersions ? { tokenVersions: r.tokenVersions } : {}),
+    ...(r.mediaIds?.length ? { media: r.mediaIds } : {}),
     // Scored: ready to train on (advantages come from the train batch).
     ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompts[Math.floor(i / G)].text)}: ${r.error}` } : { status: 'scored' as const }),
   }));
 }
 
 /** Generates groupSize responses per prompt (groups adjacent), without scoring them. */
-async function generateGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams) {
+async function generateGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams, media?: MediaPrompts) {
   const tokenizer = task.tokenizer();
-  const contexts = prompts.flatMap((p) => {
-    const ids = promptTokens(tokenizer, p);
-    return Array.from({ length: groupSize }, () => ids);
-  });
-  const samples = await engine.generate(contexts, sampling);
-  return { contexts, samples };
+  const inputs = await Promise.all(prompts.map((p) => (media && p.media?.length ? media.prompt(tokenizer, p) : { tokens: promptTokens(tokenizer, p) })));
+  const repeat = <T>(xs: T[]): T[] => xs.flatMap((x) => Array.from({ length: groupSize }, () => x));
+  const contexts = repeat(inputs.map((i) => i.tokens));
+  const withMedia = inputs.some((i) => 'media' in i && i.media);
+  const samples = await engine.generate(contexts, sampling, ...(withMedia ? [repeat(inputs.map((i) => ('media' in i ? i.media : undefined)))] : []));
+  return { contexts, samples, mediaIds: repeat(inputs.map((i) => ('mediaIds' in i ? i.mediaIds : undefined))) };
 }
 
 export interface RolloutRow {
@@ -117,6 +122,8 @@ export interface RolloutRow {
   reward: number | null;
   rewards?: Record<string, number>;
   error: string | null;
+  /** The media ids of the sample's tokens, in placeholder order. */
+  mediaIds?: string[];
 }
 
 /** What a user generate function (generate.module) is given for one prompt group. */
@@ -151,6 +158,7 @@ export interface RowsContext {
   sampling: SamplingParams;
   /** Seeds environments and user generate functions (differs per iteration and slice). */
   seed: number;
+  media?: MediaPrompts;
 }
 
 /** Scores single-turn responses (or whole transcripts) with reward.module or the task's reward. */
@@ -162,7 +170,7 @@ async function score(ctx: RowsContext, reward: LoadedReward | undefined, prompts
 async function singleTurnRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
   const G = ctx.config.algorithm.group_size;
   const tokenizer = ctx.task.tokenizer();
-  const batch = await generateGroups(ctx.engine, ctx.task, prompts, G, ctx.sampling);
+  const batch = await generateGroups(ctx.engine, ctx.task, prompts, G, ctx.sampling, ctx.media);
   const responses = batch.samples.map((s) => tokenizer.decode(s.tokens));
   const scores = await score(ctx, await loadRewardFunction(ctx.config.reward), prompts, prompts.map((_, g) => responses.slice(g * G, (g + 1) * G)));
   return batch.samples.map((s, i) => ({
@@ -172,6 +180,7 @@ async function singleTurnRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<
     rolloutLogprobs: s.logprobs,
     ...(s.tokenVersions ? { tokenVersions: s.tokenVersions } : {}),
     policyVersion: s.policyVersion,
+    ...(batch.mediaIds[i] ? { mediaIds: batch.mediaIds[i] } : {}),
     ...scores[i],
   }));
 }
@@ -182,6 +191,7 @@ export async function episodeRows(ctx: RowsContext, prompts: TaskPrompt[]): Prom
   const episodes = await rolloutEpisodes(ctx.engine, ctx.task, prompts.flatMap((p) => Array.from({ length: G }, () => p)), ctx.sampling, {
     timeoutMs: ctx.config.env.timeout_ms,
     envSeed: ctx.seed,
+    ...(ctx.media ? { media: ctx.media } : {}),
     ...(envClass ? { createEnv: ({ seed }) => new envClass({ task: ctx.task.name, seed }) } : {}),
   });
   // reward.module, when set, scores the whole transcript (after the first observation) instead.
@@ -203,6 +213,7 @@ export async function episodeRows(ctx: RowsContext, prompts: TaskPrompt[]): Prom
       reward: error !== null ? null : (s ? s.reward : e.reward),
       rewards: Object.fromEntries(e.turnRewards.map((r, t) => [`turn_${t + 1}`, r])),
       error,
+      ...(e.mediaIds.length ? { mediaIds: e.mediaIds } : {}),
     };
   });
 }

@@ -182,6 +182,16 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX stage_spans_run ON stage_spans (run_id, role, started_at);
     `,
   },
+  {
+    version: 6,
+    name: 'samples reference their media by id',
+    sql: `
+      -- The ids ('sha256:<hex>') of the images and audio clips in a sample's tokens, in placeholder
+      -- order, as a JSON array; the bytes live in the run's media store (engines/media/store.ts).
+      -- NULL: a text-only sample.
+      ALTER TABLE samples ADD COLUMN media jsonb;
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

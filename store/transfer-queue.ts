@@ -52,6 +52,8 @@ export interface NewSample extends SampleKey {
   status?: Exclude<SampleStatus, 'consumed'>;
   /** Required with status 'failed'. */
   error?: string | null;
+  /** The ids ('sha256:<hex>') of the media in the sample's tokens, in placeholder order (the bytes live in the media store). */
+  media?: readonly string[] | null;
 }
 
 /** A stored sample, numbers as numbers. Log-probs, rewards and advantages are stored as float32 (real). */
@@ -70,6 +72,7 @@ export interface SampleRow extends SampleKey {
   tokenVersions: number[] | null;
   status: SampleStatus;
   error: string | null;
+  media: string[] | null;
   consumedByStep: number | null;
   createdAt: Date;
   updatedAt: Date;
@@ -118,6 +121,7 @@ interface SampleDbRow {
   token_versions: number[] | null;
   status: SampleStatus;
   error: string | null;
+  media: string[] | null;
   consumed_by_step: number | null;
   created_at: Date;
   updated_at: Date;
@@ -130,7 +134,7 @@ const SAMPLE_COLUMNS = `run_id, iteration, group_index, sample_index, array_to_j
   array_to_json(response_tokens) AS response_tokens, array_to_json(loss_mask) AS loss_mask,
   array_to_json(rollout_logprobs) AS rollout_logprobs, array_to_json(ref_logprobs) AS ref_logprobs, reward, rewards,
   advantage, array_to_json(advantages) AS advantages, policy_version, array_to_json(token_versions) AS token_versions,
-  status, error, consumed_by_step, created_at, updated_at`;
+  status, error, media, consumed_by_step, created_at, updated_at`;
 
 function sampleFromDb(r: SampleDbRow): SampleRow {
   return {
@@ -151,6 +155,7 @@ function sampleFromDb(r: SampleDbRow): SampleRow {
     tokenVersions: r.token_versions,
     status: r.status,
     error: r.error,
+    media: r.media,
     consumedByStep: r.consumed_by_step,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
@@ -253,7 +258,16 @@ function checkNewSample(s: NewSample, where: string): void {
     throw new Error(`${where}.status must be 'generated', 'scored' or 'failed', got ${JSON.stringify(status)} (samples become 'consumed' only through selectTrainBatch)`);
   }
   if (status === 'failed' && !s.error) throw new Error(`${where}.error is required when status is 'failed'`);
+  if (s.media != null) {
+    if (!Array.isArray(s.media) || s.media.length > MAX_MEDIA_PER_SAMPLE) throw new Error(`${where}.media must be an array of at most ${MAX_MEDIA_PER_SAMPLE} media ids`);
+    s.media.forEach((id, i) => {
+      if (typeof id !== 'string' || !MEDIA_ID.test(id)) throw new Error(`${where}.media[${i}] is not a media id ('sha256:' and 64 lowercase hex digits, as the media store returns)`);
+    });
+  }
 }
+
+const MEDIA_ID = /^sha256:[0-9a-f]{64}$/;
+const MAX_MEDIA_PER_SAMPLE = 256;
 
 /** Splits `items` into runs whose total weight stays within `budget` (a single heavier item goes alone). */
 function chunkByWeight<T>(items: readonly T[], weight: (item: T) => number, budget: number): T[][] {
@@ -309,14 +323,14 @@ export interface InsertSamplesResult {
 const INSERT_SAMPLES_SQL = `
   INSERT INTO samples AS s (run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask,
                             rollout_logprobs, ref_logprobs, reward, rewards, advantage, advantages, policy_version,
-                            token_versions, status, error)
+                            token_versions, status, error, media)
   SELECT $1::text, u.iteration, u.group_index, u.sample_index, u.prompt_tokens::integer[], u.response_tokens::integer[],
          u.loss_mask::smallint[], u.rollout_logprobs::real[], u.ref_logprobs::real[], u.reward, u.rewards, u.advantage,
-         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error
+         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error, u.media
     FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-                $10::real[], $11::jsonb[], $12::real[], $13::text[], $14::integer[], $15::text[], $16::text[], $17::text[])
+                $10::real[], $11::jsonb[], $12::real[], $13::text[], $14::integer[], $15::text[], $16::text[], $17::text[], $18::jsonb[])
          AS u(iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask, rollout_logprobs,
-              ref_logprobs, reward, rewards, advantage, advantages, policy_version, token_versions, status, error)
+              ref_logprobs, reward, rewards, advantage, advantages, policy_version, token_versions, status, error, media)
    -- A key some train step consumed stays consumed, even after its row was pruned.
    WHERE NOT EXISTS (SELECT 1 FROM train_step_samples t
                       WHERE t.run_id = $1 AND t.iteration = u.iteration AND t.group_index = u.group_index
@@ -326,7 +340,7 @@ const INSERT_SAMPLES_SQL = `
     rollout_logprobs = EXCLUDED.rollout_logprobs, ref_logprobs = EXCLUDED.ref_logprobs, reward = EXCLUDED.reward,
     rewards = EXCLUDED.rewards, advantage = EXCLUDED.advantage, advantages = EXCLUDED.advantages,
     policy_version = EXCLUDED.policy_version, token_versions = EXCLUDED.token_versions, status = EXCLUDED.status,
-    error = EXCLUDED.error, updated_at = now()
+    error = EXCLUDED.error, media = EXCLUDED.media, updated_at = now()
   WHERE s.consumed_by_step IS NULL`;
 
 /**
@@ -355,6 +369,7 @@ export async function insertSamples(db: Queryable, runId: string, samples: reado
       chunk.map((s) => arrayLiteral(s.tokenVersions)),
       chunk.map((s) => s.status ?? 'generated'),
       chunk.map((s) => s.error ?? null),
+      chunk.map((s) => (s.media == null ? null : JSON.stringify(s.media))),
     ]);
     written += rowCount ?? 0;
   }

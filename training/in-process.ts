@@ -10,10 +10,11 @@ import { Trainer } from '../engines/trainer';
 import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
 import { evaluateGreedy } from '../rollout/evaluate';
+import { mediaPromptsOf } from '../rollout/media-prompts';
 import { rolloutSlice } from '../rollout/producers';
 import { policyModelConfig, referenceTrainerOptions, trainerOptions } from './options';
 import { InMemorySampleBuffer } from './sample-buffer';
-import { computeUpdate, referenceLogprobs, resolveUpdateRule, stalenessMetrics, stepAdvantages } from './update';
+import { computeUpdate, referenceLogprobs, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia } from './update';
 
 export interface StepReport {
   step: number;
@@ -45,7 +46,7 @@ export interface InProcessResult {
 export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks: { onStep?: (r: StepReport) => void; evalEvery?: number } = {}): Promise<InProcessResult> {
   const started = performance.now();
   const task = await loadTask(config.task);
-  const model = policyModelConfig(config.model, task.tokenizer().vocabSize);
+  const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
   const trainer = Trainer.create(trainerOptions(config, model, init));
   const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init)) : undefined;
   const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
@@ -65,12 +66,12 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
       const samples = await rolloutSlice({ config, task, engine }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step });
       if (reference) {
         const scored = samples.filter((s) => s.status === 'scored');
-        const ref = await referenceLogprobs(reference, scored);
+        const ref = await referenceLogprobs(reference, await withSequenceMedia(scored, mediaPromptsOf(engine)));
         scored.forEach((s, i) => (s.refLogprobs = ref[i]));
       }
       await buffer.put(samples);
       const claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
-      const metrics = await computeUpdate(trainer, rule, claimed, stepAdvantages(rule, claimed), fromVersion);
+      const metrics = await computeUpdate(trainer, rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
       engine.setWeights(step, await trainer.exportWeights());
       const rewards = samples.filter((s) => s.reward != null).map((s) => s.reward as number);
       const report: StepReport = {

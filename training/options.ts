@@ -6,17 +6,42 @@ import { TINY_POLICY_DEFAULTS, runContextLength, type RunConfig } from '../confi
 import { withoutLora } from '../engines/lora';
 import { parameterCount, shapeSize, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import type { TrainerOptions } from '../engines/trainer';
+import type { Task } from '../envs/task';
 
 /** The tiny GPT a run config sizes (a pretrained model's config comes from training/policy-model.ts). */
-export function policyModelConfig(model: RunConfig['model'], vocabSize: number): ModelConfig {
-  return {
+export function policyModelConfig(model: RunConfig['model'], vocabSize: number, task?: Pick<Task, 'name' | 'tokenizer' | 'encoders' | 'contextLength'>): ModelConfig {
+  const config: ModelConfig = {
     vocabSize,
     dModel: model.d_model ?? TINY_POLICY_DEFAULTS.d_model,
     nLayers: model.n_layers ?? TINY_POLICY_DEFAULTS.n_layers,
     nHeads: model.n_heads ?? TINY_POLICY_DEFAULTS.n_heads,
     dFF: model.d_ff ?? TINY_POLICY_DEFAULTS.d_ff,
-    contextLength: runContextLength(model),
+    contextLength: model.context_length ?? task?.contextLength ?? runContextLength(model),
   };
+  return { ...config, ...encoderConfigs(model, task) };
+}
+
+/** The encoders of a run's model: the task's defaults overridden by model.vision / model.audio, with the tokenizer's placeholder ids. */
+export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'name' | 'tokenizer' | 'encoders'>): Pick<ModelConfig, 'vision' | 'audio'> {
+  const out: Pick<ModelConfig, 'vision' | 'audio'> = {};
+  const placeholder = (text: string, section: string): number => {
+    const ids = task ? task.tokenizer().encode(text) : [];
+    if (ids.length !== 1) throw new Error(`model.${section}: the task${task ? ` ${task.name}` : ''} has no single ${text} token to place its embeddings at: use a media task (e.g. vision-colour, audio-tone) or a tokenizer with ${text}`);
+    return ids[0];
+  };
+  const v = task?.encoders?.vision;
+  if (v || model.vision) {
+    const o = model.vision ?? {};
+    const base = v ?? { patchSize: 8, maxPatches: 16, dModel: 32, nLayers: 1, nHeads: 4, dFF: 64 };
+    out.vision = { patchSize: o.patch_size ?? base.patchSize, maxPatches: o.max_patches ?? base.maxPatches, dModel: o.d_model ?? base.dModel, nLayers: o.n_layers ?? base.nLayers, nHeads: o.n_heads ?? base.nHeads, dFF: o.d_ff ?? base.dFF, tokenId: placeholder('<image>', 'vision') };
+  }
+  const a = task?.encoders?.audio;
+  if (a || model.audio) {
+    const o = model.audio ?? {};
+    const base = a ?? { nMels: 80, maxFrames: 200, dModel: 32, nLayers: 1, nHeads: 4, dFF: 64 };
+    out.audio = { nMels: o.n_mels ?? base.nMels, maxFrames: o.max_frames ?? base.maxFrames, dModel: o.d_model ?? base.dModel, nLayers: o.n_layers ?? base.nLayers, nHeads: o.n_heads ?? base.nHeads, dFF: o.d_ff ?? base.dFF, tokenId: placeholder('<audio>', 'audio') };
+  }
+  return out;
 }
 
 /** The trainer a run trains with, starting from `weights`. */

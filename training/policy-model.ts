@@ -51,7 +51,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
   if (config.model.from === undefined) {
     const task = await loadTask(config.task);
     const tokenizer = task.tokenizer();
-    return { model: policyModelConfig(config.model, tokenizer.vocabSize), task };
+    return { model: policyModelConfig(config.model, tokenizer.vocabSize, task), task };
   }
   let dir: string;
   let hf: Awaited<ReturnType<typeof readHfModelConfig>>;

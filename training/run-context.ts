@@ -1,11 +1,13 @@
 // What every stage of a training run needs to know about the run, loaded once per process from the
-// runs table (the config is immutable once the run is registered): its config, task, policy model
-// and checkpoint root.
+// runs table (the config is immutable once the run is registered): its config, task, policy model,
+// checkpoint root and, for a model with encoders, its media store.
 import path from 'node:path';
 import type { Pool } from 'pg';
 import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
+import { MediaStore } from '../engines/media/store';
 import type { ModelConfig } from '../engines/model';
+import { MediaPrompts } from '../rollout/media-prompts';
 import type { Task } from '../envs/task';
 import { loadRunPolicy, RunModelError, type RunPolicy } from './policy-model';
 import type { RunCheckpoints } from './policy-versions';
@@ -16,6 +18,8 @@ export interface RunContext extends RunCheckpoints {
   model: ModelConfig;
   /** The model's source, tokens that end a response, and a pretrained model's base weights. */
   policy: RunPolicy;
+  /** A model with encoders: the run's media (store at <checkpoint root>/media, processed-input cache). */
+  media?: MediaPrompts;
 }
 
 /** The run is not in the runs table: nothing registered it, or another database was given. */
@@ -52,12 +56,14 @@ async function load(pool: Pool, runId: string): Promise<RunContext> {
     if (err instanceof RunModelError) throw err;
     throw new RunTaskError((err as Error).message);
   }
+  const checkpointRoot = path.resolve(config.checkpoint.dir ?? path.join(relaxEnvironment().home, 'checkpoints', runId));
   return {
     runId,
     config,
     task: policy.task,
     model: policy.model,
     policy,
-    checkpointRoot: path.resolve(config.checkpoint.dir ?? path.join(relaxEnvironment().home, 'checkpoints', runId)),
+    checkpointRoot,
+    ...(policy.model.vision || policy.model.audio ? { media: new MediaPrompts(policy.model, new MediaStore(path.join(checkpointRoot, 'media'))) } : {}),
   };
 }

@@ -11,7 +11,7 @@ import { insertSamples, selectTrainBatch, type NewSample, type SampleRow } from 
 export type TrainSample = Pick<
   SampleRow,
   'iteration' | 'groupIndex' | 'sampleIndex' | 'promptTokens' | 'responseTokens' | 'lossMask' | 'rolloutLogprobs' | 'refLogprobs' | 'tokenVersions' | 'policyVersion' | 'reward'
->;
+> & Partial<Pick<SampleRow, 'media'>>;
 
 export interface ClaimRequest {
   /** At most this many samples. */
@@ -95,6 +95,7 @@ export class InMemorySampleBuffer implements SampleBuffer {
         tokenVersions: s.tokenVersions == null ? null : Array.from(s.tokenVersions),
         policyVersion: s.policyVersion,
         reward: s.reward == null ? null : asStoredReal(s.reward),
+        ...(s.media ? { media: [...s.media] } : {}),
         status: s.status ?? 'generated',
       });
     }

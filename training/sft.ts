@@ -1,6 +1,7 @@
 // Supervised warm start: teacher-forced cross-entropy on (prompt, answer + eos) pairs until the
 // held-out greedy accuracy enters a target band. RL from a policy that is sometimes right is what
 // GRPO is for: a policy that is never right gets no learning signal from group-relative rewards.
+import type { SequenceMedia } from '../engines/media/model-inputs';
 import type { PolicyWeights } from '../engines/model';
 import type { RolloutEngine } from '../engines/rollout';
 import type { Trainer, TrainSequence } from '../engines/trainer';
@@ -8,6 +9,7 @@ import { sftLoss } from './losses';
 import type { Task, TaskPrompt } from '../envs/task';
 import { seededRandom, sftBatchSeed } from '../config/seeds';
 import { evaluateGreedy } from '../rollout/evaluate';
+import { mediaPromptsOf } from '../rollout/media-prompts';
 import { promptTokens } from '../rollout/producers';
 
 /**
@@ -34,6 +36,36 @@ export function sftSequence(task: Task, prompt: TaskPrompt, random: () => number
   const lossMask = new Float32Array(tokens.length - 1);
   lossMask.fill(1, context.length - 1);
   return { tokens, lossMask };
+}
+
+/**
+ * sftSequence for every prompt. Prompts with images or audio get their processed media (the
+ * engine's cache); in a demonstration the first segment takes the prompt's media, later
+ * environment segments their own.
+ */
+export async function sftSequences(task: Task, engine: RolloutEngine, prompts: readonly TaskPrompt[], random: () => number = Math.random): Promise<TrainSequence[]> {
+  if (!prompts.some((p) => p.media?.length)) return prompts.map((p) => sftSequence(task, p, random));
+  const tokenizer = task.tokenizer();
+  const media = mediaPromptsOf(engine);
+  const demonstrate = task.interaction?.demonstrate;
+  const out: TrainSequence[] = [];
+  for (const p of prompts) {
+    const segments = demonstrate ? demonstrate(p, random) : [{ text: p.text, policy: false }, { text: p.answer, policy: true, eos: true }];
+    const tokens = [tokenizer.bosId];
+    const trained: boolean[] = [false];
+    const all: SequenceMedia = { images: [], audio: [] };
+    for (const [i, segment] of segments.entries()) {
+      const inputs = await media.encode(tokenizer, segment.text, segment.media ?? (i === 0 ? (p.media ?? []) : []));
+      const ids = [...inputs.tokens, ...(segment.eos ? [tokenizer.eosId] : [])];
+      tokens.push(...ids);
+      trained.push(...ids.map(() => segment.policy));
+      all.images.push(...(inputs.media?.images ?? []));
+      all.audio.push(...(inputs.media?.audio ?? []));
+    }
+    // lossMask[t] says whether token t + 1 (the target at position t) is trained on.
+    out.push({ tokens, lossMask: Float32Array.from(trained.slice(1), (b) => (b ? 1 : 0)), media: all });
+  }
+  return out;
 }
 
 export interface WarmStartOptions {
@@ -69,7 +101,7 @@ export async function sftWarmStart(o: WarmStartOptions): Promise<WarmStartResult
     const seed = sftBatchSeed(o.seed, step);
     const prompts = o.task.warmStartPrompts ? o.task.warmStartPrompts(seed, o.batchSize) : o.task.trainPrompts(seed, o.batchSize);
     const random = seededRandom(seed);
-    const m = await o.trainer.trainStep(prompts.map((p) => sftSequence(o.task, p, random)), loss);
+    const m = await o.trainer.trainStep(await sftSequences(o.task, o.engine, prompts, random), loss);
     const point: WarmStartResult['curve'][number] = { step, loss: m.loss };
     curve.push(point);
     if (step % o.evalEvery !== 0) continue;

@@ -9,6 +9,23 @@ import { trainSequenceFromSample, type Trainer, type TrainingLoss, type TrainSeq
 import { batchAdvantages, resolveAdvantageEstimator, type BatchSample, type ResolvedEstimator } from './advantages';
 import { resolvePolicyLoss } from './losses';
 import type { TrainSample } from './sample-buffer';
+import type { SequenceMedia } from '../engines/media/model-inputs';
+import type { MediaPrompts } from '../rollout/media-prompts';
+
+/** A sample's media loaded and processed for the model's encoders (its `media` field holds only their ids). */
+interface WithSequenceMedia {
+  sequenceMedia?: SequenceMedia;
+}
+
+/**
+ * The samples with their media loaded (by id, from the run's media store or the process's cache)
+ * and processed as `sequenceMedia`; samples without media pass unchanged.
+ */
+export async function withSequenceMedia<S extends { media?: readonly string[] | null }>(samples: readonly S[], media: MediaPrompts | undefined): Promise<Array<S & WithSequenceMedia>> {
+  if (!samples.some((s) => s.media?.length)) return [...samples];
+  if (!media) throw new Error('samples reference media but the run has no media store: the model has no vision or audio encoder');
+  return Promise.all(samples.map(async (s) => (s.media?.length ? { ...s, sequenceMedia: await media.fromIds(s.media) } : s)));
+}
 
 type Algorithm = RunConfig['algorithm'];
 
@@ -37,9 +54,9 @@ export function stepAdvantages(rule: UpdateRule, samples: readonly TrainSample[]
 /**
  * Training sequences of the batch; samples without a learning signal (advantage 0) are left out.
  * Each sample's own loss mask applies, and with algorithm.max_token_staleness tokens generated too
- * many versions before `fromVersion` are masked out too.
+ * many versions before `fromVersion` are masked out too. A sample's `sequenceMedia` goes with it.
  */
-export function trainSequences(samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number, maxTokenStaleness: number | undefined): TrainSequence[] {
+export function trainSequences(samples: ReadonlyArray<TrainSample & WithSequenceMedia>, advantages: readonly number[], fromVersion: number, maxTokenStaleness: number | undefined): TrainSequence[] {
   return samples
     .map((s, i) => ({ s, advantage: advantages[i] }))
     .filter(({ advantage }) => advantage !== 0)
@@ -53,6 +70,7 @@ export function trainSequences(samples: readonly TrainSample[], advantages: read
         advantage,
         lossMask,
         ...(s.refLogprobs ? { refLogprobs: [...new Array(s.promptTokens.length - 1).fill(0), ...s.refLogprobs] } : {}),
+        ...(s.sequenceMedia ? { media: s.sequenceMedia } : {}),
       });
     })
     .filter((seq) => Array.prototype.some.call(seq.lossMask, (m: number) => m > 0));
@@ -103,8 +121,8 @@ export async function computeUpdate(trainer: Trainer, rule: UpdateRule, samples:
   };
 }
 
-/** Per response token, the frozen reference policy's log-probs of each sample (the KL term's ref_logprobs). */
-export async function referenceLogprobs(reference: Trainer, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> }>): Promise<number[][]> {
-  const full = await reference.logprobs(samples.map((s) => [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)]));
+/** Per response token, the frozen reference policy's log-probs of each sample (the KL term's ref_logprobs), with its `sequenceMedia`. */
+export async function referenceLogprobs(reference: Trainer, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> } & WithSequenceMedia>): Promise<number[][]> {
+  const full = await reference.logprobs(samples.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], media: s.sequenceMedia })));
   return samples.map((s, i) => Array.from(full[i].slice(s.promptTokens.length - 1)));
 }

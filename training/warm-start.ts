@@ -45,7 +45,7 @@ const WARM_START_FORMAT = 3;
 
 export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, cacheRoot: string, log: (line: string) => void = () => undefined): Promise<WarmStart> {
   const task = await loadTask(config.task);
-  const model = policyModelConfig(config.model, task.tokenizer().vocabSize);
+  const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
   const key = createHash('sha256')
     .update(JSON.stringify({ format: WARM_START_FORMAT, task: config.task, model, seed: config.seed, sft, maxNewTokens: config.rollout.max_new_tokens }))
     .digest('hex')

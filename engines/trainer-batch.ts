@@ -1,0 +1,139 @@
+// The trainer's micro-batches as arrays (engines/trainer.ts): sequences right-padded to one length
+// with their targets, loss mask and per-token inputs, the media inputs of the batch
+// (engines/media/model-inputs.ts), and the column cut that skips the prompt's logits. Pure
+// functions of the model config and the sequences; the tensors are made by the trainer.
+import * as tf from '@tensorflow/tfjs';
+import { batchMediaInputs, placeholderIds, sequenceMediaLayout, type BatchMedia, type SequenceMedia } from './media/model-inputs';
+import { MediaError } from './media/sources';
+import type { MediaInputs, ModelConfig } from './model';
+import type { TrainSequence } from './trainer';
+
+export interface PaddedBatch {
+  B: number;
+  /** Padded input length = targets per row. */
+  T: number;
+  inputs: Int32Array;
+  targets: Int32Array;
+  mask: Float32Array;
+  oldLogprobs?: Float32Array;
+  refLogprobs?: Float32Array;
+  advantages?: Float32Array;
+  /** The images and clips of the batch and where their embeddings go; absent when no sequence has media. */
+  media?: BatchMedia;
+  lossTokens: number;
+  sequencesWithLoss: number;
+}
+
+const NO_MEDIA: SequenceMedia = { images: [], audio: [] };
+
+/**
+ * Checks the sequences (length, vocabulary, per-token arrays, media against their placeholders) and
+ * right-pads them: inputs tokens[0..n-2], targets tokens[1..n-1], T the longest n - 1. Without
+ * `withLoss` only tokens and media are read (log-probs); without `withMedia` the media are checked
+ * but not stacked (a whole step's counts).
+ */
+export function padBatch(cfg: ModelConfig, sequences: readonly TrainSequence[], withLoss: boolean, withMedia = true): PaddedBatch {
+  const C = cfg.contextLength;
+  const placeholders = Object.keys(placeholderIds(cfg)).length > 0;
+  sequences.forEach((s, i) => {
+    if (s.tokens.length < 2) throw new Error(`sequence ${i} has ${s.tokens.length} tokens: it needs at least 2 (one input, one target)`);
+    if (s.tokens.length > C) throw new Error(`sequence ${i} has ${s.tokens.length} tokens, more than the model's context of ${C}`);
+    for (let j = 0; j < s.tokens.length; j++) {
+      const t = s.tokens[j];
+      if (!Number.isInteger(t) || t < 0 || t >= cfg.vocabSize) throw new Error(`sequence ${i} token ${j} is ${t}, outside the vocabulary [0, ${cfg.vocabSize})`);
+    }
+    // Every sequence's placeholder runs must match its media, whatever else is in the batch (a
+    // placeholder without its medium would otherwise be text alone and an error next to an image).
+    if (s.media || placeholders) {
+      try {
+        sequenceMediaLayout(s.tokens, cfg, s.media ?? NO_MEDIA);
+      } catch (err) {
+        if (err instanceof MediaError) throw new MediaError(err.code, `sequence ${i}: ${err.message}`);
+        throw err;
+      }
+    }
+    if (!withLoss) return;
+    const n = s.tokens.length - 1;
+    const fields: Array<[string, ArrayLike<number> | number | undefined]> = [['lossMask', s.lossMask], ['oldLogprobs', s.oldLogprobs], ['refLogprobs', s.refLogprobs], ['advantages', s.advantages]];
+    for (const [field, arr] of fields) {
+      if (arr !== undefined && typeof arr !== 'number' && arr.length !== n) {
+        throw new Error(`sequence ${i}: ${field} has ${arr.length} entries, expected ${n} (one per target = tokens.length - 1)`);
+      }
+    }
+    for (const field of ['oldLogprobs', 'refLogprobs', 'advantages'] as const) {
+      if ((s[field] === undefined) !== (sequences[0][field] === undefined)) {
+        throw new Error(`sequence ${i}: ${field} is ${s[field] === undefined ? 'missing' : 'present'} but sequence 0 ${sequences[0][field] === undefined ? 'lacks it' : 'has it'}; give it for all sequences or none`);
+      }
+    }
+  });
+  const B = sequences.length;
+  const T = Math.max(...sequences.map((s) => s.tokens.length)) - 1;
+  const first = sequences[0];
+  const batch: PaddedBatch = {
+    B,
+    T,
+    inputs: new Int32Array(B * T),
+    targets: new Int32Array(B * T),
+    mask: new Float32Array(B * T),
+    oldLogprobs: withLoss && first.oldLogprobs ? new Float32Array(B * T) : undefined,
+    refLogprobs: withLoss && first.refLogprobs ? new Float32Array(B * T) : undefined,
+    advantages: withLoss && first.advantages !== undefined ? new Float32Array(B * T) : undefined,
+    // Right-padded: every row starts at position 0; a medium at the final token is not an input.
+    media: withMedia ? batchMediaInputs(cfg, sequences, T) : undefined,
+    lossTokens: 0,
+    sequencesWithLoss: 0,
+  };
+  sequences.forEach((s, b) => {
+    const n = s.tokens.length - 1;
+    let tokensWithLoss = 0;
+    for (let t = 0; t < n; t++) {
+      const k = b * T + t;
+      batch.inputs[k] = s.tokens[t];
+      batch.targets[k] = s.tokens[t + 1];
+      if (!withLoss) continue;
+      const m = s.lossMask[t];
+      if (m !== 0 && m !== 1) throw new Error(`sequence ${b}: lossMask[${t}] is ${m}; the loss mask holds only 0 and 1`);
+      batch.mask[k] = m;
+      tokensWithLoss += m;
+      if (batch.oldLogprobs) batch.oldLogprobs[k] = s.oldLogprobs![t];
+      if (batch.refLogprobs) batch.refLogprobs[k] = s.refLogprobs![t];
+      if (batch.advantages) batch.advantages[k] = typeof s.advantages === 'number' ? s.advantages : s.advantages![t];
+    }
+    batch.lossTokens += tokensWithLoss;
+    if (tokensWithLoss > 0) batch.sequencesWithLoss += 1;
+  });
+  return batch;
+}
+
+/** The forward pass's MediaInputs of a padded batch, as tensors (the caller disposes them, or makes them in a tidy). */
+export function mediaTensors(batch: PaddedBatch): MediaInputs<tf.Tensor> | undefined {
+  const media = batch.media;
+  if (!media) return undefined;
+  return {
+    ...(media.images ? { images: tf.tensor3d(media.images.data, media.images.dims) } : {}),
+    ...(media.audio ? { audio: tf.tensor3d(media.audio.data, media.audio.dims) } : {}),
+    embeddingIndex: tf.tensor2d(media.embeddingIndex, [batch.B, batch.T], 'int32'),
+  };
+}
+
+/** The first target column with a loss token in any row of the batch (0 when none). */
+export function firstLossColumn(batch: PaddedBatch): number {
+  let first = batch.T;
+  for (let b = 0; b < batch.B; b++) {
+    for (let t = 0; t < first; t++) {
+      if (batch.mask[b * batch.T + t] !== 0) {
+        first = t;
+        break;
+      }
+    }
+  }
+  return first === batch.T ? 0 : first;
+}
+
+/** Columns from..T-1 of a row-major [B, T] array. */
+export function columnsFrom<A extends Float32Array | Int32Array>(values: A, B: number, T: number, from: number): A {
+  if (from === 0) return values;
+  const out = new (values.constructor as new (n: number) => A)(B * (T - from));
+  for (let b = 0; b < B; b++) out.set(values.subarray(b * T + from, (b + 1) * T), b * (T - from));
+  return out;
+}
