@@ -7,7 +7,9 @@
 // Options (--set key=value): device (cpu | cuda:N), batches (e.g. 1,16,64,256), max_new_tokens,
 // train_sequences, ort_threads (0 = ONNX Runtime's default), min_ms (timed wall time per figure),
 // tfjs_cpu (1 also trains on the pure-JS tfjs `cpu` backend, a few steps only: it is ~50x slower),
-// model (a pretrained model instead of the add2 policy: bench/real-engines.ts).
+// model (a pretrained model instead of the add2 policy: bench/real-engines.ts), multimodal (1 adds
+// the media figures of bench/engines-media.ts under the `multimodal` key; 0 skips them),
+// multimodal_batch / multimodal_train_sequences (their rollout batch and train batch).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -29,6 +31,7 @@ import { ADD2_GRPO } from '../training/recipes';
 import { promptTokens } from '../rollout/producers';
 import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';
+import { multimodalEnginesFigures, type MultimodalFigures } from './engines-media';
 import { pretrainedEnginesBench } from './real-engines';
 import { gcPauseMeter, median, peakRssMb, round, timeCalls } from './measure';
 import { randomMatrix, tfjsMatmulGflops, trainOnEveryBackend, type BackendTrain } from './train-backends';
@@ -53,6 +56,10 @@ const optionsSchema = z
     tfjs_cpu: z.enum(['0', '1']).default('1'),
     /** A pretrained model (bench/real-engines.ts): a named model, a .gguf file or a Hugging Face directory. */
     model: z.string().min(1).optional(),
+    /** The multimodal figures (bench/engines-media.ts): 1 measures them, 0 skips them. */
+    multimodal: z.enum(['0', '1']).default('1'),
+    multimodal_batch: count(1, 16),
+    multimodal_train_sequences: count(1, 32),
   })
   .strict();
 
@@ -274,7 +281,22 @@ export const enginesBench: Bench = async (ctx) => {
     const rolloutFraction = Object.fromEntries(batches.map((b) => [b, round((rolloutTokensPerS[b] * 2 * parameters) / 1e9 / ortPeak)]));
     const trainFraction = round((train.tokensPerS * 6 * parameters) / 1e9 / tfjsPeak);
     const perBackend = <T>(f: (r: BackendTrain) => T) => Object.fromEntries(Object.entries(byBackend).map(([k, r]) => [k, f(r)]));
-    const peakRss = peakRssMb();
+    const peakRss = peakRssMb(); // before the multimodal figures' own engine and trainer
+
+    // Multimodal: the media tasks' tiny policy with its encoders, text / image / audio side by side.
+    let multimodal: MultimodalFigures | undefined;
+    if (options.multimodal === '1') {
+      multimodal = await multimodalEnginesFigures({
+        device,
+        ortThreads,
+        minMs,
+        maxNewTokens: options.max_new_tokens,
+        batch: options.multimodal_batch,
+        trainSequences: options.multimodal_train_sequences,
+        seed: runConfig.seed,
+        log: ctx.log,
+      });
+    }
     const result = {
       bench: 'engines',
       backend,
@@ -313,9 +335,10 @@ export const enginesBench: Bench = async (ctx) => {
       logprob_max_abs_diff: { before: round(diffBefore), after: round(diffAfter) },
       logprob_shift_from_train_step: round(stepShift),
       ...(Object.keys(otherBackends).length ? { other_tfjs_backends: otherBackends } : {}),
+      ...(multimodal ? { multimodal } : {}),
       wall_s: round((performance.now() - started) / 1000),
     };
-    logTable(ctx.log, result, rolloutTokensPerS, train.tokensPerS);
+    logTable(ctx.log, result, rolloutTokensPerS, train.tokensPerS, multimodal);
     return result;
   } finally {
     trainer.dispose();
@@ -335,7 +358,17 @@ interface TableInputs {
   wall_s: number;
 }
 
-function logTable(log: (line: string) => void, r: TableInputs, rollout: Record<string, number>, trainTokensPerS: number): void {
+function logTable(log: (line: string) => void, r: TableInputs, rollout: Record<string, number>, trainTokensPerS: number, mm?: MultimodalFigures): void {
+  const x = (v: number) => `${v.toFixed(2)}x`;
+  const media: Array<[string, string, string]> = mm
+    ? [
+        ...(['text', 'image', 'audio'] as const).map((v): [string, string, string] => [`multimodal rollout ${v} (batch ${mm.rollout_batch})`, `${mm.rollout_tokens_per_s[v].toFixed(0)} tok/s`, v === 'text' ? '' : `${x(mm.ratios.rollout[`${v}_over_text`])} of text`]),
+        ...(['text', 'image', 'audio'] as const).map((v): [string, string, string] => [`multimodal train ${v} (${mm.train_sequences} seq, all tokens)`, `${mm.train_tokens_per_s[v].toFixed(0)} tok/s`, v === 'text' ? '' : `${x(mm.ratios.train[`${v}_over_text`])} of text`]),
+        ['image processor (64x64 png)', `${mm.image_processor_images_per_s.toFixed(0)} img/s`, ''],
+        ['audio processor (wav to log-mel)', `${mm.audio_processor_audio_s_per_s.toFixed(0)} audio s/s`, ''],
+        ['media store put / get (1 MiB)', `${mm.media_store.write_mib_per_s.toFixed(0)} / ${mm.media_store.read_mib_per_s.toFixed(0)} MiB/s`, ''],
+      ]
+    : [];
   const rows: Array<[string, string, string]> = [
     ...Object.entries(rollout).map(([b, t]): [string, string, string] => [`rollout batch ${b} (onnxruntime ${r.backend.onnxruntime})`, `${t.toFixed(0)} tok/s`, pct(r.rollout_fraction_of_roofline[b])]),
     [`train ppo (tfjs ${r.backend.tfjs})`, `${trainTokensPerS.toFixed(0)} tok/s`, pct(r.train_fraction_of_roofline)],
@@ -343,13 +376,14 @@ function logTable(log: (line: string) => void, r: TableInputs, rollout: Record<s
     ['weight sync via checkpoint', `${r.sync_ms.via_checkpoint} ms`, ''],
     ...Object.keys(r.roofline_gflops.onnxruntime).map((n): [string, string, string] => [`roofline matmul ${n}: onnxruntime / tfjs`, `${r.roofline_gflops.onnxruntime[n]} / ${r.roofline_gflops.tfjs[n]} GFLOP/s`, '']),
     ['logprob max |diff| before / after', `${r.logprob_max_abs_diff.before.toExponential(1)} / ${r.logprob_max_abs_diff.after.toExponential(1)}`, ''],
+    ...media,
     ['peak RSS', `${r.peak_rss_mb} MB`, ''],
     ['wall time', `${r.wall_s} s`, ''],
   ];
   const w0 = Math.max(...rows.map((x) => x[0].length));
   const w1 = Math.max(...rows.map((x) => x[1].length));
   log('');
-  log(`${'measure'.padEnd(w0)}  ${'value'.padStart(w1)}  of roofline (est.)`);
+  log(`${'measure'.padEnd(w0)}  ${'value'.padStart(w1)}  of roofline (est.) / vs text`);
   for (const [a, b, c] of rows) log(`${a.padEnd(w0)}  ${b.padStart(w1)}  ${c}`);
   log('');
 }

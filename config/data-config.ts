@@ -99,6 +99,15 @@ export const DataConfigSchema = z
     /** The field with the reference answer (string or number); default "answer", falling back to "label". */
     answer_field: z.string().min(1).optional(),
     /**
+     * The field with a row's images: one source or an array of them, each a file path (relative to
+     * the dataset file's directory) or a data URL (Parquet: also binary, or {bytes, path}); PNG or
+     * JPEG. Default "images", falling back to "image". The prompt holds one <image> per image, in
+     * order, or none (then they are put before the prompt text).
+     */
+    image_field: z.string().min(1).optional(),
+    /** The field with a row's audio clips (WAV), the same forms as images, one <audio> each; default "audio". */
+    audio_field: z.string().min(1).optional(),
+    /**
      * "chat": a prompt string becomes one user message rendered by the model's chat template
      * (which adds the generation prompt); "raw": the prompt string is the model's input as is.
      * Messages rows are always rendered by the chat template.
@@ -118,6 +127,16 @@ export const DataConfigSchema = z
     }
     if (d.prompt_field === d.messages_field) {
       ctx.addIssue({ code: 'custom', path: ['messages_field'], message: `must differ from prompt_field (both are "${d.prompt_field}")` });
+    }
+    const others = { prompt_field: d.prompt_field, messages_field: d.messages_field, answer_field: d.answer_field };
+    for (const key of ['image_field', 'audio_field'] as const) {
+      const clash = Object.entries(others).find(([, v]) => v !== undefined && v === d[key]);
+      if (clash) ctx.addIssue({ code: 'custom', path: [key], message: `must differ from ${clash[0]} (both are "${d[key]}")` });
+    }
+    const imageFields = d.image_field ? [d.image_field] : ['images', 'image'];
+    const audioField = d.audio_field ?? 'audio';
+    if (imageFields.includes(audioField)) {
+      ctx.addIssue({ code: 'custom', path: [d.audio_field ? 'audio_field' : 'image_field'], message: `the image and audio fields must differ (both are "${audioField}")` });
     }
   })
   .transform((d) => (d.eval === undefined ? { ...d, eval_size: d.eval_size ?? DEFAULT_EVAL_SIZE } : d));

@@ -5,6 +5,7 @@
 // Kept out of workflow modules on purpose: large zod schemas allocated per cached workflow have
 // caused worker out-of-memory crashes (an open Temporal TypeScript SDK issue); workflows validate
 // through an activity (activities/control.ts startRun).
+import { TRAINABLE_PARTS } from './trainable-parts';
 import { z } from 'zod';
 import { DataConfigSchema } from './data-config';
 
@@ -175,6 +176,8 @@ export const TrainConfigSchema = z
     /** Packs micro-batches by a token budget (sequences x longest, padding included), at most micro_batch sequences each; unset: micro_batch sequences in order. */
     micro_batch_tokens: positiveInt.min(2).max(16_777_216).optional(),
     eval_every: positiveInt.default(10),
+    /** The parts that train (default all): language_model, vision_encoder, vision_projector, audio_encoder, audio_projector. */
+    trainable: z.array(z.enum(TRAINABLE_PARTS)).min(1).max(TRAINABLE_PARTS.length).optional(),
     failure_budget: z.number().min(0).max(1).default(0.1),
     keep_consumed_steps: nonNegativeInt.default(2),
     /** A step whose loss or gradient is not finite: "stop" fails the run; "skip" drops the update and goes on. */

@@ -19,6 +19,7 @@
 //
 // Over 400 lines because both layouts share one parameter spec, one ops interface and one forward
 // entry point; split apart, the trainer and the ONNX builder would need two of each.
+import { TRAINABLE_PARTS, type TrainablePart } from '../config/trainable-parts';
 import { z } from 'zod';
 import { mixSeed, seededRandom } from '../config/seeds';
 import { encoderParameterSpec, mediaEmbeddings } from './encoders';
@@ -139,9 +140,12 @@ export function parseModelConfig(value: unknown): ModelConfig {
 /** The first field where two model configs differ, described; undefined when they agree. */
 export function modelConfigDifference(actual: ModelConfig, expected: ModelConfig): string | undefined {
   const keys = new Set([...Object.keys(actual), ...Object.keys(expected)] as Array<keyof ModelConfig>);
+  // Nested sections (lora, vision, audio) compare by value, whatever order their keys were written in.
+  const canonical = (v: unknown): string | undefined =>
+    JSON.stringify(v, (_, x: unknown) => (x && typeof x === 'object' && !Array.isArray(x) ? Object.fromEntries(Object.entries(x).sort(([p], [q]) => (p < q ? -1 : 1))) : x));
   for (const key of keys) {
-    const a = JSON.stringify(actual[key]);
-    const e = JSON.stringify(expected[key]);
+    const a = canonical(actual[key]);
+    const e = canonical(expected[key]);
     if (a !== e) return `model.${key} is ${a ?? 'unset'}, expected ${e ?? 'unset'}`;
   }
   return undefined;
@@ -271,8 +275,7 @@ export function trainableParameterSpec(cfg: ModelConfig): ParameterSpec[] {
 }
 
 /** The parts of a model that train separately (TrainerOptions.trainable); a run config validates against this list. */
-export const TRAINABLE_PARTS = ['language_model', 'vision_encoder', 'vision_projector', 'audio_encoder', 'audio_projector'] as const;
-export type TrainablePart = (typeof TRAINABLE_PARTS)[number];
+export { TRAINABLE_PARTS, type TrainablePart };
 
 /** The part a parameter belongs to: an encoder's projector (`vision.proj.*`), the rest of its encoder, else the language model (LoRA adapters included). */
 export function parameterPart(name: string): TrainablePart {

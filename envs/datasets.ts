@@ -1,11 +1,15 @@
 // Dataset tasks: rows read from a JSONL (.jsonl, or .json lines or array) or Parquet file, validated
 // up front, rendered into prompts (raw text or the model's chat template), and graded by a built-in
 // rule reward (./rule-rewards). loadDatasetTask turns a run config's `data` section into a Task.
+// Rows may carry images and audio clips (./dataset-media.ts), read and checked when the file loads.
 import fs from 'node:fs';
 import path from 'node:path';
+import { TextDecoder } from 'node:util';
 import { parseDataConfig, type DataConfig, type DataConfigInput, type DataRewardConfig } from '../config/data-config';
 import { mixSeed, randomInt, seededRandom } from '../config/seeds';
+import type { MediaKind } from '../engines/media/sources';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { mediaFieldNames, mediaRefsOf, placeMediaPlaceholders, promptMedia, readRowMedia, type MediaFields, type MediaRef, type RowMedia } from './dataset-media';
 import { compileRegex, parseNumber, ruleReward } from './rule-rewards';
 import { checkPromptCount, type Task, type TaskPrompt } from './task';
 
@@ -18,15 +22,15 @@ export interface ChatMessage {
 export type RenderChat = (messages: ChatMessage[]) => string;
 
 /** Which fields of a row hold what (config/data-config.ts defaults). */
-export interface DatasetFields {
+export interface DatasetFields extends MediaFields {
   prompt_field?: string;
   messages_field?: string;
   /** Default: "answer", falling back to "label". */
   answer_field?: string;
 }
 
-/** One validated row: a prompt string or chat messages, and the answer as a string. */
-export interface DatasetRow {
+/** One validated row: a prompt string or chat messages, the answer as a string, and its media (images, audio) when it has some. */
+export interface DatasetRow extends RowMedia {
   prompt?: string;
   messages?: ChatMessage[];
   answer: string;
@@ -110,21 +114,40 @@ function rowsError(file: string, problems: string[]): Error {
   return new Error(`${file}: ${problems.length} bad rows: ${shown}${more}`);
 }
 
-/** Validates every row; throws one error listing the bad ones (each as "<file> line N: <problem>"). */
-function validateAll(file: string, raws: ReadonlyArray<{ raw: unknown; where: string }>, fields: DatasetFields): DatasetRow[] {
+/**
+ * Validates every row; throws one error listing the bad ones (each as "<file> line N: <problem>").
+ * When any row has media, every row's placeholders are checked against its media (a file without
+ * any is a text dataset, read as is), and the media are read (relative paths against the file's directory).
+ */
+async function validateAll(file: string, raws: ReadonlyArray<{ raw: unknown; where: string }>, fields: DatasetFields): Promise<DatasetRow[]> {
   if (raws.length === 0) throw new Error(`${file}: has no rows (the file is empty or only blank lines): add rows, one JSON object per line`);
   const rows: DatasetRow[] = [];
+  const refsByRow: MediaRef[][] = [];
   const problems: string[] = [];
   for (const { raw, where } of raws) {
     const source = `${file} ${where}`;
     try {
-      rows.push(validateRow(raw, fields, source));
+      const row = validateRow(raw, fields, source);
+      refsByRow.push(mediaRefsOf(raw as Record<string, unknown>, fields));
+      rows.push(row);
     } catch (err) {
       problems.push(`${source}: ${(err as Error).message}`);
     }
   }
   if (problems.length) throw rowsError(file, problems);
-  return rows;
+  if (refsByRow.every((refs) => refs.length === 0)) return rows;
+  const placed = rows.map((row, i) => {
+    try {
+      return placeMediaPlaceholders(row, refsByRow[i], fields);
+    } catch (err) {
+      problems.push(`${row.source}: ${(err as Error).message}`);
+      return row;
+    }
+  });
+  if (problems.length) throw rowsError(file, problems);
+  const read = await readRowMedia(refsByRow, placed.map((r) => r.source), path.dirname(path.resolve(file)));
+  if (read.problems.length) throw rowsError(file, read.problems);
+  return placed.map((row, i) => ({ ...row, ...read.media[i] }));
 }
 
 function readText(file: string): string {
@@ -162,7 +185,21 @@ function jsonArray(file: string, text: string): Array<{ raw: unknown; where: str
   return data.map((raw, i) => ({ raw, where: `item ${i} (0-based)` }));
 }
 
-async function parquetRows(file: string): Promise<Array<{ raw: unknown; where: string }>> {
+/** Binary values as UTF-8 text, as hyparquet decodes them by default (used outside the media fields). */
+function binaryAsText(value: unknown, decoder: TextDecoder): unknown {
+  if (value instanceof Uint8Array) return decoder.decode(value);
+  if (Array.isArray(value)) return value.map((v) => binaryAsText(v, decoder));
+  if (value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, binaryAsText(v, decoder)]));
+  }
+  return value;
+}
+
+/**
+ * Parquet rows; binary columns without a string annotation stay bytes in the media fields (images
+ * stored inline, e.g. Hugging Face datasets' {bytes, path}) and become UTF-8 text elsewhere.
+ */
+async function parquetRows(file: string, mediaFields: readonly string[]): Promise<Array<{ raw: unknown; where: string }>> {
   const { asyncBufferFromFile, parquetReadObjects } = await import('hyparquet');
   try {
     fs.accessSync(file, fs.constants.R_OK);
@@ -171,22 +208,28 @@ async function parquetRows(file: string): Promise<Array<{ raw: unknown; where: s
   }
   let rows: Record<string, unknown>[];
   try {
-    rows = await parquetReadObjects({ file: await asyncBufferFromFile(file) });
+    rows = await parquetReadObjects({ file: await asyncBufferFromFile(file), utf8: false });
   } catch (err) {
     throw new Error(`${file}: not a readable Parquet file (${(err as Error).message}): check that it is Parquet, or give a .jsonl file`);
   }
-  return rows.map((raw, i) => ({ raw, where: `row ${i} (0-based)` }));
+  const decoder = new TextDecoder();
+  const media = new Set(mediaFields);
+  return rows.map((row, i) => ({
+    raw: Object.fromEntries(Object.entries(row).map(([k, v]) => [k, media.has(k) ? v : binaryAsText(v, decoder)])),
+    where: `row ${i} (0-based)`,
+  }));
 }
 
 /**
  * Reads and validates every row of a dataset file, by extension: .jsonl (one JSON object per line,
  * blank lines allowed; errors name the 1-based line), .json (a JSON array, errors name the 0-based
  * item; or JSON lines), .parquet (errors name the 0-based row). Throws on a file that cannot be
- * read, an unknown extension, an empty file, or any bad row (one error listing the bad rows).
+ * read, an unknown extension, an empty file, or any bad row (one error listing the bad rows),
+ * including a medium that cannot be read or a prompt whose placeholders do not match its media.
  */
 export async function readDatasetRows(file: string, fields: DatasetFields = {}): Promise<DatasetRow[]> {
   const ext = path.extname(file).toLowerCase();
-  if (ext === '.parquet') return validateAll(file, await parquetRows(file), fields);
+  if (ext === '.parquet') return validateAll(file, await parquetRows(file, [...mediaFieldNames(fields, 'image'), ...mediaFieldNames(fields, 'audio')]), fields);
   if (ext === '.jsonl' || ext === '.json') {
     const text = readText(file);
     const raws = ext === '.json' && text.trimStart().startsWith('[') ? jsonArray(file, text) : jsonLines(file, text);
@@ -252,6 +295,21 @@ function permutation(n: number, seed: number): number[] {
   return order;
 }
 
+/** A dataset's Task, saying which kinds of media its prompts carry (the model needs an encoder for each). */
+export interface DatasetTask extends Task {
+  readonly mediaKinds: readonly MediaKind[];
+}
+
+const copyPrompt = (p: TaskPrompt): TaskPrompt => (p.media ? { ...p, media: [...p.media] } : { ...p });
+
+/** A row's prompt; with `checkMedia` (the dataset has media) its media in the order of the rendered text's placeholders. */
+function rowPrompt(row: DatasetRow, opts: Pick<DatasetTaskOptions, 'renderChat' | 'promptFormat' | 'systemPrompt'>, checkMedia: boolean): TaskPrompt {
+  const text = renderRow(row, opts);
+  if (!checkMedia) return { text, answer: row.answer };
+  const media = promptMedia(text, row, row.source);
+  return media.length ? { text, answer: row.answer, media } : { text, answer: row.answer };
+}
+
 /**
  * A Task over dataset rows. trainPrompts(seed, n) walks seeded shuffles of the train rows: epoch e
  * is the permutation seeded mixSeed(seed, "dataset-epoch-<e>"), so within one call no row repeats
@@ -259,17 +317,20 @@ function permutation(n: number, seed: number): number[] {
  * the eval rows in file order. Every prompt is rendered when the task is created, so a row the chat
  * template rejects fails here rather than mid-run.
  */
-export function createDatasetTask(opts: DatasetTaskOptions): Task {
+export function createDatasetTask(opts: DatasetTaskOptions): DatasetTask {
   if (opts.train.length === 0) throw new Error(`dataset task ${opts.name}: no training rows: give data.train rows`);
   if (opts.eval.length === 0) throw new Error(`dataset task ${opts.name}: no evaluation rows: give data.eval rows or a positive data.eval_size`);
-  checkAnswers([...opts.train, ...opts.eval], opts.reward);
-  const toPrompt = (row: DatasetRow): TaskPrompt => ({ text: renderRow(row, opts), answer: row.answer });
+  const all = [...opts.train, ...opts.eval];
+  checkAnswers(all, opts.reward);
+  const mediaKinds = (['image', 'audio'] as const).filter((kind) => all.some((r) => (kind === 'image' ? r.images : r.audio)?.length));
+  const toPrompt = (row: DatasetRow): TaskPrompt => rowPrompt(row, opts, mediaKinds.length > 0);
   const train = opts.train.map(toPrompt);
   const heldOut = opts.eval.map(toPrompt);
   const { reward, tokenizer } = opts;
   const stopStrings = [...opts.stopStrings];
   return {
     name: opts.name,
+    mediaKinds,
     tokenizer: () => tokenizer,
     trainPrompts(seed: number, n: number): TaskPrompt[] {
       checkPromptCount(seed, n);
@@ -277,12 +338,12 @@ export function createDatasetTask(opts: DatasetTaskOptions): Task {
       for (let epoch = 0; out.length < n; epoch++) {
         for (const i of permutation(train.length, mixSeed(seed, `dataset-epoch-${epoch}`))) {
           if (out.length === n) break;
-          out.push({ ...train[i] });
+          out.push(copyPrompt(train[i]));
         }
       }
       return out;
     },
-    heldOut: () => heldOut.map((p) => ({ ...p })),
+    heldOut: () => heldOut.map(copyPrompt),
     reward: (prompt: TaskPrompt, responseText: string) => ruleReward(reward, responseText, prompt.answer, stopStrings),
   };
 }
@@ -299,13 +360,15 @@ export interface LoadDatasetOptions {
 
 /**
  * The Task of a run config's `data` section: reads and validates both files up front (train, and
- * eval or the last eval_size rows of train), so a missing file or any bad row fails before a run starts.
+ * eval or the last eval_size rows of train), media included, so a missing file, any bad row or any
+ * unusable medium fails before a run starts.
  */
-export async function loadDatasetTask(config: DataConfig | DataConfigInput, opts: LoadDatasetOptions): Promise<Task> {
+export async function loadDatasetTask(config: DataConfig | DataConfigInput, opts: LoadDatasetOptions): Promise<DatasetTask> {
   const data = parseDataConfig(config);
   // Without baseDir a relative path stays as written (fs resolves it against the cwd), so errors show it as the user wrote it.
   const resolve = (p: string) => (opts.baseDir === undefined || path.isAbsolute(p) ? p : path.join(opts.baseDir, p));
-  const fields: DatasetFields = { prompt_field: data.prompt_field, messages_field: data.messages_field, answer_field: data.answer_field };
+  const { prompt_field, messages_field, answer_field, image_field, audio_field } = data;
+  const fields: DatasetFields = { prompt_field, messages_field, answer_field, image_field, audio_field };
   let train = await readDatasetRows(resolve(data.train), fields);
   let evalRows: DatasetRow[];
   if (data.eval !== undefined) {

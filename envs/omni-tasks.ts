@@ -26,6 +26,9 @@ const EOS_TEXT = ((t) => t.decode([t.eosId]))(omniTokenizer());
 const HELD_OUT_SIZE = 200;
 
 const ENCODER = { dModel: 32, nLayers: 1, nHeads: 4, dFF: 64 };
+// Comparing two tones or counting beeps needs more than one block: with ENCODER the audio tasks'
+// SFT stayed at chance for 200 steps; with two 64-wide blocks it reached 92% in 200 steps.
+const AUDIO_ENCODER = { dModel: 64, nLayers: 2, nHeads: 4, dFF: 128 };
 const VISION: TaskEncoders = { vision: { patchSize: 8, maxPatches: 16, ...ENCODER } };
 
 interface OmniTaskSpec {
@@ -46,8 +49,8 @@ const SPECS: OmniTaskSpec[] = [
     contextLength: 40,
   },
   { name: 'vision-count', data: 'countShapes', question: () => 'shapes:', encoders: VISION, contextLength: 32 },
-  { name: 'audio-tone', data: 'higherTone', question: () => 'higher:', encoders: { audio: { nMels: 80, maxFrames: 140, ...ENCODER } }, contextLength: 96 },
-  { name: 'audio-beeps', data: 'countBeeps', question: () => 'beeps:', encoders: { audio: { nMels: 80, maxFrames: 200, ...ENCODER } }, contextLength: 128 },
+  { name: 'audio-tone', data: 'higherTone', question: () => 'higher:', encoders: { audio: { nMels: 80, maxFrames: 140, ...AUDIO_ENCODER } }, contextLength: 96 },
+  { name: 'audio-beeps', data: 'countBeeps', question: () => 'beeps:', encoders: { audio: { nMels: 80, maxFrames: 200, ...AUDIO_ENCODER } }, contextLength: 128 },
 ];
 
 /** One media item as a task prompt: its placeholder, the short question, the medium's file bytes. */

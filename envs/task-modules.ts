@@ -5,7 +5,7 @@ import { CharTokenizer } from '../engines/tokenizers/char';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass, InteractionSpec } from './interaction';
 import { loadUserExport, UserModuleError } from './user-modules';
-import type { Task, TaskPrompt } from './task';
+import type { Task, TaskEncoders, TaskPrompt } from './task';
 
 /** What a task module exports (module.exports = { ... }). */
 export interface TaskModule {
@@ -25,6 +25,10 @@ export interface TaskModule {
   turnStops?: string[];
   demonstrate?: InteractionSpec['demonstrate'];
   warmStartPrompts?(seed: number, n: number): TaskPrompt[];
+  /** Media tasks: the encoders of the tiny policy (prompts then carry `media`; the alphabet tokenizer gains `<image>` and `<audio>`). */
+  encoders?: TaskEncoders;
+  /** The context length used when model.context_length is unset. */
+  contextLength?: number;
 }
 
 /** True when a run config's `task` names a module rather than a built-in task. */
@@ -44,7 +48,8 @@ export function taskFromModule(spec: string, m: TaskModule): Task {
   if (!m.reward && !m.environment) throw invalid(spec, 'export reward(prompt, response) for a single-turn task or an environment class for a multi-turn one');
   if (m.environment && typeof m.environment !== 'function') throw invalid(spec, 'environment must be a class');
   const name = m.name ?? spec;
-  const tokenizer = m.tokenizer ?? (() => new CharTokenizer(m.alphabet as string));
+  const specials = m.encoders ? { specials: ['<image>', '<audio>'] } : {};
+  const tokenizer = m.tokenizer ?? (() => new CharTokenizer(m.alphabet as string, specials));
   const Env = m.environment;
   return {
     name,
@@ -52,6 +57,8 @@ export function taskFromModule(spec: string, m: TaskModule): Task {
     trainPrompts: (seed, n) => m.trainPrompts(seed, n),
     heldOut: () => m.heldOut(),
     ...(m.warmStartPrompts ? { warmStartPrompts: (seed: number, n: number) => m.warmStartPrompts!(seed, n) } : {}),
+    ...(m.encoders ? { encoders: m.encoders } : {}),
+    ...(m.contextLength ? { contextLength: m.contextLength } : {}),
     reward: (prompt, response) => {
       if (!m.reward) throw new Error(`task ${name} is rewarded by its environment turn by turn; it has no transcript reward`);
       return m.reward(prompt, response);

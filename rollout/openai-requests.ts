@@ -177,36 +177,86 @@ export function parseCompletionRequest(raw: unknown): CompletionRequest {
   return { ...common, prompt, logprobs: logprobs !== undefined };
 }
 
+/** A medium in a chat message, validated for shape only (decoded against the model by the server). */
+export type ChatMediaPart =
+  /** `image_url.url`: a data URL (data:image/png;base64,...); an http(s) URL is refused when resolved. */
+  | { type: 'image'; url: string; param: string }
+  /** `input_audio.data`: the WAV file's bytes, base64. */
+  | { type: 'audio'; data: string; param: string };
+
+/** One piece of a chat prompt, in order: text, or a medium that becomes a placeholder at that place. */
+export type ChatPart = { type: 'text'; text: string } | ChatMediaPart;
+
 export interface ChatMessage {
   role: string;
+  /** The message's text (its text parts joined; media parts contribute none). */
   content: string;
+  /** Set only when the content has image or audio parts: every part, in order. */
+  parts?: ChatPart[];
 }
 
 export interface ChatRequest extends CommonRequest {
   messages: ChatMessage[];
 }
 
-/** A message's text: a string, or an array of text parts (other part types are refused). */
-function messageText(message: Record<string, unknown>, i: number): string {
+const PART_TYPES = '{"type": "text", "text": "..."}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} or {"type": "input_audio", "input_audio": {"data": "<base64 WAV>", "format": "wav"}}';
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** One content part, shape-checked; `param` is its path in the request (messages[i].content[j]). */
+function contentPart(part: unknown, param: string): ChatPart {
+  const p = isObject(part) ? part : {};
+  if (p.type === 'text') {
+    if (typeof p.text !== 'string') throw badParam(param, `${param} is a text part without a string \`text\`: send {"type": "text", "text": "..."}`, 'invalid_type');
+    return { type: 'text', text: p.text };
+  }
+  if (p.type === 'image_url') {
+    const image = p.image_url;
+    // OpenAI's clients also accept image_url as a bare string; take both.
+    const url = typeof image === 'string' ? image : isObject(image) ? image.url : undefined;
+    if (typeof url !== 'string' || url === '') {
+      throw badParam(`${param}.image_url`, `${param} is an image part without \`image_url.url\`: send {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`, 'invalid_type');
+    }
+    const detail = isObject(image) ? image.detail : undefined;
+    if (detail !== undefined && detail !== null && detail !== 'auto') {
+      throw badParam(
+        `${param}.image_url.detail`,
+        `${param}.image_url.detail is ${describe(detail)}, but this endpoint has one resolution: every image is resized to the vision encoder's fixed patch grid. Send "auto" or omit it`,
+        'unsupported_parameter',
+      );
+    }
+    return { type: 'image', url, param: `${param}.image_url.url` };
+  }
+  if (p.type === 'input_audio') {
+    const audio = isObject(p.input_audio) ? p.input_audio : undefined;
+    if (!audio || typeof audio.data !== 'string' || audio.data === '') {
+      throw badParam(`${param}.input_audio`, `${param} is an audio part without \`input_audio.data\`: send {"type": "input_audio", "input_audio": {"data": "<base64 of a WAV file>", "format": "wav"}}`, 'invalid_type');
+    }
+    if (audio.format !== 'wav') {
+      throw badParam(`${param}.input_audio.format`, `${param}.input_audio.format is ${describe(audio.format)}, but only "wav" audio is supported: convert the clip to WAV (PCM or float) and send format "wav"`);
+    }
+    return { type: 'audio', data: audio.data, param: `${param}.input_audio.data` };
+  }
+  throw badParam(param, `${param} is ${describe(part)}: the supported content parts are ${PART_TYPES}`);
+}
+
+/** A message's content: a string, or an array of text / image_url / input_audio parts. */
+function messageContent(message: Record<string, unknown>, i: number): Pick<ChatMessage, 'content' | 'parts'> {
   const content = message.content;
-  if (typeof content === 'string') return content;
+  if (typeof content === 'string') return { content };
   if (content === null || content === undefined) {
     // An assistant message may carry only tool calls (content null); it then contributes no text.
-    if (message.role === 'assistant') return '';
+    if (message.role === 'assistant') return { content: '' };
     throw badParam(`messages[${i}].content`, `messages[${i}].content is missing: send the message text`, 'missing_required_parameter');
   }
   if (Array.isArray(content)) {
-    return content
-      .map((part, j) => {
-        const p = part as { type?: unknown; text?: unknown };
-        if (p?.type !== 'text' || typeof p.text !== 'string') {
-          throw badParam(`messages[${i}].content[${j}]`, `messages[${i}].content[${j}] is ${describe(part)}: only text parts ({"type": "text", "text": "..."}) are supported`);
-        }
-        return p.text;
-      })
-      .join('');
+    const parts = content.map((part, j) => contentPart(part, `messages[${i}].content[${j}]`));
+    const text = parts.map((p) => (p.type === 'text' ? p.text : '')).join('');
+    return parts.some((p) => p.type !== 'text') ? { content: text, parts } : { content: text };
   }
-  throw badParam(`messages[${i}].content`, `messages[${i}].content must be a string or an array of text parts, got ${describe(content)}`, 'invalid_type');
+  throw badParam(`messages[${i}].content`, `messages[${i}].content must be a string or an array of content parts (${PART_TYPES}), got ${describe(content)}`, 'invalid_type');
 }
 
 /** POST /v1/chat/completions */
@@ -223,7 +273,7 @@ export function parseChatRequest(raw: unknown): ChatRequest {
       throw badParam(`messages[${i}]`, `messages[${i}] must be an object with a string role and content, got ${describe(m)}`, 'invalid_type');
     }
     const message = m as Record<string, unknown>;
-    return { role: message.role as string, content: messageText(message, i) };
+    return { role: message.role as string, ...messageContent(message, i) };
   });
   const logprobs = optionalBoolean(body, 'logprobs') ?? false;
   const top = optionalNumber(body, 'top_logprobs', { min: 0, max: 20, integer: true });
@@ -239,4 +289,19 @@ export function parseChatRequest(raw: unknown): ChatRequest {
  */
 export function renderChat(messages: readonly ChatMessage[]): string {
   return messages.map((m) => m.content).join('');
+}
+
+/**
+ * The same template as renderChat, as parts: the messages' text and media in order, adjacent text
+ * joined. Undefined when no message has media (the prompt is then renderChat's text).
+ */
+export function renderChatParts(messages: readonly ChatMessage[]): ChatPart[] | undefined {
+  if (!messages.some((m) => m.parts)) return undefined;
+  const out: ChatPart[] = [];
+  for (const part of messages.flatMap((m): ChatPart[] => m.parts ?? [{ type: 'text', text: m.content }])) {
+    const last = out[out.length - 1];
+    if (part.type === 'text' && last?.type === 'text') out[out.length - 1] = { type: 'text', text: last.text + part.text };
+    else out.push(part);
+  }
+  return out;
 }

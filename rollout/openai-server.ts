@@ -9,14 +9,22 @@
 // `sessions` (rollout/sessions.ts), so an external agent program's whole conversation becomes one
 // training sample.
 //
+// Chat messages may carry images (`image_url` parts with a data URL) and audio (`input_audio` parts,
+// base64 WAV): each becomes its encoder's placeholder token at its place in the prompt, expanded to
+// one token per embedding, and its processed input goes to the engine with the tokens. Media are
+// never fetched from the network.
+//
 // Requests are served one at a time: the tiny policies generate in milliseconds, a request's n
 // choices are generated as one batch, and one-at-a-time lets a resolver switch an engine between
 // policy versions safely (resolve + generate never interleave with another request's).
 import { randomInt, randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { MEDIA_LIMITS } from '../engines/media/model-inputs';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
-import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
-import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, type CommonRequest } from './openai-requests';
+import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import type { MediaPrompts } from './media-prompts';
+import { describeError, mediaPrompt, textPrompt, type PromptInput } from './openai-prompts';
+import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
 import { SessionError, SessionRecorder, type SessionCall } from './sessions';
 
 export { OpenAIError, modelNotFound } from './openai-requests';
@@ -30,6 +38,12 @@ export interface ResolvedModel {
   policyVersion: number;
   /** The name to report in responses (e.g. "run@7" for "run"); default the requested name. */
   name?: string;
+  /**
+   * Processes the media of requests for this engine's encoders (and, with a media store, stores
+   * them, e.g. the run's, so sessions' samples can reference them); default the engine's in-memory
+   * mediaPromptsOf(engine).
+   */
+  media?: MediaPrompts;
 }
 
 export interface OpenAIServerOptions {
@@ -44,7 +58,12 @@ export interface OpenAIServerOptions {
   sessions?: SessionRecorder;
   /** `owned_by` of the listed models. Default "relax". */
   ownedBy?: string;
+  /** The largest request body accepted, in bytes (media arrive base64 in the body). Default DEFAULT_BODY_LIMIT. */
+  bodyLimit?: number;
 }
+
+/** Room for a few media of MEDIA_LIMITS.maxBytes each, base64 (4/3 of the bytes) in one request. */
+export const DEFAULT_BODY_LIMIT = 48 * 1024 * 1024;
 
 export interface OpenAIServer {
   /** http://host:port */
@@ -89,14 +108,6 @@ function serialQueue(): <T>(task: () => Promise<T>) => Promise<T> {
   };
 }
 
-/** [bos, ...encode(text)], as rollout/producers.ts promptTokens; a text the tokenizer cannot encode is a 400. */
-function encodePrompt(tokenizer: Tokenizer, text: string, param: string): number[] {
-  try {
-    return withBos(tokenizer, tokenizer.encode(text));
-  } catch (err) {
-    throw badParam(param, `the prompt cannot be encoded by this model's tokenizer: ${(err as Error).message}; send only text the model's vocabulary covers`, 'invalid_prompt');
-  }
-}
 
 /**
  * Stop strings to token ids. The engine stops on single tokens, so each stop string must be one
@@ -136,10 +147,6 @@ function sessionIdOf(request: FastifyRequest, req: CommonRequest): string | unde
   return id === '' ? undefined : id;
 }
 
-function describeError(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 async function resolve(options: OpenAIServerOptions, model: string): Promise<ResolvedModel> {
   let resolved: ResolvedModel;
   try {
@@ -154,29 +161,15 @@ async function resolve(options: OpenAIServerOptions, model: string): Promise<Res
   return resolved;
 }
 
-/** The prompt's tokens, refused with a 400 when they leave no room in the context for a new token. */
-function contextCheckedPrompt(resolved: ResolvedModel, text: string, promptParam: string): number[] {
-  const promptTokens = encodePrompt(resolved.tokenizer, text, promptParam);
-  const C = resolved.engine.model.contextLength;
-  if (promptTokens.length >= C) {
-    throw badParam(
-      promptParam,
-      `the prompt is ${promptTokens.length} tokens (bos + ${promptTokens.length - 1} of text), but this model's context is ${C} tokens and generation needs room for at least one more: shorten the prompt to at most ${C - 2} tokens of text`,
-      'context_length_exceeded',
-    );
-  }
-  return promptTokens;
-}
-
 /** Starts the session's record of this call; a call that cannot be part of its session is a 400. */
-function beginSessionCall(sessions: SessionRecorder, sessionId: string, req: CommonRequest, promptTokens: number[], tokenizer: Tokenizer, promptParam: string): SessionCall {
+function beginSessionCall(sessions: SessionRecorder, sessionId: string, req: CommonRequest, prompt: PromptInput, tokenizer: Tokenizer, promptParam: string): SessionCall {
   if (req.n !== 1) {
     const message = `a call asked for n=${req.n} completions, but a session is one conversation: send n=1 in sessions (several samples of one prompt are several sessions)`;
     sessions.fail(sessionId, message);
     throw badParam('n', `session ${JSON.stringify(sessionId)}: ${message}`, 'invalid_session');
   }
   try {
-    return sessions.begin(sessionId, promptTokens, tokenizer);
+    return sessions.begin(sessionId, prompt.tokens, tokenizer, prompt.sessionMedia);
   } catch (err) {
     if (err instanceof SessionError) throw badParam(promptParam, err.message, 'invalid_session');
     throw err;
@@ -188,6 +181,8 @@ interface GenerateRequest {
   req: CommonRequest;
   /** The prompt text (for chat: the rendered messages). */
   text: string;
+  /** Chat messages with media: the rendered prompt as text and media parts (`text` is then its text only). */
+  parts?: ChatPart[];
   /** The request field the prompt came from, named in errors. */
   promptParam: string;
   sessionId: string | undefined;
@@ -200,7 +195,8 @@ async function generate(options: OpenAIServerOptions, sessions: SessionRecorder,
   const { req } = r;
   const resolved = await resolve(options, req.model);
   const { engine, tokenizer } = resolved;
-  const promptTokens = contextCheckedPrompt(resolved, r.text, r.promptParam);
+  const prompt = r.parts ? await mediaPrompt(resolved, req.model, r.parts, r.promptParam) : textPrompt(resolved, r.text, r.promptParam);
+  const promptTokens = prompt.tokens;
   // A completion stops where the context ends (finish_reason "length"), whatever max_tokens says.
   const room = engine.model.contextLength - promptTokens.length;
   const params: SamplingParams = {
@@ -212,10 +208,11 @@ async function generate(options: OpenAIServerOptions, sessions: SessionRecorder,
     // Without a seed every request samples afresh, as OpenAI's endpoint does.
     seed: req.seed ?? randomInt(0, 2 ** 31),
   };
-  const call = r.sessionId === undefined ? undefined : beginSessionCall(sessions, r.sessionId, req, promptTokens, tokenizer, r.promptParam);
+  const call = r.sessionId === undefined ? undefined : beginSessionCall(sessions, r.sessionId, req, prompt, tokenizer, r.promptParam);
   let samples: GeneratedSample[];
   try {
-    samples = await engine.generate(Array.from({ length: req.n }, () => promptTokens), params);
+    const prompts = Array.from({ length: req.n }, () => promptTokens);
+    samples = await (prompt.media ? engine.generate(prompts, params, prompts.map(() => prompt.media)) : engine.generate(prompts, params));
   } catch (err) {
     call?.fail(`generation failed: ${describeError(err)}`);
     throw new OpenAIError(500, `generation failed: ${describeError(err)}`, null, 'generation_failed');
@@ -288,7 +285,8 @@ function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sess
   app.post('/v1/chat/completions', async (request) => {
     const req = parseChatRequest(request.body);
     const sessionId = sessionIdOf(request, req);
-    const g = await serially(() => generate(options, sessions, { req, text: renderChat(req.messages), promptParam: 'messages', sessionId, defaultMaxTokens: undefined }));
+    const parts = renderChatParts(req.messages);
+    const g = await serially(() => generate(options, sessions, { req, text: renderChat(req.messages), ...(parts ? { parts } : {}), promptParam: 'messages', sessionId, defaultMaxTokens: undefined }));
     return {
       id: `chatcmpl-${randomUUID()}`,
       object: 'chat.completion',
@@ -307,10 +305,17 @@ function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sess
 }
 
 /** Every error leaves in OpenAI's shape: our own as thrown, Fastify's (bad JSON, ...) with their status. */
-function errorReply(err: unknown, reply: FastifyReply): FastifyReply {
+function errorReply(err: unknown, reply: FastifyReply, bodyLimit: number): FastifyReply {
   let e: OpenAIError;
   if (err instanceof OpenAIError) e = err;
-  else {
+  else if ((err as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    e = new OpenAIError(
+      413,
+      `the request body is over this endpoint's limit of ${bodyLimit % 1048576 === 0 ? `${bodyLimit / 1048576} MiB` : `${bodyLimit} bytes`}: send fewer or smaller images and clips (each medium is limited to ${MEDIA_LIMITS.maxBytes / 1048576} MiB)`,
+      null,
+      'request_too_large',
+    );
+  } else {
     const status = (err as { statusCode?: number }).statusCode;
     const code = (err as { code?: string }).code ?? null;
     if (status && status >= 400 && status < 500) e = new OpenAIError(status, `invalid request: ${describeError(err)}`, null, code);
@@ -325,10 +330,11 @@ function errorReply(err: unknown, reply: FastifyReply): FastifyReply {
 /** Starts the endpoint; resolves once it listens. */
 export async function startOpenAIServer(options: OpenAIServerOptions): Promise<OpenAIServer> {
   const sessions = options.sessions ?? new SessionRecorder();
-  const app = Fastify({ logger: false });
-  app.setErrorHandler((err, _request, reply) => errorReply(err, reply));
+  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
+  const app = Fastify({ logger: false, bodyLimit });
+  app.setErrorHandler((err, _request, reply) => errorReply(err, reply, bodyLimit));
   app.setNotFoundHandler((request, reply) =>
-    errorReply(new OpenAIError(404, `Unknown request URL: ${request.method} ${request.url}. This endpoint serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions`, null, 'unknown_url'), reply),
+    errorReply(new OpenAIError(404, `Unknown request URL: ${request.method} ${request.url}. This endpoint serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions`, null, 'unknown_url'), reply, bodyLimit),
   );
   registerRoutes(app, options, sessions);
   const host = options.host ?? '127.0.0.1';

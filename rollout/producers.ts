@@ -305,11 +305,14 @@ async function agentRows(ctx: RowsContext, endpoint: AgentEndpoint, prompts: Tas
     concurrency: agent.concurrency,
     sessionPrefix: `seed${ctx.seed}`,
   });
+  // A session's images and clips (sent in chat messages) go to the run's media store; the sample keeps their ids.
+  for (const e of episodes) for (const m of e.sample?.media ?? []) await ctx.media?.store?.put(m.bytes, { kind: m.kind, format: m.format });
   return episodes.map((e) => {
     const s = e.sample;
+    const mediaIds = s?.mediaIds?.length ? { mediaIds: s.mediaIds } : {};
     if (!s || e.error !== null) {
-      return { promptTokens: s?.promptTokens ?? [bos], responseTokens: s?.responseTokens ?? [], lossMask: s?.lossMask ?? [], rolloutLogprobs: s?.rolloutLogprobs ?? [], ...(s ? { tokenVersions: s.tokenVersions } : {}), policyVersion: s?.policyVersion ?? ctx.engine.policyVersion ?? 0, reward: null, error: `agent: ${e.error ?? 'no sample recorded'}` };
+      return { promptTokens: s?.promptTokens ?? [bos], responseTokens: s?.responseTokens ?? [], lossMask: s?.lossMask ?? [], rolloutLogprobs: s?.rolloutLogprobs ?? [], ...(s ? { tokenVersions: s.tokenVersions } : {}), policyVersion: s?.policyVersion ?? ctx.engine.policyVersion ?? 0, reward: null, error: `agent: ${e.error ?? 'no sample recorded'}`, ...mediaIds };
     }
-    return { promptTokens: s.promptTokens, responseTokens: s.responseTokens, lossMask: s.lossMask, rolloutLogprobs: s.rolloutLogprobs, tokenVersions: s.tokenVersions, policyVersion: s.policyVersion, reward: e.reward, error: null };
+    return { promptTokens: s.promptTokens, responseTokens: s.responseTokens, lossMask: s.lossMask, rolloutLogprobs: s.rolloutLogprobs, tokenVersions: s.tokenVersions, policyVersion: s.policyVersion, reward: e.reward, error: null, ...mediaIds };
   });
 }

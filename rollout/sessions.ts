@@ -18,7 +18,19 @@
 // encoding of a string is not unique (BPE), a completion re-encoded as part of the next prompt may
 // come out as different tokens and be reported as a divergence. The character tokenizers of the
 // built-in tasks encode uniquely.
+//
+// Media (images and audio in chat messages) are part of the transcript: their placeholder tokens are
+// compared like any other, and the media themselves by id (sha256 of the bytes), so a call must
+// resend the conversation's earlier media, in order, unchanged. The sample lists the ids of every
+// medium of its tokens in placeholder order (the transfer queue's `media`), and carries the media
+// themselves so the caller can put them in the run's media store.
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import type { PromptMedium } from '../envs/task';
+
+/** A medium of a call's prompt, with its id (sha256 of the bytes, engines/media/store.ts mediaIdOf). */
+export interface SessionMedium extends PromptMedium {
+  id: string;
+}
 
 /** A session's trajectory as one training sample (the transfer queue's NewSample fields). */
 export interface AgentSample {
@@ -34,6 +46,10 @@ export interface AgentSample {
   tokenVersions: number[];
   /** The oldest policy version that generated a token of the sample. */
   policyVersion: number;
+  /** The ids of the media of promptTokens + responseTokens, in placeholder order; absent without media. */
+  mediaIds?: string[];
+  /** Those media (bytes, kind, format), in the same order, for the caller to store; absent without media. */
+  media?: PromptMedium[];
 }
 
 /** What take() returns: the sample, or the error that made the session unusable. */
@@ -63,6 +79,8 @@ interface Session {
   logprobs: number[];
   versions: number[];
   promptLength: number;
+  /** The media of the transcript, in placeholder order. */
+  media: SessionMedium[];
   calls: number;
   completed: number;
   inFlight: boolean;
@@ -112,15 +130,16 @@ export class SessionRecorder {
   }
 
   /**
-   * Starts a call of session `id` with `promptTokens` (bos + prompt text). Throws SessionError (and
-   * fails the session) when the prompt does not extend the session's transcript, when another call
-   * of the session is still running, or when the session already failed.
+   * Starts a call of session `id` with `promptTokens` (bos + prompt text, media placeholders
+   * expanded) and the prompt's media in placeholder order. Throws SessionError (and fails the
+   * session) when the prompt does not extend the session's transcript (tokens or media), when
+   * another call of the session is still running, or when the session already failed.
    */
-  begin(id: string, promptTokens: readonly number[], tokenizer?: Tokenizer): SessionCall {
+  begin(id: string, promptTokens: readonly number[], tokenizer?: Tokenizer, media: readonly SessionMedium[] = []): SessionCall {
     this.forgetIdle();
     let s = this.sessions.get(id);
     if (!s) {
-      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
+      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, media: [], calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
       this.sessions.set(id, s);
     }
     s.touchedAt = Date.now();
@@ -136,8 +155,10 @@ export class SessionRecorder {
       s.logprobs = s.tokens.map(() => 0);
       s.versions = s.tokens.map(() => 0);
       s.promptLength = s.tokens.length;
+      s.media = [...media];
     } else {
       this.extend(s, call, promptTokens, tokenizer);
+      this.extendMedia(s, call, media);
     }
     s.inFlight = true;
     let settled = false;
@@ -160,7 +181,7 @@ export class SessionRecorder {
   fail(id: string, message: string): void {
     let s = this.sessions.get(id);
     if (!s) {
-      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
+      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, media: [], calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
       this.sessions.set(id, s);
     }
     s.error ??= message;
@@ -221,6 +242,26 @@ export class SessionRecorder {
     }
   }
 
+  /**
+   * Appends the call's new media. The token prefix already matched, placeholders included, and the
+   * policy never generates placeholders, so the transcript's media are the call's first ones: they
+   * must be the same media.
+   */
+  private extendMedia(s: Session, call: number, media: readonly SessionMedium[]): void {
+    const differs = s.media.findIndex((m, k) => media[k]?.id !== m.id);
+    if (differs >= 0) {
+      const given = media[differs];
+      const what = (m: SessionMedium) => `${m.kind === 'image' ? 'an image' : 'an audio clip'} (${m.id.slice(0, 19)}...)`;
+      throw this.failWith(
+        s,
+        `call ${call}'s medium ${differs + 1} is ${given ? what(given) : 'missing'}, but the session's medium ${differs + 1} is ${what(s.media[differs])}: ` +
+          `every call of a session must resend the conversation's earlier images and clips unchanged, in order; ` +
+          `use a new session id for an unrelated conversation, or ${NO_SESSION_HINT}`,
+      );
+    }
+    s.media.push(...media.slice(s.media.length));
+  }
+
   private record(s: Session, c: RecordedCompletion): void {
     c.tokens.forEach((t, j) => {
       s.tokens.push(t);
@@ -244,6 +285,7 @@ export class SessionRecorder {
       rolloutLogprobs: s.logprobs.slice(p),
       tokenVersions: s.versions.slice(p),
       policyVersion: Math.min(...versions),
+      ...(s.media.length ? { mediaIds: s.media.map((m) => m.id), media: s.media.map(({ kind, format, bytes }) => ({ kind, format, bytes })) } : {}),
     };
   }
 

@@ -212,14 +212,34 @@ test('media the model cannot take are refused by name, before anything runs', as
   assert.throws(() => buildGenerationGraph(LM, false, { audio: true }), /needs an audio encoder/);
 });
 
-test('a text-only call on a model with encoders is the text model: same tokens and log-probs, bit for bit, with or without an all-undefined media list', async () => {
+test('a text-only call on a model with encoders is the text model, except that placeholders are never sampled', async () => {
   const weights = randomWeights(GPT, 8);
   const lmWeights = Object.fromEntries(parameterSpec(LM).map((p) => [p.name, weights[p.name]]));
   const prompts = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 10]];
-  const params = { maxNewTokens: 6, seed: 3 };
-  const text = await (await engine(LM, lmWeights)).generate(prompts, params);
   const withEncoders = await engine(GPT, weights);
-  assert.deepEqual(await withEncoders.generate(prompts, params), text);
-  assert.deepEqual(await withEncoders.generate(prompts, params, prompts.map(() => undefined)), text);
-  assert.deepEqual(await withEncoders.generate(prompts, params, prompts.map(() => ({ images: [], audio: [] }))), text);
+  // No media list, an all-undefined one and all-empty media are the same call, bit for bit.
+  const params = { maxNewTokens: 6, seed: 3 };
+  const plain = await withEncoders.generate(prompts, params);
+  assert.deepEqual(await withEncoders.generate(prompts, params, prompts.map(() => undefined)), plain);
+  assert.deepEqual(await withEncoders.generate(prompts, params, prompts.map(() => ({ images: [], audio: [] }))), plain);
+  // Greedy: the text model's tokens and log-probs up to where it picks a placeholder id; there the
+  // model with encoders picks its best non-placeholder token instead.
+  const greedy = { maxNewTokens: 6, greedy: true };
+  const text = await (await engine(LM, lmWeights)).generate(prompts, greedy);
+  const mine = await withEncoders.generate(prompts, greedy);
+  let cut = 0;
+  text.forEach((t, i) => {
+    const first = t.tokens.findIndex((x) => x === IMG || x === AUD);
+    const n = first < 0 ? t.tokens.length : first;
+    assert.deepEqual(mine[i].tokens.slice(0, n), t.tokens.slice(0, n));
+    assert.deepEqual(mine[i].logprobs.slice(0, n), t.logprobs.slice(0, n));
+    if (first >= 0) {
+      cut += 1;
+      assert.ok(![IMG, AUD].includes(mine[i].tokens[first]), 'a placeholder is replaced by a text token');
+    }
+  });
+  assert.ok(cut > 0 && cut < text.length, 'both cases occur with these weights');
+  // Sampling never emits a placeholder (they would stand for media nobody gave); log-probs stay the policy's own.
+  const many = await withEncoders.generate(Array.from({ length: 64 }, (_, i) => [1 + (i % 9)]), { maxNewTokens: 12, seed: 5 });
+  assert.ok(many.every((s) => !s.tokens.includes(IMG) && !s.tokens.includes(AUD)), 'no placeholder sampled');
 });

@@ -25,7 +25,12 @@ export function policyModelConfig(model: RunConfig['model'], vocabSize: number, 
 export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'name' | 'tokenizer' | 'encoders'>): Pick<ModelConfig, 'vision' | 'audio'> {
   const out: Pick<ModelConfig, 'vision' | 'audio'> = {};
   const placeholder = (text: string, section: string): number => {
-    const ids = task ? task.tokenizer().encode(text) : [];
+    let ids: number[] = [];
+    try {
+      ids = task ? task.tokenizer().encode(text) : [];
+    } catch {
+      // not in the tokenizer's vocabulary
+    }
     if (ids.length !== 1) throw new Error(`model.${section}: the task${task ? ` ${task.name}` : ''} has no single ${text} token to place its embeddings at: use a media task (e.g. vision-colour, audio-tone) or a tokenizer with ${text}`);
     return ids[0];
   };
@@ -55,6 +60,7 @@ export function trainerOptions(config: RunConfig, model: ModelConfig, weights: P
     maxGradNorm: t.grad_clip,
     microBatchSize: t.micro_batch,
     ...(t.micro_batch_tokens !== undefined ? { microBatchTokens: t.micro_batch_tokens } : {}),
+    ...(t.trainable ? { trainable: t.trainable } : {}),
     ...(config.lora ? { loraDropout: config.lora.dropout } : {}),
   };
 }

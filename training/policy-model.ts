@@ -3,18 +3,20 @@
 // file, or a named model) with ITS tokenizer, chat template and end-of-turn tokens, optionally with
 // LoRA adapters, and the task either built in or read from data files (`data`). The base weights of
 // a pretrained model are read from its directory once per process, when a stage first needs them.
+// model.vision / model.audio add freshly initialised encoders to a pretrained model, placed at its
+// tokenizer's single <image> / <audio> token (a tokenizer without one is refused, never extended).
 import path from 'node:path';
 import { relaxEnvironment } from '../config/environment';
 import { runContextLength, type RunConfig } from '../config/run-config';
 import { loadHfModel, readHfModelConfig } from '../engines/hf-checkpoint';
-import { initWeights, loraParameterSpec, parseModelConfig, type LoraTarget, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { initWeights, loraParameterSpec, parameterPart, parameterSpec, parseModelConfig, type LoraTarget, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { resolveModelSource } from '../engines/model-sources';
 import { ChatTemplate } from '../engines/tokenizers/chat-template';
 import { HfTokenizer } from '../engines/tokenizers/hf';
 import { loadDatasetTask } from '../envs/datasets';
 import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
-import { policyModelConfig } from './options';
+import { encoderConfigs, policyModelConfig } from './options';
 
 export interface RunPolicy {
   model: ModelConfig;
@@ -46,6 +48,39 @@ function baseWeightsOf(dir: string, contextLength: number): () => Promise<Policy
 
 const LORA_TARGET_OF: Record<string, LoraTarget> = { q_proj: 'q', k_proj: 'k', v_proj: 'v', o_proj: 'o', gate_proj: 'gate', up_proj: 'up', down_proj: 'down' };
 
+const ENCODER_OF = { image: { section: 'vision', placeholder: '<image>' }, audio: { section: 'audio', placeholder: '<audio>' } } as const;
+
+/**
+ * model.vision / model.audio on a pretrained model: its tokenizer must have the placeholder as ONE
+ * token (Relax never adds vocabulary to a pretrained model; the new embedding would be untrained).
+ */
+function checkPlaceholderTokens(config: RunConfig, tokenizer: HfTokenizer, dir: string): void {
+  for (const { section, placeholder } of Object.values(ENCODER_OF)) {
+    if (!config.model[section]) continue;
+    let ids: number[] = [];
+    try {
+      ids = tokenizer.encode(placeholder);
+    } catch {
+      // an encoding failure reads as "no such token"
+    }
+    if (ids.length !== 1) {
+      throw new RunModelError(
+        `model.${section}: the tokenizer of model.from (${path.join(dir, 'tokenizer.json')}) has no single ${placeholder} token to place the ${section === 'vision' ? 'image' : 'audio'} embeddings at ` +
+        `(it encodes ${JSON.stringify(placeholder)} as ${ids.length} tokens ${JSON.stringify(ids)}), and Relax does not add tokens to a pretrained vocabulary: ` +
+        `use a model whose tokenizer has ${placeholder} as one token, or remove model.${section}`,
+      );
+    }
+  }
+}
+
+/** Freshly initialised encoder weights (seeded by the run's seed, the same in every worker): checkpoints hold no encoders to load. */
+function withFreshEncoders(model: ModelConfig, seed: number, base: () => Promise<PolicyWeights>): () => Promise<PolicyWeights> {
+  const spec = parameterSpec(model).filter((p) => parameterPart(p.name) !== 'language_model');
+  if (spec.length === 0) return base;
+  let encoders: PolicyWeights | undefined;
+  return async () => ({ ...(await base()), ...(encoders ??= initWeights(model, seed, spec)) });
+}
+
 /** Resolves the run's model and task; throws RunModelError naming the field for anything unusable. */
 export async function loadRunPolicy(config: RunConfig, options: { home?: string; log?: (line: string) => void } = {}): Promise<RunPolicy> {
   if (config.model.from === undefined) {
@@ -61,7 +96,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
   } catch (err) {
     throw new RunModelError(`model.from: ${(err as Error).message}`);
   }
-  const model = parseModelConfig({
+  let model = parseModelConfig({
     ...hf.config,
     ...(config.lora ? { lora: { rank: config.lora.rank, alpha: config.lora.alpha, targets: config.lora.target_modules.map((m) => LORA_TARGET_OF[m]) } } : {}),
   });
@@ -74,6 +109,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
     throw new RunModelError(`model.from: ${(err as Error).message}`);
   }
   if (tokenizer.vocabSize > model.vocabSize) throw new RunModelError(`model.from: the tokenizer has ${tokenizer.vocabSize} tokens but the model only ${model.vocabSize} embeddings`);
+  checkPlaceholderTokens(config, tokenizer, dir);
   const stopStrings = [...tokenizer.stopIds].map((id) => tokenizer.decode([id]));
   let task: Task;
   if (config.data) {
@@ -93,7 +129,22 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
     task = await loadTask(config.task);
     if (task.tokenizer().vocabSize > model.vocabSize) throw new RunModelError(`task: ${config.task} has its own ${task.tokenizer().vocabSize}-token vocabulary, which does not fit the pretrained model: give the run a data section (data.train) or a task module that uses the model's tokenizer`);
   }
-  return { model, task, modelDir: dir, baseWeights: baseWeightsOf(dir, runContextLength(config.model)) };
+  const mediaKinds = 'mediaKinds' in task ? (task.mediaKinds as readonly ('image' | 'audio')[]) : [];
+  for (const kind of mediaKinds) {
+    const { section, placeholder } = ENCODER_OF[kind];
+    if (!config.model[section]) {
+      throw new RunModelError(`model.${section}: the dataset's prompts have ${kind === 'image' ? 'images' : 'audio clips'}, and the model has no ${section} encoder: add model.${section} (it needs a tokenizer with a single ${placeholder} token), or drop the ${kind === 'image' ? 'images' : 'clips'} from the data`);
+    }
+  }
+  if (config.model.vision || config.model.audio) {
+    try {
+      model = parseModelConfig({ ...model, ...encoderConfigs(config.model, task) });
+    } catch (err) {
+      const message = (err as Error).message;
+      throw new RunModelError(message.startsWith('model.') ? message : `model: ${message}`);
+    }
+  }
+  return { model, task, modelDir: dir, baseWeights: withFreshEncoders(model, config.seed, baseWeightsOf(dir, runContextLength(config.model))) };
 }
 
 /** Policy version 0 of a pretrained model: its own weights, or with LoRA fresh adapters (B = 0: the base model exactly). */

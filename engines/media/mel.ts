@@ -25,6 +25,9 @@ export interface MelFilterbank {
   nMels: number;
   /** nFft / 2 + 1. */
   nBins: number;
+  /** Band m's weights are zero outside bins [first[m], end[m]) (each triangle spans a few bins). */
+  first: Int32Array;
+  end: Int32Array;
 }
 
 export interface LogMelOptions {
@@ -88,7 +91,17 @@ export function melFilterbank(options: MelFilterbankOptions): MelFilterbank {
       weights[m * nBins + k] = Math.max(0, Math.min(lower, upper)) * enorm;
     }
   }
-  const bank = { weights, nMels, nBins };
+  const first = new Int32Array(nMels);
+  const end = new Int32Array(nMels);
+  for (let m = 0; m < nMels; m++) {
+    let lo = 0;
+    while (lo < nBins && weights[m * nBins + lo] === 0) lo++;
+    let hi = nBins;
+    while (hi > lo && weights[m * nBins + hi - 1] === 0) hi--;
+    first[m] = lo;
+    end[m] = hi;
+  }
+  const bank = { weights, nMels, nBins, first, end };
   filterbanks.set(key, bank);
   return bank;
 }
@@ -218,7 +231,7 @@ export function logMel(samples16k: ArrayLike<number>, options: LogMelOptions): L
     for (let m = 0; m < nMels; m++) {
       const w = m * nBins;
       let sum = 0;
-      for (let k = 0; k < nBins; k++) sum += bank.weights[w + k] * power[p + k];
+      for (let k = bank.first[m]; k < bank.end[m]; k++) sum += bank.weights[w + k] * power[p + k];
       const v = Math.log10(Math.max(sum, 1e-10));
       logs[t * nMels + m] = v;
       if (v > max) max = v;
