@@ -36,6 +36,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'GRPO + LoRA on a pretrained model (default smollm2-135m-instruct) through the workflow on the shipped arithmetic data: reward and held-out accuracy per step, rollout/train time per step, memory',
     load: async () => (await import('./real-model.js')).realModelBench,
   },
+  multimodal: {
+    describe: 'GRPO through the workflow on the media tasks (vision, audio, zoom) from SFT warm starts: held-out accuracy curves, zoom tool-use rate',
+    load: async () => (await import('./multimodal.js')).multimodalBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

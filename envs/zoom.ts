@@ -1,10 +1,10 @@
 // zoom: multimodal multi-turn tool use in the spirit of DeepEyes. The prompt is a 128 x 128 image
-// with one small (2 x 2 px) coloured dot in each quadrant and a question naming a quadrant
+// with one small (16 x 16 px) coloured square in each quadrant and a question naming a quadrant
 // ("<image>tl:"); the answer is that dot's colour. The policy sees every image through its encoder's
-// fixed 32 x 32 grid, where the overview shrinks each dot to a faint quarter-strength blend; it can
-// call `zoom(x,y,w,h)` (the turn ends at ")") and the environment answers with the crop as a new
-// image observation ("<image>"), where a quadrant's dot is seen at full strength. Then the policy
-// writes the colour and eos.
+// fixed 32 x 32 grid, where the overview shrinks each square to 4 x 4 pixels (part of one patch or
+// split over two to four); it can call `zoom(x,y,w,h)` (the turn ends at ")") and the environment
+// answers with the crop as a new image observation ("<image>"): a quadrant's crop shows its square
+// as 8 x 8 pixels, a whole patch's worth. Then the policy writes the colour and eos.
 //
 // Reward (DeepEyes' shape): 1 for the right colour, plus ZOOM_BONUS when the right answer came after a
 // well-formed zoom; -0.1 for a malformed call; 0 otherwise. info: success, tool_use, tool_calls.
@@ -16,7 +16,7 @@ import { COLOURS, COLOUR_NAMES } from './media-tasks';
 import { checkPromptCount, type PromptMedium, type Task, type TaskPrompt } from './task';
 
 export const ZOOM_IMAGE_SIZE = 128;
-export const ZOOM_DOT = 2;
+export const ZOOM_DOT = 16;
 export const ZOOM_BONUS = 0.2;
 export const ZOOM_FORMAT_PENALTY = 0.1;
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789:(),';
@@ -41,9 +41,11 @@ function drawScene(rng: () => number): Scene {
   const half = ZOOM_IMAGE_SIZE / 2;
   const colours = QUADRANTS.map(() => COLOUR_NAMES[randomInt(rng, 0, COLOUR_NAMES.length - 1)]);
   const dots = QUADRANTS.map((_, q): [number, number] => {
-    const margin = 8;
-    const x = (q % 2) * half + 2 * randomInt(rng, margin / 2, (half - margin) / 2 - 1);
-    const y = Math.floor(q / 2) * half + 2 * randomInt(rng, margin / 2, (half - margin) / 2 - 1);
+    // 4-12 px from the quadrant's top left corner: inside one encoder patch of the overview (a tiny
+    // encoder learned colour there; anywhere in the quadrant, it did not within 400 SFT steps).
+    const offset = () => 8 + 2 * randomInt(rng, -2, 2);
+    const x = (q % 2) * half + offset();
+    const y = Math.floor(q / 2) * half + offset();
     return [x, y];
   });
   return { colours, dots, asked: randomInt(rng, 0, QUADRANTS.length - 1) };
@@ -148,7 +150,7 @@ export const zoomTask: Task = {
   trainPrompts: prompts,
   heldOut: () => (heldOut ??= prompts(HELD_OUT_SEED, HELD_OUT_SIZE)),
   reward: (prompt, transcript) => (transcript.endsWith(`${prompt.answer}${EOS_TEXT}`) ? 1 : 0),
-  interaction: { createEnv: () => new ZoomEnv(), maxTurns: 3, maxTurnTokens: 16, turnStops: [')'], demonstrate: zoomDemonstration(0.2) },
+  interaction: { createEnv: () => new ZoomEnv(), maxTurns: 3, maxTurnTokens: 16, turnStops: [')'], demonstrate: zoomDemonstration(0.1) },
   encoders: { vision: { patchSize: 8, maxPatches: 16, dModel: 32, nLayers: 1, nHeads: 4, dFF: 64 } },
   contextLength: 72,
 };

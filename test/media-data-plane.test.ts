@@ -3,6 +3,7 @@
 // size and duration budgets (a 10 MB image, a 60 s clip), samples that reference media ids in
 // Postgres, and the zoom environment's tool.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,7 +19,8 @@ import { getTask } from '../envs/registry';
 import { crop, quadrantZoom, ZOOM_BONUS, ZoomEnv, zoomTask } from '../envs/zoom';
 import { MediaPrompts } from '../rollout/media-prompts';
 import { insertSamples, readSamples } from '../store/transfer-queue';
-import { policyModelConfig } from '../training/options';
+import { policyModelConfig, trainerOptions } from '../training/options';
+import { MULTIMODAL_RECIPES } from '../training/recipes';
 import { sftSequences } from '../training/sft';
 import { freshDatabase, uniqueId, type TestDatabase } from './helpers';
 
@@ -152,7 +154,7 @@ test('SFT demonstrations of the zoom task carry the prompt image and, when they 
   const engine = await RolloutEngine.create(model);
   try {
     const prompts = zoomTask.trainPrompts(4, 20);
-    const seqs = await sftSequences(zoomTask, engine, prompts, () => 0.1); // every demonstration zooms (share 0.2)
+    const seqs = await sftSequences(zoomTask, engine, prompts, () => 0.05); // every demonstration zooms (share 0.1)
     for (const s of seqs) {
       assert.equal(s.media?.images.length, 2, 'overview + crop');
       const img = model.vision!.tokenId!;
@@ -167,5 +169,16 @@ test('SFT demonstrations of the zoom task carry the prompt image and, when they 
     assert.equal(direct[0].media?.images.length, 1);
   } finally {
     await engine.release();
+  }
+});
+
+test('train.trainable reaches the trainer options; the examples are the bench recipes', () => {
+  const config = parseRunConfig({ task: 'vision-colour', train: { trainable: ['vision_encoder', 'vision_projector'] } });
+  assert.deepEqual(trainerOptions(config, tinyModel('vision-colour'), {}).trainable, ['vision_encoder', 'vision_projector']);
+  assert.throws(() => parseRunConfig({ task: 'vision-colour', train: { trainable: ['encoder'] } }), /train\.trainable/);
+  const examples = path.resolve(__dirname, '..', '..', 'examples');
+  for (const recipe of Object.values(MULTIMODAL_RECIPES)) {
+    const file = path.join(examples, `${String(recipe.config.task)}.json`);
+    assert.deepEqual(parseRunConfig(JSON.parse(fs.readFileSync(file, 'utf8'))), parseRunConfig(recipe.config), `${file} is the recipe`);
   }
 });
