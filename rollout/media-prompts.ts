@@ -27,7 +27,11 @@ interface Processed {
   data: Float32Array;
 }
 
-/** The most processed media kept per process (16 image patches of a tiny encoder are 12 KiB; a 2 s clip 64 KiB). */
+/**
+ * The most processed media kept per process, least recently used evicted first (16 image patches
+ * of a tiny encoder are 12 KiB; a 2 s clip 64 KiB). Without a store (the in-process loop) a step's
+ * media must fit: each is used again by the trainer after rollout.
+ */
 const CACHE_ENTRIES = 2048;
 
 export class MediaPrompts {
@@ -37,16 +41,27 @@ export class MediaPrompts {
   constructor(
     readonly model: ModelConfig,
     readonly store?: MediaStore,
+    private readonly cacheEntries = CACHE_ENTRIES,
   ) {}
 
   private remember(id: string, p: Processed): Processed {
-    if (this.cache.size >= CACHE_ENTRIES) this.cache.delete(this.cache.keys().next().value as string);
+    if (this.cache.size >= this.cacheEntries) this.cache.delete(this.cache.keys().next().value as string);
     this.cache.set(id, p);
     return p;
   }
 
+  /** The cached input of `id`, marked most recently used. */
+  private cached(id: string): Processed | undefined {
+    const p = this.cache.get(id);
+    if (p) {
+      this.cache.delete(id);
+      this.cache.set(id, p);
+    }
+    return p;
+  }
+
   private process(id: string, bytes: Uint8Array, format: MediaFormat): Processed {
-    return this.cache.get(id) ?? this.remember(id, modelMediaInput(bytes, format, this.model));
+    return this.cached(id) ?? this.remember(id, modelMediaInput(bytes, format, this.model));
   }
 
   /** Processes (and, with a store, stores) media in order; returns their ids and the sequence's encoder inputs. */
@@ -82,7 +97,7 @@ export class MediaPrompts {
   async fromIds(ids: readonly string[]): Promise<SequenceMedia> {
     const out: SequenceMedia = { images: [], audio: [] };
     for (const id of ids) {
-      let p = this.cache.get(id);
+      let p = this.cached(id);
       if (!p) {
         if (!this.store) throw new MediaError('MediaNotFound', `media ${id} is not in this process's cache and there is no media store to read it from`);
         const { bytes, ref } = await this.store.get(id);

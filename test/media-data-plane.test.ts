@@ -97,6 +97,17 @@ test('MediaPrompts: placeholders expand to one token per embedding, media are st
   await assert.rejects(media.prompt(task.tokenizer(), { ...prompt, text: `<image>${prompt.text}` }), /placeholder 2 .* has no medium|2 placeholders|no medium/);
 });
 
+test('MediaPrompts keeps the most recently used media: a medium used again is not the next evicted', async () => {
+  const task = getTask('vision-colour');
+  const media = new MediaPrompts(tinyModel('vision-colour'), undefined, 2);
+  const [a, b, c] = task.trainPrompts(5, 3);
+  const ids = [];
+  for (const p of [a, b, a, c]) ids.push((await media.prompt(task.tokenizer(), p)).mediaIds![0]);
+  // a was used after b, so adding c evicted b, not a.
+  assert.ok((await media.fromIds([ids[0], ids[3]])).images.length === 2);
+  await assert.rejects(media.fromIds([ids[1]]), /not in this process's cache/);
+});
+
 test('budgets: a 10 MB image and a 60 s clip are refused with the limit named', () => {
   const model = tinyModel('audio-tone');
   const vision = tinyModel('vision-colour');

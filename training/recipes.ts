@@ -62,12 +62,16 @@ export const AUDIO_GRPO: RunConfigInput = {
 /** The audio warm start: its held-out accuracy jumps from chance to over 70% within 5 steps, so it is checked after every step. */
 export const AUDIO_SFT: SftRecipe = { lr: 1e-3, batchSize: 64, maxSteps: 3000, evalEvery: 1, band: [0.45, 0.6], target: 0.53 };
 
-/** GRPO on the zoom environment (multi-turn, image observations, the zoom tool). */
+/**
+ * GRPO on the zoom environment (multi-turn, image observations, the zoom tool). A cosine decay:
+ * at a constant 5e-4 tool use reached 1.0 and the policy then collapsed to one answer; at a
+ * constant 2e-4 accuracy peaked and slid back (docs/multimodal.md).
+ */
 export const ZOOM_GRPO: RunConfigInput = {
   ...VISION_GRPO,
   task: 'zoom',
   rollout: { prompts_per_step: 32, max_new_tokens: 16, temperature: 1 },
-  train: { ...VISION_GRPO.train, steps: 150, micro_batch: 256 },
+  train: { ...VISION_GRPO.train, steps: 150, lr: 3e-4, lr_decay: 'cosine', micro_batch: 256 },
 };
 
 /** The zoom warm start: demonstrations of which a tenth zoom (envs/zoom.ts), stopped below 60%. */
