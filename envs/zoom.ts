@@ -7,7 +7,8 @@
 // as 8 x 8 pixels, a whole patch's worth. Then the policy writes the colour and eos.
 //
 // Reward (DeepEyes' shape): 1 for the right colour, plus ZOOM_BONUS when the right answer came after a
-// well-formed zoom; -0.1 for a malformed call; 0 otherwise. info: success, tool_use, tool_calls.
+// well-formed zoom; -0.1 for a malformed call, which ends the episode; 0 otherwise. info: success,
+// tool_use, tool_calls.
 import { decodeImage, encodePng, type RgbImage } from '../engines/media/decode';
 import { CharTokenizer } from '../engines/tokenizers/char';
 import { mixSeed, randomInt, seededRandom } from '../config/seeds';
@@ -122,8 +123,8 @@ export class ZoomEnv implements Environment {
         return { observation: '<image>', media: [pngMedium(crop(this.image, x, y, w, h))], reward: 0, terminated: false, truncated: false, info: this.info(0) };
       }
     }
-    const closed = response.endsWith(')');
-    return { observation: closed ? '?' : '', reward: -ZOOM_FORMAT_PENALTY, terminated: !closed, truncated: false, info: this.info(0) };
+    // Neither an answer nor a well-formed call: the episode ends, penalized.
+    return { observation: '', reward: -ZOOM_FORMAT_PENALTY, terminated: true, truncated: false, info: this.info(0) };
   }
 }
 

@@ -153,8 +153,14 @@ test('zoom: the tool returns the crop as an image observation; the right answer 
   assert.deepEqual(done.info, { success: 1, tool_calls: 1, tool_use: 1 });
   // Without a zoom: no bonus; a malformed call is penalized.
   env.reset(prompt);
-  assert.ok(env.step('zoom(1,2)').reward < 0);
   assert.equal(env.step(`${prompt.answer}${eos}`).reward, 1);
+  // A malformed call ends the episode, penalized (and every observation is in the tokenizer's alphabet).
+  for (const bad of ['zoom(1,2)', 'zoom(1,2,3,4', 'zoom(0,0,4,4)', 'blue']) {
+    env.reset(prompt);
+    const r = env.step(bad);
+    assert.ok(r.reward < 0 && r.terminated, `${bad}: penalized and ended`);
+    assert.doesNotThrow(() => zoomTask.tokenizer().encode(r.observation));
+  }
   // The crop is the pixels of the image.
   const full = decodeImage(prompt.media![0].bytes, 'png');
   assert.deepEqual(crop(full, 64, 0, 64, 64).data.subarray(0, 3), full.data.subarray(64 * 3, 64 * 3 + 3));
