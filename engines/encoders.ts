@@ -146,23 +146,24 @@ export function expandPlaceholders(tokens: readonly number[], placeholders: Part
  * The gather index of MediaInputs.embeddingIndex ([B, T] flat, row-major) for B expanded prompts
  * padded to T positions: text (and padding) positions point at their own text row b * T + t, media
  * positions past the B * T text rows at their image (all prompts' images first, prompt by prompt)
- * or audio row (then all prompts' clips).
+ * or audio row (then all prompts' clips). `rows` gives a prompt's embedding rows per kind when its
+ * positions were cut short of its media (default: counted from `media`).
  */
-export function embeddingIndex(prompts: ReadonlyArray<Pick<ExpandedPrompt, 'media'>>, T: number): Int32Array {
+export function embeddingIndex(prompts: ReadonlyArray<Pick<ExpandedPrompt, 'media'> & { rows?: Record<MediumKind, number> }>, T: number): Int32Array {
   const B = prompts.length;
-  const imageRows = prompts.map((p) => p.media.filter((m) => m?.kind === 'image').length);
-  const totalImages = imageRows.reduce((a, b) => a + b, 0);
+  // The embedding rows each prompt contributes: its media's, even where its positions were cut at T.
+  const rows = prompts.map((p) => p.rows ?? { image: p.media.filter((m) => m?.kind === 'image').length, audio: p.media.filter((m) => m?.kind === 'audio').length });
   const index = new Int32Array(B * T);
   let imageBase = B * T;
-  let audioBase = B * T + totalImages;
+  let audioBase = B * T + rows.reduce((a, r) => a + r.image, 0);
   prompts.forEach((p, b) => {
     if (p.media.length > T) throw new Error(`prompt ${b} has ${p.media.length} positions, more than T = ${T}`);
     for (let t = 0; t < T; t++) {
       const m = p.media[t];
       index[b * T + t] = !m ? b * T + t : m.kind === 'image' ? imageBase + m.row : audioBase + m.row;
     }
-    imageBase += imageRows[b];
-    audioBase += p.media.filter((m) => m?.kind === 'audio').length;
+    imageBase += rows[b].image;
+    audioBase += rows[b].audio;
   });
   return index;
 }

@@ -13,6 +13,7 @@ import { attentionBias, forward, initWeights, parameterSpec, parseModelConfig, r
 import { buildForwardModel, GRAPH_NAMES } from '../engines/model-onnx';
 import { createTfjsOps } from '../engines/model-tfjs';
 import { registerWasmTrainingKernels } from '../engines/wasm-kernels';
+import { lcg, randomWeights } from './model-fixtures';
 
 const IMG = 20;
 const AUD = 21;
@@ -31,24 +32,6 @@ before(async () => {
   trainerBackend = (await loadTfjsBackend({ kind: 'cpu' })).backend;
   if (trainerBackend === 'wasm') registerWasmTrainingKernels();
 });
-
-function lcg(seed: number): () => number {
-  let s = seed * 7919 + 1;
-  return () => ((s = (s * 16807) % 2147483647) / 2147483647) - 0.5;
-}
-
-/** Random weights where every tensor matters: norms and biases perturbed, the rest std ~0.2. */
-function randomWeights(cfg: ModelConfig, seed: number): PolicyWeights {
-  const w = initWeights(cfg, seed);
-  const rand = lcg(seed);
-  for (const p of parameterSpec(cfg)) {
-    const values = w[p.name];
-    if (p.init.kind === 'ones') for (let i = 0; i < values.length; i++) values[i] = 1 + 0.5 * rand();
-    else if (p.init.kind === 'zeros') for (let i = 0; i < values.length; i++) values[i] = 0.2 * rand();
-    else for (let i = 0; i < values.length; i++) values[i] *= 10;
-  }
-  return w;
-}
 
 interface Batch {
   B: number;

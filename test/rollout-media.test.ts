@@ -15,6 +15,7 @@ import { buildGenerationGraph } from '../engines/model-onnx';
 import { createTfjsOps } from '../engines/model-tfjs';
 import { RolloutEngine, type GeneratedSample } from '../engines/rollout';
 import { registerWasmTrainingKernels } from '../engines/wasm-kernels';
+import { randomWeights } from './model-fixtures';
 
 const IMG = 20;
 const AUD = 21;
@@ -44,24 +45,6 @@ async function engine(cfg: ModelConfig, weights: PolicyWeights, maxBatchSize = 1
   e.setWeights(1, weights);
   engines.push(e);
   return e;
-}
-
-function lcg(seed: number): () => number {
-  let s = seed * 7919 + 1;
-  return () => ((s = (s * 16807) % 2147483647) / 2147483647) - 0.5;
-}
-
-/** Random weights where every tensor matters (as in test/encoders.test.ts): norms and biases perturbed, the rest std ~0.2. */
-function randomWeights(cfg: ModelConfig, seed: number): PolicyWeights {
-  const w = initWeights(cfg, seed);
-  const rand = lcg(seed);
-  for (const p of parameterSpec(cfg)) {
-    const values = w[p.name];
-    if (p.init.kind === 'ones') for (let i = 0; i < values.length; i++) values[i] = 1 + 0.5 * rand();
-    else if (p.init.kind === 'zeros') for (let i = 0; i < values.length; i++) values[i] = 0.2 * rand();
-    else for (let i = 0; i < values.length; i++) values[i] *= 10;
-  }
-  return w;
 }
 
 /** A w x h RGB image of a colour gradient with a bright square: real PNG bytes, decoded and processed. */

@@ -27,6 +27,7 @@ import { decodeSafetensors } from '../engines/safetensors';
 import { HfTokenizer } from '../engines/tokenizers/hf';
 import { Trainer, type TrainSequence } from '../engines/trainer';
 import { sftLoss } from '../training/losses';
+import { lcg, randomWeights } from './model-fixtures';
 
 const IMG = 20;
 const AUD = 21;
@@ -46,24 +47,6 @@ const CLIP_VALUES = 20 * 8; // maxFrames x nMels
 before(async () => {
   await loadTfjsBackend({ kind: 'cpu' });
 });
-
-function lcg(seed: number): () => number {
-  let s = seed * 7919 + 1;
-  return () => ((s = (s * 16807) % 2147483647) / 2147483647) - 0.5;
-}
-
-/** Random weights where every tensor matters: norms and biases perturbed, the rest std ~0.1. */
-function randomWeights(cfg: ModelConfig, seed: number): PolicyWeights {
-  const w = initWeights(cfg, seed);
-  const rand = lcg(seed);
-  for (const p of parameterSpec(cfg)) {
-    const values = w[p.name];
-    if (p.init.kind === 'ones') for (let i = 0; i < values.length; i++) values[i] = 1 + 0.5 * rand();
-    else if (p.init.kind === 'zeros') for (let i = 0; i < values.length; i++) values[i] = 0.2 * rand();
-    else for (let i = 0; i < values.length; i++) values[i] *= 5;
-  }
-  return w;
-}
 
 /** A sequence before expansion: text with one placeholder per medium, and the media in that order. */
 interface MediaPrompt {
@@ -141,7 +124,7 @@ function sftSequence(s: { tokens: number[]; media?: SequenceMedia }): TrainSeque
 const changed = (a: Float32Array, b: Float32Array) => a.some((x, i) => x !== b[i]);
 
 test('logprobs and forwardLogits with images and audio equal a direct forward (<= 1e-5), and a mixed micro-batch gives each sequence its log-probs alone', async () => {
-  const weights = randomWeights(CFG, 1);
+  const weights = randomWeights(CFG, 1, 5);
   const trainer = Trainer.create({ model: CFG, weights, optimizer: { lr: 1e-3 } });
   try {
     const prompts = mixedPrompts();
@@ -176,7 +159,7 @@ test('logprobs and forwardLogits with images and audio equal a direct forward (<
 });
 
 test('a train step with media reaches every encoder parameter, and micro-batches without some media accumulate to the whole batch', async () => {
-  const weights = randomWeights(CFG, 2);
+  const weights = randomWeights(CFG, 2, 5);
   const sequences = mixedPrompts().map((p) => sftSequence(expanded(p)));
   // lr / eps makes the first AdamW step ~ -g (lr g / (|g| + eps) with |g| << eps): weight deltas are gradients.
   const optimizer = { lr: 1e6, eps: 1e6, weightDecay: 0 };
@@ -245,7 +228,7 @@ test('SFT learns an answer only the image tells (its colour) within a few steps'
 });
 
 test('trainable parts: only the vision projector trains, the rest stays bit-identical and is still exported; bad lists are refused by name', async () => {
-  const weights = randomWeights(CFG, 4);
+  const weights = randomWeights(CFG, 4, 5);
   const trainer = Trainer.create({ model: CFG, weights, optimizer: { lr: 1e-2, weightDecay: 0.1 }, trainable: ['vision_projector'], microBatchSize: 2 });
   try {
     const sequences = mixedPrompts().map((p) => sftSequence(expanded(p)));

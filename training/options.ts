@@ -6,6 +6,7 @@ import { TINY_POLICY_DEFAULTS, runContextLength, type RunConfig } from '../confi
 import { withoutLora } from '../engines/lora';
 import { parameterCount, shapeSize, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import type { TrainerOptions } from '../engines/trainer';
+import { singleTokenId } from '../engines/tokenizers/tokenizer';
 import type { Task } from '../envs/task';
 
 /** The tiny GPT a run config sizes (a pretrained model's config comes from training/policy-model.ts). */
@@ -25,14 +26,9 @@ export function policyModelConfig(model: RunConfig['model'], vocabSize: number, 
 export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'name' | 'tokenizer' | 'encoders'>): Pick<ModelConfig, 'vision' | 'audio'> {
   const out: Pick<ModelConfig, 'vision' | 'audio'> = {};
   const placeholder = (text: string, section: string): number => {
-    let ids: number[] = [];
-    try {
-      ids = task ? task.tokenizer().encode(text) : [];
-    } catch {
-      // not in the tokenizer's vocabulary
-    }
-    if (ids.length !== 1) throw new Error(`model.${section}: the task${task ? ` ${task.name}` : ''} has no single ${text} token to place its embeddings at: use a media task (e.g. vision-colour, audio-tone) or a tokenizer with ${text}`);
-    return ids[0];
+    const id = task ? singleTokenId(task.tokenizer(), text) : undefined;
+    if (id === undefined) throw new Error(`model.${section}: the task${task ? ` ${task.name}` : ''} has no single ${text} token to place its embeddings at: use a media task (e.g. vision-colour, audio-tone) or a tokenizer with ${text}`);
+    return id;
   };
   const v = task?.encoders?.vision;
   if (v || model.vision) {

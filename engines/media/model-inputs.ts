@@ -13,7 +13,7 @@ import { processAudio, type MonoAudio } from './audio';
 import { patchify, normalize, resizeBilinear, type RgbImage } from './image';
 import { WHISPER_HOP, WHISPER_SAMPLE_RATE } from './mel';
 import { MediaError, KIND_OF_FORMAT, type MediaFormat } from './sources';
-import { audioEmbeddingCount, expandPlaceholders, type ExpandedPrompt, type MediumKind } from '../encoders';
+import { audioEmbeddingCount, embeddingIndex, expandPlaceholders, type ExpandedPrompt, type MediumKind } from '../encoders';
 import type { AudioConfig, ModelConfig, VisionConfig } from '../model';
 
 /** SigLIP's normalization: x / 255 mapped to [-1, 1]. */
@@ -148,29 +148,18 @@ function stack(parts: Float32Array[], rows: number, width: number): { data: Floa
 export function batchMediaInputs(cfg: ModelConfig, rows: ReadonlyArray<{ tokens: ArrayLike<number>; media?: SequenceMedia; offset?: number }>, T: number): BatchMedia | undefined {
   if (!rows.some((r) => r.media && (r.media.images.length > 0 || r.media.audio.length > 0))) return undefined;
   const empty: SequenceMedia = { images: [], audio: [] };
-  const B = rows.length;
   const images = rows.flatMap((r) => r.media?.images ?? []);
   const audio = rows.flatMap((r) => r.media?.audio ?? []);
   const perImage = images.length ? mediumEmbeddings(cfg, 'image') : 0;
   const perClip = audio.length ? mediumEmbeddings(cfg, 'audio') : 0;
-  // Rows of the gathered table: B * T text rows, then every image's embeddings, then every clip's.
-  const index = new Int32Array(B * T);
-  let imageBase = B * T;
-  let audioBase = B * T + images.length * perImage;
-  rows.forEach((r, b) => {
+  const layouts = rows.map((r) => {
     const media = r.media ?? empty;
     const layout = sequenceMediaLayout(r.tokens, cfg, media);
-    const offset = r.offset ?? 0;
-    for (let t = 0; t < T; t++) {
-      const m = t >= offset ? layout[t - offset] : null;
-      index[b * T + t] = !m ? b * T + t : m.kind === 'image' ? imageBase + m.row : audioBase + m.row;
-    }
-    imageBase += media.images.length * perImage;
-    audioBase += media.audio.length * perClip;
+    return { media: [...new Array<null>(r.offset ?? 0).fill(null), ...layout].slice(0, T), rows: { image: media.images.length * perImage, audio: media.audio.length * perClip } };
   });
   return {
     ...(images.length && cfg.vision ? { images: stack(images, mediumEmbeddings(cfg, 'image'), cfg.vision.patchSize ** 2 * 3) } : {}),
     ...(audio.length && cfg.audio ? { audio: stack(audio, cfg.audio.maxFrames, cfg.audio.nMels) } : {}),
-    embeddingIndex: index,
+    embeddingIndex: embeddingIndex(layouts, T),
   };
 }

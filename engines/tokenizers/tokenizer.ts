@@ -23,3 +23,13 @@ export function withBos(tokenizer: Tokenizer, ids: number[]): number[] {
 export function stopTokens(tokenizer: Tokenizer): number[] {
   return tokenizer.stopIds ? [...tokenizer.stopIds] : [tokenizer.eosId];
 }
+
+/** The id of `text` when the tokenizer encodes it as exactly one token (a special such as "<image>"), else undefined. */
+export function singleTokenId(tokenizer: Tokenizer, text: string): number | undefined {
+  try {
+    const ids = tokenizer.encode(text);
+    return ids.length === 1 ? ids[0] : undefined;
+  } catch {
+    return undefined; // a text outside the vocabulary has no token
+  }
+}
