@@ -4,13 +4,24 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
+import { NON_RETRYABLE_FAILURE_TYPES, type NonRetryableFailureType, type RetryableFailureType } from '../config/failure-types';
+import { shortened } from '../config/json-limits';
+import { RUN_MEMORY_SETTING } from '../config/run-bounds';
+import { RunConfigError } from '../config/run-config';
+import { CheckpointOverwriteError } from '../engines/checkpoint';
+import { NonFiniteUpdateError } from '../engines/trainer';
+import { NotAllowedError } from '../envs/module-policy';
 import { UserModuleError } from '../envs/user-modules';
-import { CheckpointPrunedError, MissingPolicyVersionError } from '../store/checkpoint-registry';
+import { CheckpointConflictError, CheckpointPrunedError, MissingPolicyVersionError } from '../store/checkpoint-registry';
+import { TrainStepConflictError } from '../store/transfer-queue';
 import { recordEvent } from '../store/events';
 import { recordSpan } from '../store/spans';
 import { AlgorithmConfigError } from '../training/advantages';
 import { RunModelError } from '../training/policy-model';
 import { loadRunContext, RunTaskError, UnknownRunError, type RunContext } from '../training/run-context';
+
+/** The one list of failure types (config/failure-types.ts), here for activity code and tests. */
+export { NON_RETRYABLE_FAILURE_TYPES, RETRYABLE_FAILURE_TYPES } from '../config/failure-types';
 
 export interface WorkerContext {
   pool: Pool;
@@ -36,19 +47,49 @@ export function workerInfoActivity(ctx: WorkerContext): () => Promise<WorkerInfo
   return async () => ({ role: ctx.role, device: ctx.device, identity: ctx.identity, instanceQueue: ctx.instanceQueue, pid: process.pid });
 }
 
+/** A failure's message is at most this many characters (it goes into workflow history). */
+export const FAILURE_MESSAGE_MAX_CHARS = 2000;
+
+/** Allocations a too-large model makes fail with (V8's RangeErrors): not transient, a ResourceLimit. */
+const ALLOCATION_FAILED = /Invalid typed array length|Array buffer allocation failed|Invalid array length|Invalid string length/;
+
+function failure(err: Error, type: NonRetryableFailureType | RetryableFailureType, prefix = ''): ApplicationFailure {
+  const message = shortened(`${prefix}${err.message}`, FAILURE_MESSAGE_MAX_CHARS);
+  return ApplicationFailure.create({ message, type, nonRetryable: (NON_RETRYABLE_FAILURE_TYPES as readonly string[]).includes(type) });
+}
+
+/** The stable type of one of the core's errors (config/failure-types.ts), or undefined for any other error. */
+function failureType(err: unknown): [NonRetryableFailureType | RetryableFailureType, string] | undefined {
+  if (err instanceof CheckpointPrunedError) return ['PrunedPolicyVersion', ''];
+  if (err instanceof MissingPolicyVersionError) return ['MissingPolicyVersion', ''];
+  if (err instanceof UnknownRunError) return ['UnknownRun', ''];
+  if (err instanceof RunTaskError) return ['UnknownTask', ''];
+  if (err instanceof NotAllowedError) return ['NotAllowed', `not allowed by ${err.setting}: `];
+  if (err instanceof UserModuleError) return ['InvalidUserModule', ''];
+  if (err instanceof RunModelError || err instanceof AlgorithmConfigError) return ['InvalidRunConfig', 'invalid run config: '];
+  if (err instanceof RunConfigError) return ['InvalidRunConfig', ''];
+  if (err instanceof CheckpointOverwriteError || err instanceof CheckpointConflictError) return ['CheckpointConflict', ''];
+  if (err instanceof TrainStepConflictError) return ['TrainStepConflict', ''];
+  if (err instanceof NonFiniteUpdateError) return ['NonFiniteUpdate', ''];
+  if (err instanceof RangeError && ALLOCATION_FAILED.test(err.message)) {
+    return ['ResourceLimit', `out of memory (the model or micro-batch is too large for this worker: make model sizes or train.micro_batch smaller, or set ${RUN_MEMORY_SETTING} to what the machine can hold): `];
+  }
+  return undefined;
+}
+
 /**
- * The core's errors as Temporal failures: a pruned version, an unknown run or task, a bad user
- * module or algorithm name can never succeed on retry (non-retryable); a version that is not
- * published yet may appear (retryable). Anything else is returned as it is.
+ * The core's errors as Temporal failures of a stable type (config/failure-types.ts): a pruned
+ * version, an unknown run or task, a bad user module, algorithm or config, a module the worker's
+ * allow-list refuses, a checkpoint or train step conflict, an allocation a too-large model makes
+ * fail, can never succeed on retry (non-retryable); a version that is not published yet may appear
+ * (retryable). An error carried as another's `cause` counts too. Anything else is returned as it is.
  */
 export function asActivityFailure(err: unknown): unknown {
-  if (err instanceof CheckpointPrunedError) return ApplicationFailure.create({ message: err.message, type: 'PrunedPolicyVersion', nonRetryable: true });
-  if (err instanceof MissingPolicyVersionError) return ApplicationFailure.create({ message: err.message, type: 'MissingPolicyVersion' });
-  if (err instanceof UnknownRunError) return ApplicationFailure.create({ message: err.message, type: 'UnknownRun', nonRetryable: true });
-  if (err instanceof RunTaskError) return ApplicationFailure.create({ message: err.message, type: 'UnknownTask', nonRetryable: true });
-  if (err instanceof UserModuleError) return ApplicationFailure.create({ message: err.message, type: 'InvalidUserModule', nonRetryable: true });
-  if (err instanceof RunModelError) return ApplicationFailure.create({ message: `invalid run config: ${err.message}`, type: 'InvalidRunConfig', nonRetryable: true });
-  if (err instanceof AlgorithmConfigError) return ApplicationFailure.create({ message: `invalid run config: ${err.message}`, type: 'InvalidRunConfig', nonRetryable: true });
+  if (err instanceof ApplicationFailure) return err;
+  for (let e = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    const found = failureType(e);
+    if (found) return failure(e, found[0], found[1]);
+  }
   return err;
 }
 

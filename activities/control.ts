@@ -3,9 +3,10 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
 import { nativeTfjsAvailable } from '../engines/backends';
-import { checkTrainerFitsWasm } from '../training/options';
+import { checkTrainerFitsMemory, checkTrainerFitsWasm } from '../training/options';
 import { loadRunPolicy, RunModelError } from '../training/policy-model';
 
+import { checkAgentCommandAllowed, NotAllowedError } from '../envs/module-policy';
 import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/user-modules';
 import { AlgorithmConfigError } from '../training/advantages';
 import { resolveUpdateRule } from '../training/update';
@@ -17,6 +18,12 @@ export interface StartRunInput {
 }
 
 export const INVALID_RUN_CONFIG = 'InvalidRunConfig';
+export const NOT_ALLOWED = 'NotAllowed';
+
+/** A module or agent command this worker's allow-list refuses: non-retryable, naming the setting that decides. */
+function notAllowed(err: NotAllowedError): ApplicationFailure {
+  return ApplicationFailure.create({ message: `not allowed by ${err.setting}: ${err.message}`, type: NOT_ALLOWED, nonRetryable: true, details: [{ setting: err.setting }] });
+}
 
 function invalid(field: string, message: string): ApplicationFailure {
   return ApplicationFailure.create({ message: `invalid run config: ${field}: ${message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
@@ -31,15 +38,27 @@ function parsed(input: unknown): RunConfig {
   }
 }
 
-/** The task, the user modules and the algorithm a config names all load and fit together. */
+/**
+ * The task, the user modules and the algorithm a config names all load and fit together, and this
+ * worker's allow-list lets the run use them. User modules load in sandbox threads (envs/sandbox.ts),
+ * never in this worker's event loop: one that blocks while loading fails its own run only.
+ */
 async function checkWhatItNames(config: RunConfig): Promise<void> {
+  try {
+    checkAgentCommandAllowed(config.rollout.agent?.command);
+  } catch (err) {
+    if (err instanceof NotAllowedError) throw notAllowed(err);
+    throw err;
+  }
   let task;
   try {
     // The model and data files are read here, so a run never starts on ones it cannot use.
     const policy = await loadRunPolicy(config);
     task = policy.task;
     if (!nativeTfjsAvailable()) checkTrainerFitsWasm(config, policy.model);
+    checkTrainerFitsMemory(config, policy.model);
   } catch (err) {
+    if (err instanceof NotAllowedError) throw notAllowed(err);
     if (err instanceof RunModelError || (err instanceof Error && err.message.startsWith('train.micro_batch:'))) throw ApplicationFailure.create({ message: `invalid run config: ${(err as Error).message}`, type: INVALID_RUN_CONFIG, nonRetryable: true });
     throw invalid('task', (err as Error).message);
   }
@@ -52,6 +71,7 @@ async function checkWhatItNames(config: RunConfig): Promise<void> {
     try {
       await check();
     } catch (err) {
+      if (err instanceof NotAllowedError) throw notAllowed(err);
       if (err instanceof UserModuleError) throw invalid(field, err.message);
       if (err instanceof AlgorithmConfigError) throw invalid(err.field, err.message.slice(err.field.length + 2));
       throw err;

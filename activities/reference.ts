@@ -1,5 +1,6 @@
 // Reference stage activity: log-probs of each in-flight sample's response under the frozen reference
-// policy (policy version 0 of the run), for the KL term. Served on the shared reference queue.
+// policy (policy version 0 of the run), for the KL term. Served on the shared reference queue; errors
+// a retry cannot fix leave as non-retryable failures (activities/context.ts asActivityFailure).
 import { Trainer } from '../engines/trainer';
 import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
 import { referenceTrainerOptions } from '../training/options';
@@ -36,7 +37,7 @@ export function createReferenceActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
     referenceLogprobs: (input: { runId: string; iteration: number }) =>
-      withHeartbeats(() => spanned(ctx, input.runId, 'reference', { iteration: input.iteration }, () => referenceLogprobsActivity(ctx, input))),
+      failuresMapped(() => withHeartbeats(() => spanned(ctx, input.runId, 'reference', { iteration: input.iteration }, () => referenceLogprobsActivity(ctx, input)))),
   };
 }
 

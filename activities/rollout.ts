@@ -1,9 +1,10 @@
 // Rollout stage activities, served by every rollout worker on the shared rollout queue: generate one
 // slice of an iteration into the transfer queue (rollout/producers.ts does the work), and evaluate
 // a policy version on the held-out prompts. Each run's policy lives on one engine per process
-// (rollout/policy-engine.ts), switched to the versions the trainer publishes.
+// (rollout/policy-engine.ts), switched to the versions the trainer publishes. Errors a retry cannot
+// fix leave as non-retryable failures of a stable type (activities/context.ts asActivityFailure).
 import { ApplicationFailure } from '@temporalio/activity';
-import { UserModuleError } from '../envs/user-modules';
+import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
 import { PolicyEngine } from '../rollout/policy-engine';
@@ -12,7 +13,7 @@ import { recordMetrics } from '../store/metrics';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer } from '../training/sample-buffer';
-import { asActivityFailure, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 export interface GenerateActivityInput extends RolloutSlice {
   runId: string;
@@ -86,8 +87,9 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
     },
     input,
   ).catch((err: Error) => {
-    if (err instanceof UserModuleError) throw asActivityFailure(err);
-    throw ApplicationFailure.create({ message: `rollout failed: ${err.message}`, type: 'RolloutFailed' });
+    const mapped = asActivityFailure(err);
+    if (mapped !== err) throw mapped;
+    throw ApplicationFailure.create({ message: shortened(`rollout failed: ${err.message}`, FAILURE_MESSAGE_MAX_CHARS), type: 'RolloutFailed' });
   });
   await transferQueueBuffer(ctx.pool, input.runId).put(samples);
   const ok = samples.filter((s) => s.reward != null);
@@ -108,9 +110,9 @@ export function createRolloutActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
     generate: (input: GenerateActivityInput) =>
-      withHeartbeats(() => spanned(ctx, input.runId, 'generate', { iteration: input.iteration, policyVersion: input.policyVersion }, () => generate(ctx, input))),
+      failuresMapped(() => withHeartbeats(() => spanned(ctx, input.runId, 'generate', { iteration: input.iteration, policyVersion: input.policyVersion }, () => generate(ctx, input)))),
     evaluate: (input: { runId: string; policyVersion: number; step?: number }) =>
-      withHeartbeats(() => spanned(ctx, input.runId, 'evaluate', { ...(input.step !== undefined ? { step: input.step } : {}), policyVersion: input.policyVersion }, () => evaluate(ctx, input))),
+      failuresMapped(() => withHeartbeats(() => spanned(ctx, input.runId, 'evaluate', { ...(input.step !== undefined ? { step: input.step } : {}), policyVersion: input.policyVersion }, () => evaluate(ctx, input)))),
   };
 }
 

@@ -2,6 +2,7 @@
 // mode on one local stack, the rollout (and reference) worker pinned to one core and the train
 // worker to another. Prints both wall times, the speedup, the ideal speedup from the measured stage
 // times, the efficiency (speedup / ideal) and the trainer's idle fraction in each mode.
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -79,7 +80,7 @@ export const asyncBench: Bench = async (ctx) => {
   const pool = new Pool({ connectionString: stack.databaseUrl, max: 1 });
   const runs: ModeRun[] = [];
   try {
-    const client = await RelaxClient.connect(stack.temporalAddress);
+    const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       for (const mode of ['sync', 'async'] as const) {
         const runConfig: RunConfig = { ...config, mode, max_staleness: mode === 'async' ? staleness : 0, run_id: `bench-${mode}-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', mode) } };

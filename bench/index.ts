@@ -40,6 +40,14 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'GRPO through the workflow on the media tasks (vision, audio, zoom) from SFT warm starts: held-out accuracy curves, zoom tool-use rate',
     load: async () => (await import('./multimodal.js')).multimodalBench,
   },
+  chaos: {
+    describe: 'reliability: two runs on a relax dev stack while workers of every role, the Temporal server and relax dev itself are killed (--set kills=N): lost / double-trained samples, duplicate versions, corrupt checkpoints, orphan processes',
+    load: async () => (await import('./chaos.js')).chaosBench,
+  },
+  sandbox: {
+    describe: 'user code in-process vs in a sandbox thread: add2 reward calls/s (groups of 8) and calculator env steps/s, and the ratios',
+    load: async () => (await import('./sandbox.js')).sandboxBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

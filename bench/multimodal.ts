@@ -4,6 +4,7 @@
 // accuracy curve (and the zoom tool-use rate); with --json the last line holds, per task,
 // initial_accuracy, final_accuracy and steps (zoom: tool_use_rate too). `--set tasks=vision,zoom`
 // picks tasks, `--set steps=N` shortens every run.
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -61,7 +62,7 @@ export const multimodalBench: Bench = async (ctx) => {
   const stack = await startEphemeralStack(stackHome);
   const pool = new Pool({ connectionString: stack.databaseUrl, max: 1 });
   try {
-    const client = await RelaxClient.connect(stack.temporalAddress);
+    const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       for (const name of options.tasks ?? TASKS) {
         const recipe = MULTIMODAL_RECIPES[name];

@@ -3,6 +3,7 @@
 // by side in one run. Both sides call the same RL core with the same seeds (prompts, sampling,
 // advantages, loss), so they compute the same thing and the difference is the orchestration
 // overhead; the bench checks it by comparing the two runs' per-step rewards and final accuracy.
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -35,7 +36,7 @@ export const pipelineBench: Bench = async (ctx) => {
   let workflowSteadyMs: number;
   let result: TrainingResult;
   try {
-    const client = await RelaxClient.connect(stack.temporalAddress);
+    const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       const t0 = performance.now();
       const handle = await client.startTraining({ ...config, run_id: `bench-pipeline-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints') } });

@@ -5,6 +5,7 @@
 //
 // Options (--set key=value): model (a named model, .gguf file or HF directory), steps, eval_every,
 // prompts (per step), group (group size), lr, rank, max_new_tokens.
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -91,7 +92,7 @@ export const realModelBench: Bench = async (ctx) => {
   const t0 = performance.now();
   let summary: Record<string, unknown>;
   try {
-    const client = await RelaxClient.connect(stack.temporalAddress);
+    const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       const runId = `bench-real-model-${Date.now().toString(36)}`;
       const handle = await client.startTraining({ ...input, run_id: runId, checkpoint: { ...input.checkpoint, dir: path.join(stackHome, 'checkpoints') } });

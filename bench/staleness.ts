@@ -3,6 +3,7 @@
 // and with an off-policy correction, all from the same warm start and seeds. The rollout side here
 // is much faster than the trainer, so the rollout runs as far ahead as the bound allows and nearly
 // every consumed sample is exactly max_staleness versions old (the run's staleness metrics say so).
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -51,7 +52,7 @@ export const stalenessBench: Bench = async (ctx) => {
   const pool = new Pool({ connectionString: stack.databaseUrl, max: 1 });
   const rows: Row[] = [];
   try {
-    const client = await RelaxClient.connect(stack.temporalAddress);
+    const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       for (const seed of seeds) for (const k of stalenesses) {
         for (const correction of corrections) {

@@ -7,6 +7,7 @@ import { createPool, redactUrl } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
 import path from 'node:path';
 import { findTemporalBinary, relaxEnvironment } from '../config/environment';
+import { sdkConnectionOptions, temporalConnectionOptions } from '../config/temporal-connection';
 import { describeHfWeights, readHfModelConfig } from '../engines/hf-checkpoint';
 import { resolveModelSource } from '../engines/model-sources';
 import { HfTokenizer } from '../engines/tokenizers/hf';
@@ -18,7 +19,7 @@ export interface Check {
   fix?: string;
 }
 
-export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device; model?: string }): Promise<Check[]> {
+export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device; model?: string; env?: NodeJS.ProcessEnv }): Promise<Check[]> {
   const checks: Check[] = [];
   const check = async (name: string, fn: () => Promise<string>, fix: string) => {
     try {
@@ -41,16 +42,23 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
   await check(
     'temporal server',
     async () => {
-      const connection = await Connection.connect({ address: opts.temporalAddress, connectTimeout: 3_000 });
+      // Which security is in use is part of the answer, success or not; never the API key itself.
+      const security = temporalConnectionOptions(opts.env ?? process.env);
+      let connection: Connection;
+      try {
+        connection = await Connection.connect({ address: opts.temporalAddress, connectTimeout: 3_000, ...sdkConnectionOptions(security) });
+      } catch (err) {
+        throw new Error(`${opts.temporalAddress}, ${security.summary}: ${(err as Error).message}`);
+      }
       try {
         const info = await connection.workflowService.getSystemInfo({});
         await connection.workflowService.describeNamespace({ namespace: opts.namespace });
-        return `${opts.temporalAddress}, namespace ${opts.namespace}, server ${info.serverVersion ?? '?'}`;
+        return `${opts.temporalAddress}, ${security.summary}, namespace ${opts.namespace}, server ${info.serverVersion ?? '?'}`;
       } finally {
         await connection.close();
       }
     },
-    `start the stack with \`relax dev\`, or set TEMPORAL_ADDRESS (now ${opts.temporalAddress}) and TEMPORAL_NAMESPACE`,
+    `start the stack with \`relax dev\`, or set TEMPORAL_ADDRESS (now ${opts.temporalAddress}) and TEMPORAL_NAMESPACE; for TLS, mTLS and API keys see docs/security.md (TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_TLS_CERT/KEY, TEMPORAL_API_KEY_FILE)`,
   );
 
   await check(

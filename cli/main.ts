@@ -1,4 +1,5 @@
 // The `relax` command. Thin: parse flags, call the library, print.
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -19,11 +20,13 @@ import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
 import { renderCurves, watchRun } from './watch';
-import { openStore } from '../store/db';
-import { serveCommandAction } from './serve';
+import { openStore, redactUrl } from '../store/db';
+import { addServeLimitOptions, serveCommandAction, type ServeCommandOptions } from './serve';
 import { chromeTrace, listSpans, utilization } from '../store/spans';
 import { exportPolicyVersion } from '../training/export';
 import { registerModelCommands } from './model';
+import { addTemporalFlags } from './temporal-flags';
+import { writeStackFile } from './stack-file';
 
 function intOption(name: string, min = 0) {
   return (value: string): number => {
@@ -64,9 +67,10 @@ function stopOnSignal(stop: () => Promise<void>): Promise<void> {
 
 function printStack(stack: LocalStack): void {
   console.log('Relax local stack is up');
-  console.log(`  Temporal:  ${stack.temporalAddress}`);
+  console.log(`  Temporal:  ${stack.temporalAddress} (pid ${stack.temporalPid() ?? '?'})`);
   console.log(`  Web UI:    ${stack.uiUrl ?? '(headless)'}`);
-  console.log(`  Database:  ${stack.databaseUrl}${stack.embeddedDatabase ? '  (embedded PGlite)' : ''}`);
+  // The password stays in stack.json (mode 0600), where the other commands read it.
+  console.log(`  Database:  ${redactUrl(stack.databaseUrl)}${stack.embeddedDatabase ? '  (embedded PGlite)' : ''}`);
   console.log(`  Workers:   ${ROLES.map((r) => `${r} x${stack.workerPids(r).length}`).join(', ')}`);
 }
 
@@ -94,6 +98,7 @@ export function buildProgram(): Command {
       if (running && isAlive(running.pid)) {
         throw new Error(`a relax dev (pid ${running.pid}) already runs with data directory ${home}: stop it first, or pass --data-dir`);
       }
+      let up: LocalStack | undefined;
       const stack = await startLocalStack({
         home,
         temporalPort: o.temporalPort,
@@ -103,11 +108,18 @@ export function buildProgram(): Command {
         workers: { control: 1, rollout: o.rolloutWorkers, train: o.trainWorkers, reference: o.referenceWorkers },
         device: o.device,
         log: o.quiet ? () => undefined : (line) => console.log(line),
+        // Restarts and their backoff are relax dev's own lines: printed even with --quiet.
+        notice: (line) => console.log(line),
+        onChildrenChanged: () => {
+          try {
+            if (up) writeStackFile(home, up);
+          } catch (err) {
+            console.error(`[relax] cannot update ${stackFilePath(home)}: ${(err as Error).message}`);
+          }
+        },
       });
-      fs.writeFileSync(
-        stackFilePath(home),
-        JSON.stringify({ temporalAddress: stack.temporalAddress, uiUrl: stack.uiUrl, databaseUrl: stack.databaseUrl, pid: process.pid }, null, 2),
-      );
+      up = stack;
+      writeStackFile(home, stack);
       printStack(stack);
       console.log('Press Ctrl-C to stop.');
       await stopOnSignal(async () => {
@@ -229,7 +241,7 @@ export function buildProgram(): Command {
       ]);
       try {
         if (!o.json) printStack(stack);
-        const client = await RelaxClient.connect(stack.temporalAddress);
+        const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
         try {
           const runId = `quickstart-${Date.now().toString(36)}`;
           const handle = await client.startTraining({ ...recipe, run_id: runId, train: config.train, checkpoint: { ...ADD2_GRPO.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', runId) } });
@@ -253,14 +265,13 @@ export function buildProgram(): Command {
       }
     });
 
-  program
-    .command('serve')
+  addServeLimitOptions(program.command('serve'))
     .description("serve a run's policy on an OpenAI-compatible endpoint (/v1/completions, /v1/chat/completions; docs/openai-endpoint.md)")
     .requiredOption('--run <runId>', 'the run whose policy to serve: model "<run_id>" is its newest version, "<run_id>@<n>" version n')
     .option('--port <n>', 'port', (v) => Number(v), 8000)
     .option('--host <host>', 'interface to listen on', '127.0.0.1')
     .option('--device <device>', 'cpu or cuda:N')
-    .action((o: { run: string; port: number; host: string; device?: string }) => serveCommandAction(o));
+    .action((o: ServeCommandOptions) => serveCommandAction(o));
 
   program
     .command('export <ref>')
@@ -280,6 +291,7 @@ export function buildProgram(): Command {
     });
 
   registerModelCommands(program);
+  addTemporalFlags(program);
 
   program
     .command('trace <runId>')
@@ -334,7 +346,7 @@ async function realModelQuickstart(o: { model: string; steps?: number; json?: bo
   const stack = await startEphemeralStack(o.home);
   try {
     if (!o.json) printStack(stack);
-    const client = await RelaxClient.connect(stack.temporalAddress);
+    const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       const runId = `quickstart-${Date.now().toString(36)}`;
       const handle = await client.startTraining({ ...input, run_id: runId, checkpoint: { ...input.checkpoint, dir: path.join(o.home, 'checkpoints', runId) } });

@@ -1,11 +1,14 @@
 // `relax serve --run <run_id>`: a run's policy behind the OpenAI-compatible endpoint
 // (rollout/openai-server.ts, docs/openai-endpoint.md): "<run_id>" is the run's newest retained
 // version, "<run_id>@<n>" version n (rollout/policy-engine.ts resolves them). The server runs one
-// request at a time, so switching versions between requests never races a generation.
+// request at a time, so switching versions between requests never races a generation. Its limits
+// (sessions held, timeouts, connections, body size) are flags (addServeLimitOptions).
+import { Option, type Command } from 'commander';
 import type { Pool } from 'pg';
 import { loadRunContext } from '../training/run-context';
 import { resolveAddresses } from '../client';
-import { startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
+import { DEFAULT_HTTP_LIMITS, startOpenAIServer, type HttpLimits, type OpenAIServer } from '../rollout/openai-server';
+import { DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_MS, DEFAULT_SESSION_MEDIA_BYTES, type SessionRecorderOptions } from '../rollout/sessions';
 import { PolicyEngine, type PolicyEngineOptions } from '../rollout/policy-engine';
 import { openStore, redactUrl } from '../store/db';
 import { loadPolicyWeights } from '../training/policy-versions';
@@ -16,6 +19,64 @@ export interface ServeCommandOptions {
   host: string;
   /** "cpu" (default) or "cuda:N". */
   device?: string;
+  /** The flags of addServeLimitOptions; each defaults to the server's default. */
+  maxSessions?: number;
+  sessionIdleS?: number;
+  sessionMediaMb?: number;
+  bodyLimitMb?: number;
+  headersTimeoutS?: number;
+  requestTimeoutS?: number;
+  connectionTimeoutS?: number;
+  keepAliveTimeoutS?: number;
+  maxRequestsPerSocket?: number;
+  maxConnections?: number;
+}
+
+const MiB = 1024 * 1024;
+
+function positiveNumber(flag: string, integer: boolean): (v: string) => number {
+  return (v) => {
+    const n = Number(v);
+    if (!(Number.isFinite(n) && n > 0 && (!integer || Number.isSafeInteger(n)))) throw new Error(`${flag} is ${JSON.stringify(v)}: pass a positive ${integer ? 'integer' : 'number'}`);
+    return n;
+  };
+}
+
+/** The limit flags of `relax serve` (docs/openai-endpoint.md "Limits"), added to `command`. */
+export function addServeLimitOptions(command: Command): Command {
+  const flags: Array<[string, string, number, boolean]> = [
+    ['--max-sessions <n>', 'sessions held at most; more evict the least recently used', DEFAULT_MAX_SESSIONS, true],
+    ['--session-idle-s <s>', 'a session without a call for this long is forgotten', DEFAULT_SESSION_IDLE_MS / 1000, false],
+    ['--session-media-mb <n>', 'MiB of images and clips all sessions hold at most', DEFAULT_SESSION_MEDIA_BYTES / MiB, false],
+    ['--body-limit-mb <n>', 'the largest request body, in MiB', DEFAULT_HTTP_LIMITS.bodyLimit / MiB, false],
+    ['--headers-timeout-s <s>', 'a request\'s headers must arrive within this', DEFAULT_HTTP_LIMITS.headersTimeoutMs / 1000, false],
+    ['--request-timeout-s <s>', 'a whole request (body included) must arrive within this', DEFAULT_HTTP_LIMITS.requestTimeoutMs / 1000, false],
+    ['--connection-timeout-s <s>', 'a connection without traffic for this long is closed', DEFAULT_HTTP_LIMITS.connectionTimeoutMs / 1000, false],
+    ['--keep-alive-timeout-s <s>', 'an idle keep-alive connection is closed after this', DEFAULT_HTTP_LIMITS.keepAliveTimeoutMs / 1000, false],
+    ['--max-requests-per-socket <n>', 'requests one connection may carry', DEFAULT_HTTP_LIMITS.maxRequestsPerSocket, true],
+    ['--max-connections <n>', 'open connections at most; more are closed at once', DEFAULT_HTTP_LIMITS.maxConnections, true],
+  ];
+  for (const [flag, help, fallback, integer] of flags) command.addOption(new Option(flag, `${help} (default ${fallback})`).argParser(positiveNumber(flag.split(' ')[0], integer)));
+  return command;
+}
+
+const ms = (s: number | undefined) => (s === undefined ? undefined : Math.max(1, Math.round(s * 1000)));
+const bytes = (mb: number | undefined) => (mb === undefined ? undefined : Math.max(1, Math.round(mb * MiB)));
+
+/** The server's session and HTTP limits from the flags (undefined: the default). */
+export function serveLimits(o: ServeCommandOptions): { sessionLimits: SessionRecorderOptions; http: Partial<HttpLimits> } {
+  return {
+    sessionLimits: { maxSessions: o.maxSessions, maxIdleMs: ms(o.sessionIdleS), maxMediaBytes: bytes(o.sessionMediaMb) },
+    http: {
+      bodyLimit: bytes(o.bodyLimitMb),
+      headersTimeoutMs: ms(o.headersTimeoutS),
+      requestTimeoutMs: ms(o.requestTimeoutS),
+      connectionTimeoutMs: ms(o.connectionTimeoutS),
+      keepAliveTimeoutMs: ms(o.keepAliveTimeoutS),
+      maxRequestsPerSocket: o.maxRequestsPerSocket,
+      maxConnections: o.maxConnections,
+    },
+  };
 }
 
 export interface RunServer {
@@ -30,7 +91,7 @@ export async function startRunServer(pool: Pool, options: ServeCommandOptions & 
   const policy = await PolicyEngine.create(pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { ...options, loadWeights: (v) => loadPolicyWeights(pool, run, v) });
   let server: OpenAIServer;
   try {
-    server = await startOpenAIServer({ resolveModel: (m) => policy.resolveModel(m), listModels: () => policy.listModels(), host: options.host, port: options.port });
+    server = await startOpenAIServer({ resolveModel: (m) => policy.resolveModel(m), listModels: () => policy.listModels(), host: options.host, port: options.port, ...serveLimits(options) });
   } catch (err) {
     await policy.release();
     throw err;
@@ -75,9 +136,15 @@ export async function serveCommandAction(options: ServeCommandOptions): Promise<
   const { server } = handle;
   console.log(`serving run ${options.run} at ${server.baseURL}`);
   console.log(`  models: "${options.run}" (newest policy version), "${options.run}@<n>" (version n); GET ${server.baseURL}/models lists them`);
+  const l = server.limits;
+  console.log(
+    `  limits: ${l.maxConnections} connections, ${l.bodyLimit / MiB} MiB bodies, headers within ${l.headersTimeoutMs / 1000} s, requests within ${l.requestTimeoutMs / 1000} s; ` +
+      `sessions: ${options.maxSessions ?? DEFAULT_MAX_SESSIONS} held at most, forgotten after ${options.sessionIdleS ?? DEFAULT_SESSION_IDLE_MS / 1000} s idle (relax serve --help lists the flags)`,
+  );
   console.log('  Ctrl-C stops');
   const signal = await untilSignal();
-  console.log(`${signal}: stopping`);
+  const stats = server.stats();
+  console.log(`${signal}: stopping (sessions held ${stats.sessions.sessions}, evicted ${JSON.stringify(stats.sessions.evicted)}, connections refused ${stats.refusedConnections})`);
   await handle.close();
   await pool.end();
 }

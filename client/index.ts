@@ -7,6 +7,7 @@ import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 import { relaxEnvironment } from '../config/environment';
+import { sdkConnectionOptions, temporalConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 
 /** What `relax dev` writes to <home>/stack.json while it runs, so other commands find the stack. */
@@ -46,14 +47,20 @@ export class RelaxClient {
     private readonly connection: Connection,
   ) {}
 
-  static async connect(address?: string, namespace?: string): Promise<RelaxClient> {
+  /**
+   * Connects with TLS / mTLS / an API key as the TEMPORAL_TLS_* and TEMPORAL_API_KEY* variables say
+   * (config/temporal-connection.ts); pass `security` (e.g. PLAINTEXT_TEMPORAL for a stack this
+   * process started) to override them.
+   */
+  static async connect(address?: string, namespace?: string, security?: TemporalConnectionOptions): Promise<RelaxClient> {
     const resolved = resolveAddresses();
     const target = address ?? resolved.temporalAddress;
+    const options = security ?? temporalConnectionOptions();
     let connection: Connection;
     try {
-      connection = await Connection.connect({ address: target, connectTimeout: 5_000 });
+      connection = await Connection.connect({ address: target, connectTimeout: 5_000, ...sdkConnectionOptions(options) });
     } catch (err) {
-      throw new Error(`cannot reach Temporal at ${target}: ${(err as Error).message}\n  fix: start \`relax dev\` or set TEMPORAL_ADDRESS`);
+      throw new Error(`cannot reach Temporal at ${target} (${options.summary}): ${(err as Error).message}\n  fix: start \`relax dev\` or set TEMPORAL_ADDRESS; for TLS check TEMPORAL_TLS_CA / TEMPORAL_TLS_SERVER_NAME (docs/security.md)`);
     }
     return new RelaxClient(new Client({ connection, namespace: namespace ?? resolved.namespace }), connection);
   }

@@ -3,6 +3,8 @@
 // Defaults that depend on other fields (reward.extract on reward.kind, eval_size on eval, ...) are
 // filled by a transform whose output parses again to itself, so a parsed config can be re-validated.
 import { z } from 'zod';
+import { checkJsonLimits, RUN_CONFIG_JSON_LIMITS, shortened } from './json-limits';
+import { boundedNumber as n, boundedString as str } from './run-bounds';
 
 /** Rows held out of `train` for evaluation when no `eval` file is given. */
 export const DEFAULT_EVAL_SIZE = 64;
@@ -37,13 +39,13 @@ export const DataRewardConfigSchema = z
     /** Default: "last_number" for numeric, "none" for exact and regex. */
     extract: Extract.optional(),
     /** numeric only; default 1e-6 (see DEFAULT_NUMERIC_TOLERANCE). */
-    tolerance: z.number().nonnegative().optional(),
+    tolerance: n('data.reward.tolerance').optional(),
     /** The extraction regex of extract "regex": its first capture group (or the whole match) of the LAST match is extracted. */
-    pattern: z.string().min(1).optional(),
+    pattern: str('data.reward.pattern').optional(),
     /** A regex the whole response (cut at the stop string, trimmed) must match; `.` also matches newlines. */
-    format_pattern: z.string().min(1).optional(),
+    format_pattern: str('data.reward.format_pattern').optional(),
     /** In [0, 1]; needs format_pattern; default 0.1 (see DEFAULT_FORMAT_WEIGHT). */
-    format_weight: z.number().min(0).max(1).optional(),
+    format_weight: n('data.reward.format_weight').optional(),
   })
   .strict()
   .superRefine((r, ctx) => {
@@ -87,26 +89,26 @@ export const DataRewardConfigSchema = z
 export const DataConfigSchema = z
   .object({
     /** The training rows: a .jsonl (or .json) or .parquet file; a relative path is resolved against the worker's working directory. */
-    train: z.string().min(1),
+    train: str('data.train'),
     /** The evaluation rows, in file order. Without it the last `eval_size` rows of train are held out (and not trained on). */
-    eval: z.string().min(1).optional(),
+    eval: str('data.eval').optional(),
     /** Only without `eval`: how many rows at the end of train to hold out; default 64. */
-    eval_size: z.number().int().positive().optional(),
+    eval_size: n('data.eval_size').optional(),
     /** The field with the prompt text (a string; an array of messages there is read as messages). */
-    prompt_field: z.string().min(1).default('prompt'),
+    prompt_field: str('data.prompt_field').default('prompt'),
     /** The field with chat messages: a non-empty array of {role: "system"|"user"|"assistant", content}, ending with a user message. */
-    messages_field: z.string().min(1).default('messages'),
+    messages_field: str('data.messages_field').default('messages'),
     /** The field with the reference answer (string or number); default "answer", falling back to "label". */
-    answer_field: z.string().min(1).optional(),
+    answer_field: str('data.answer_field').optional(),
     /**
      * The field with a row's images: one source or an array of them, each a file path (relative to
      * the dataset file's directory) or a data URL (Parquet: also binary, or {bytes, path}); PNG or
      * JPEG. Default "images", falling back to "image". The prompt holds one <image> per image, in
      * order, or none (then they are put before the prompt text).
      */
-    image_field: z.string().min(1).optional(),
+    image_field: str('data.image_field').optional(),
     /** The field with a row's audio clips (WAV), the same forms as images, one <audio> each; default "audio". */
-    audio_field: z.string().min(1).optional(),
+    audio_field: str('data.audio_field').optional(),
     /**
      * "chat": a prompt string becomes one user message rendered by the model's chat template
      * (which adds the generation prompt); "raw": the prompt string is the model's input as is.
@@ -114,7 +116,7 @@ export const DataConfigSchema = z
      */
     prompt_format: z.enum(['chat', 'raw']).default('chat'),
     /** Chat only: a system message put first in every prompt that has none of its own. */
-    system_prompt: z.string().min(1).optional(),
+    system_prompt: str('data.system_prompt').optional(),
     reward: DataRewardConfigSchema.prefault({}),
   })
   .strict()
@@ -151,14 +153,16 @@ export type DataRewardConfig = z.output<typeof DataRewardConfigSchema>;
 
 /** Parses a `data` section; throws an Error whose message lists each problem as `data.<field>: <problem>`. */
 export function parseDataConfig(input: unknown): DataConfig {
+  const tooBig = checkJsonLimits(input, RUN_CONFIG_JSON_LIMITS);
+  if (tooBig) throw new Error(`invalid data config: data${tooBig.path ? `.${tooBig.path}` : ''}: ${tooBig.message}`);
   const result = DataConfigSchema.safeParse(input);
   if (result.success) return result.data;
-  const problems = result.error.issues.map((issue) => {
+  const field = (path: PropertyKey[]) => shortened(['data', ...path].map((k) => shortened(String(k), 60)).join('.'), 200);
+  const problems = result.error.issues.slice(0, 10).map((issue) => {
     if (issue.code === 'unrecognized_keys') {
-      const where = ['data', ...issue.path].join('.');
-      return issue.keys.map((k) => `${where}.${k}: unknown field (check the spelling)`).join('; ');
+      return issue.keys.map((k) => `${field(issue.path)}.${shortened(k, 60)}: unknown field (check the spelling)`).join('; ');
     }
-    return `${['data', ...issue.path].join('.')}: ${issue.message}`;
+    return `${field(issue.path)}: ${shortened(issue.message, 200)}`;
   });
-  throw new Error(`invalid data config: ${problems.join('; ')}`);
+  throw new Error(shortened(`invalid data config: ${problems.join('; ')}`, 1000));
 }

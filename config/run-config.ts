@@ -8,17 +8,17 @@
 import { TRAINABLE_PARTS } from './trainable-parts';
 import { z } from 'zod';
 import { DataConfigSchema } from './data-config';
+import { checkJsonLimits, RUN_CONFIG_JSON_LIMITS, shortened } from './json-limits';
+import { boundedNumber as n, boundedString as str, RUN_CONFIG_ARRAY_BOUNDS, runMemoryLimitBytes, tinyMemoryProblem } from './run-bounds';
 
-const positiveInt = z.number().int().positive();
-const nonNegativeInt = z.number().int().nonnegative();
 
 const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** A user function by module path (a file path, absolute or relative to the worker's working directory, or a package name). */
 const UserFunctionSchema = z
   .object({
-    module: z.string().min(1),
-    export: z.string().min(1).default('default'),
+    module: str('algorithm.advantage.module'),
+    export: str('algorithm.advantage.export').default('default'),
   })
   .strict();
 
@@ -34,13 +34,13 @@ const RegisteredOptionsSchema = z.record(z.string(), z.unknown()).default({});
 const VisionEncoderConfigSchema = z
   .object({
     /** The side of a square patch in pixels. */
-    patch_size: positiveInt.max(64).optional(),
+    patch_size: n('model.vision.patch_size').optional(),
     /** Patches per image (the image token budget): images become a square grid of floor(sqrt(max_patches))^2. */
-    max_patches: positiveInt.max(4096).optional(),
-    d_model: positiveInt.max(4096).optional(),
-    n_layers: positiveInt.max(48).optional(),
-    n_heads: positiveInt.max(64).optional(),
-    d_ff: positiveInt.max(16384).optional(),
+    max_patches: n('model.vision.max_patches').optional(),
+    d_model: n('model.vision.d_model').optional(),
+    n_layers: n('model.vision.n_layers').optional(),
+    n_heads: n('model.vision.n_heads').optional(),
+    d_ff: n('model.vision.d_ff').optional(),
   })
   .strict();
 
@@ -48,28 +48,28 @@ const VisionEncoderConfigSchema = z
 const AudioEncoderConfigSchema = z
   .object({
     /** Mel bands (Whisper: 80). */
-    n_mels: positiveInt.max(256).optional(),
+    n_mels: n('model.audio.n_mels').optional(),
     /** The clip window in log-mel frames, 100 a second (the duration budget): longer clips are refused. */
-    max_frames: z.number().int().min(2).max(3000).optional(),
-    d_model: positiveInt.max(4096).optional(),
-    n_layers: positiveInt.max(48).optional(),
-    n_heads: positiveInt.max(64).optional(),
-    d_ff: positiveInt.max(16384).optional(),
+    max_frames: n('model.audio.max_frames').optional(),
+    d_model: n('model.audio.d_model').optional(),
+    n_layers: n('model.audio.n_layers').optional(),
+    n_heads: n('model.audio.n_heads').optional(),
+    d_ff: n('model.audio.d_ff').optional(),
   })
   .strict();
 
 export const PolicyModelConfigSchema = z
   .object({
-    from: z.string().min(1).optional(),
+    from: str('model.from').optional(),
     /** The vision encoder (media tasks give defaults): how images become patches and embeddings. */
     vision: VisionEncoderConfigSchema.optional(),
     /** The audio encoder (media tasks give defaults): the clip window and the encoder's size. */
     audio: AudioEncoderConfigSchema.optional(),
-    d_model: positiveInt.optional(),
-    n_layers: positiveInt.max(48).optional(),
-    n_heads: positiveInt.optional(),
-    d_ff: positiveInt.optional(),
-    context_length: positiveInt.max(131_072).optional(),
+    d_model: n('model.d_model').optional(),
+    n_layers: n('model.n_layers').optional(),
+    n_heads: n('model.n_heads').optional(),
+    d_ff: n('model.d_ff').optional(),
+    context_length: n('model.context_length').optional(),
   })
   .strict()
   .superRefine((m, ctx) => {
@@ -97,51 +97,51 @@ const LORA_MODULES = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_p
 /** LoRA (Hu et al. 2021) on a pretrained model: base weights frozen, adapters trained and published. */
 export const LoraConfigSchema = z
   .object({
-    rank: positiveInt.max(1024).default(8),
+    rank: n('lora.rank').default(8),
     /** The adapter's output is scaled by alpha / rank. */
-    alpha: z.number().positive().default(16),
-    dropout: z.number().min(0).lt(1).default(0),
+    alpha: n('lora.alpha').default(16),
+    dropout: n('lora.dropout').default(0),
     /** Hugging Face projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj). */
-    target_modules: z.array(z.enum(LORA_MODULES)).min(1).default([...LORA_MODULES]),
+    target_modules: z.array(z.enum(LORA_MODULES)).min(1).max(LORA_MODULES.length).default([...LORA_MODULES]),
   })
   .strict();
 
 export const AlgorithmConfigSchema = z
   .object({
     /** A registered estimator (training/advantages.ts: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline) or a user module. */
-    advantage: z.union([z.string().min(1), UserFunctionSchema]).default('grpo'),
+    advantage: z.union([str('algorithm.advantage'), UserFunctionSchema]).default('grpo'),
     advantage_options: RegisteredOptionsSchema,
     /** A registered policy loss (training/losses.ts: ppo_clip, gspo) or a user module. */
-    policy_loss: z.union([z.string().min(1), UserFunctionSchema]).default('ppo_clip'),
+    policy_loss: z.union([str('algorithm.policy_loss'), UserFunctionSchema]).default('ppo_clip'),
     policy_loss_options: RegisteredOptionsSchema,
     loss_aggregation: z.enum(['token_mean', 'sequence_mean', 'sequence_sum_norm']).default('token_mean'),
-    group_size: z.number().int().min(2).max(1024).default(8),
-    clip_low: z.number().positive().max(1).default(0.2),
-    clip_high: z.number().positive().max(10).default(0.28),
-    kl_coef: z.number().nonnegative().default(0),
+    group_size: n('algorithm.group_size').default(8),
+    clip_low: n('algorithm.clip_low').default(0.2),
+    clip_high: n('algorithm.clip_high').default(0.28),
+    kl_coef: n('algorithm.kl_coef').default(0),
     kl_estimator: z.enum(['k1', 'k2', 'k3']).default('k3'),
     kl_mode: z.enum(['loss', 'reward']).default('loss'),
-    entropy_coef: z.number().nonnegative().default(0),
+    entropy_coef: n('algorithm.entropy_coef').default(0),
     /**
      * Correction for samples generated under another policy than the trainer's (async staleness,
      * engine mismatch): "tis" truncated importance sampling, "decoupled" decoupled PPO (AReaL).
      */
     off_policy: z.enum(['none', 'tis', 'decoupled']).default('none'),
     /** Cap of the importance weight pi_prox / pi_rollout: "tis" defaults to 2, "decoupled" to none. */
-    importance_cap: z.number().positive().optional(),
+    importance_cap: n('algorithm.importance_cap').optional(),
     /** Tokens generated more than this many policy versions before the trainer's are not trained on. */
-    max_token_staleness: nonNegativeInt.optional(),
+    max_token_staleness: n('algorithm.max_token_staleness').optional(),
   })
   .strict();
 
 export const RolloutConfigSchema = z
   .object({
-    prompts_per_step: positiveInt.max(4096).default(32),
-    temperature: z.number().positive().max(10).default(1),
-    top_p: z.number().gt(0).max(1).default(1),
-    top_k: nonNegativeInt.default(0),
-    max_new_tokens: positiveInt.default(4),
-    parallelism: positiveInt.max(256).default(1),
+    prompts_per_step: n('rollout.prompts_per_step').default(32),
+    temperature: n('rollout.temperature').default(1),
+    top_p: n('rollout.top_p').default(1),
+    top_k: n('rollout.top_k').default(0),
+    max_new_tokens: n('rollout.max_new_tokens').default(4),
+    parallelism: n('rollout.parallelism').default(1),
     /**
      * Generations in flight when a new policy version is published (async mode): "finish" them under
      * the version they started with, or "continue" them under the new one (partial rollout; each
@@ -155,9 +155,9 @@ export const RolloutConfigSchema = z
      */
     agent: z
       .object({
-        command: z.array(z.string().min(1)).min(1),
-        timeout_ms: positiveInt.max(3_600_000).default(60_000),
-        concurrency: positiveInt.max(256).default(4),
+        command: z.array(str('rollout.agent.command[]')).min(1).max(RUN_CONFIG_ARRAY_BOUNDS['rollout.agent.command']),
+        timeout_ms: n('rollout.agent.timeout_ms').default(60_000),
+        concurrency: n('rollout.agent.concurrency').default(4),
       })
       .strict()
       .optional(),
@@ -166,20 +166,20 @@ export const RolloutConfigSchema = z
 
 export const TrainConfigSchema = z
   .object({
-    steps: positiveInt.max(1_000_000).default(50),
-    lr: z.number().positive().max(1).default(1e-4),
-    warmup_steps: nonNegativeInt.default(0),
+    steps: n('train.steps').default(50),
+    lr: n('train.lr').default(1e-4),
+    warmup_steps: n('train.warmup_steps').default(0),
     lr_decay: z.enum(['constant', 'linear', 'cosine']).default('constant'),
-    weight_decay: z.number().nonnegative().max(1).default(0),
-    grad_clip: z.number().positive().default(1),
-    micro_batch: positiveInt.default(64),
+    weight_decay: n('train.weight_decay').default(0),
+    grad_clip: n('train.grad_clip').default(1),
+    micro_batch: n('train.micro_batch').default(64),
     /** Packs micro-batches by a token budget (sequences x longest, padding included), at most micro_batch sequences each; unset: micro_batch sequences in order. */
-    micro_batch_tokens: positiveInt.min(2).max(16_777_216).optional(),
-    eval_every: positiveInt.default(10),
+    micro_batch_tokens: n('train.micro_batch_tokens').optional(),
+    eval_every: n('train.eval_every').default(10),
     /** The parts that train (default all): language_model, vision_encoder, vision_projector, audio_encoder, audio_projector. */
     trainable: z.array(z.enum(TRAINABLE_PARTS)).min(1).max(TRAINABLE_PARTS.length).optional(),
-    failure_budget: z.number().min(0).max(1).default(0.1),
-    keep_consumed_steps: nonNegativeInt.default(2),
+    failure_budget: n('train.failure_budget').default(0.1),
+    keep_consumed_steps: n('train.keep_consumed_steps').default(2),
     /** A step whose loss or gradient is not finite: "stop" fails the run; "skip" drops the update and goes on. */
     on_non_finite: z.enum(['stop', 'skip']).default('stop'),
   })
@@ -187,10 +187,10 @@ export const TrainConfigSchema = z
 
 export const CheckpointConfigSchema = z
   .object({
-    every: positiveInt.default(10),
-    dir: z.string().min(1).optional(),
-    init_from: z.string().min(1).optional(),
-    keep_last: positiveInt.default(5),
+    every: n('checkpoint.every').default(10),
+    dir: str('checkpoint.dir').optional(),
+    init_from: str('checkpoint.init_from').optional(),
+    keep_last: n('checkpoint.keep_last').default(5),
   })
   .strict();
 
@@ -201,13 +201,13 @@ export const CheckpointConfigSchema = z
 export const RewardConfigSchema = z
   .object({
     /** A file path (absolute, or relative to the worker's working directory) or a package name. */
-    module: z.string().min(1).optional(),
+    module: str('reward.module').optional(),
     /** The export to call; "default" also accepts a module whose module.exports is the function. */
-    export: z.string().min(1).default('default'),
+    export: str('reward.export').default('default'),
     /** "sample": one call per response; "group": one call per prompt with all its responses. */
     scope: z.enum(['sample', 'group']).default('sample'),
     /** Per call (per sample, or per group in group scope); a call that takes longer fails its samples. */
-    timeout_ms: positiveInt.max(3_600_000).default(10_000),
+    timeout_ms: n('reward.timeout_ms').default(10_000),
   })
   .strict()
   .superRefine((r, ctx) => {
@@ -224,21 +224,21 @@ export const RewardConfigSchema = z
 export const EnvConfigSchema = z
   .object({
     /** A file path (absolute, or relative to the worker's working directory) or a package name. */
-    module: z.string().min(1).optional(),
+    module: str('env.module').optional(),
     /** The export: a class constructed with { task, seed }, with reset(prompt) and step(response). */
-    export: z.string().min(1).default('default'),
+    export: str('env.export').default('default'),
     /** Per environment call (reset, step): a call that takes longer fails its episode. */
-    timeout_ms: positiveInt.max(3_600_000).default(10_000),
+    timeout_ms: n('env.timeout_ms').default(10_000),
   })
   .strict();
 
 /** A user generate function: full control of one prompt group's rollout (docs/environments.md). */
 export const GenerateConfigSchema = z
   .object({
-    module: z.string().min(1).optional(),
-    export: z.string().min(1).default('default'),
+    module: str('generate.module').optional(),
+    export: str('generate.export').default('default'),
     /** Per group: a call that takes longer fails the group's samples. */
-    timeout_ms: positiveInt.max(3_600_000).default(60_000),
+    timeout_ms: n('generate.timeout_ms').default(60_000),
   })
   .strict();
 
@@ -248,10 +248,10 @@ export const RunConfigSchema = z
       .string()
       .regex(IDENTIFIER, 'must be 1-64 characters of letters, digits, ".", "_" or "-", starting with a letter or digit')
       .optional(),
-    task: z.string().min(1).default('add2'),
-    seed: nonNegativeInt.max(2 ** 31 - 1).default(0),
+    task: str('task').default('add2'),
+    seed: n('seed').default(0),
     mode: z.enum(['sync', 'async']).default('sync'),
-    max_staleness: nonNegativeInt.max(64).default(0),
+    max_staleness: n('max_staleness').default(0),
     model: PolicyModelConfigSchema.prefault({}),
     lora: LoraConfigSchema.optional(),
     /** Prompts and answers from files (JSONL or Parquet) instead of a built-in task; needs model.from. */
@@ -317,17 +317,29 @@ export type RunConfigInput = z.input<typeof RunConfigSchema>;
 /** What the system uses: defaults filled in. */
 export type RunConfig = z.output<typeof RunConfigSchema>;
 
+/** A RunConfigError's message is at most this many characters (it goes into workflow history). */
+export const RUN_CONFIG_ERROR_MAX_CHARS = 1000;
+/** Problems a RunConfigError lists at most (the rest are counted), each at most PROBLEM_MAX_CHARS. */
+export const RUN_CONFIG_MAX_PROBLEMS = 10;
+const PROBLEM_MAX_CHARS = 500;
+
 export class RunConfigError extends Error {
-  constructor(readonly problems: string[]) {
-    super(`invalid run config: ${problems.join('; ')}`);
+  /** Each problem names its field; at most RUN_CONFIG_MAX_PROBLEMS of them, each shortened. */
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    const listed = problems.slice(0, RUN_CONFIG_MAX_PROBLEMS).map((p) => shortened(p, PROBLEM_MAX_CHARS));
+    if (problems.length > listed.length) listed.push(`and ${problems.length - listed.length} more problems`);
+    super(shortened(`invalid run config: ${listed.join('; ')}`, RUN_CONFIG_ERROR_MAX_CHARS));
+    this.problems = listed;
     this.name = 'RunConfigError';
   }
 }
 
 function describe(value: unknown): string {
   if (value === undefined) return 'nothing';
-  const json = JSON.stringify(value);
-  return json === undefined ? String(value) : json.length > 60 ? `${json.slice(0, 57)}...` : json;
+  // Only called on values within RUN_CONFIG_JSON_LIMITS (or top-level scalars): stringify cannot recurse deep.
+  const json = JSON.stringify(typeof value === 'string' ? shortened(value, 60) : value);
+  return json === undefined ? String(value) : shortened(json, 60);
 }
 
 function valueAt(input: unknown, path: PropertyKey[]): unknown {
@@ -339,21 +351,47 @@ function valueAt(input: unknown, path: PropertyKey[]): unknown {
   return v;
 }
 
-/** Parses a run config, filling defaults; throws RunConfigError whose lines each name a field. */
-export function parseRunConfig(input: unknown): RunConfig {
+function fieldName(path: PropertyKey[]): string {
+  return shortened(path.map((k) => shortened(String(k), 60)).join('.'), 200) || 'config';
+}
+
+export interface ParseRunConfigOptions {
+  /** The most memory the run's trainer may need (default: runMemoryLimitBytes(), RELAX_MAX_RUN_MEMORY_GB). */
+  memoryLimitBytes?: number;
+}
+
+/** The tiny GPT run's estimated trainer memory against the limit: a problem naming the fields, or undefined. */
+function memoryProblem(c: RunConfig, limitBytes: number): string | undefined {
+  if (c.model.from !== undefined) return undefined; // a pretrained model's size is known once it loads (training/options.ts)
+  const m = c.model;
+  const d = TINY_POLICY_DEFAULTS;
+  const shape = { dModel: m.d_model ?? d.d_model, nLayers: m.n_layers ?? d.n_layers, nHeads: m.n_heads ?? d.n_heads, dFF: m.d_ff ?? d.d_ff, contextLength: runContextLength(m) };
+  return tinyMemoryProblem(shape, c.train.micro_batch, limitBytes);
+}
+
+/**
+ * Parses a run config, filling defaults; throws RunConfigError whose lines each name a field. The
+ * JSON limits are checked first (iteratively), so no deep or huge value reaches the schema.
+ */
+export function parseRunConfig(input: unknown, options: ParseRunConfigOptions = {}): RunConfig {
   if (input === null || typeof input !== 'object' || Array.isArray(input)) {
     throw new RunConfigError([`config: expected one JSON object, got ${describe(input)}`]);
   }
+  const tooBig = checkJsonLimits(input, RUN_CONFIG_JSON_LIMITS);
+  if (tooBig) throw new RunConfigError([`${tooBig.path || 'config'}: ${tooBig.message}`]);
   const result = RunConfigSchema.safeParse(input);
-  if (result.success) return result.data;
+  if (result.success) {
+    const problem = memoryProblem(result.data, options.memoryLimitBytes ?? runMemoryLimitBytes());
+    if (problem) throw new RunConfigError([problem]);
+    return result.data;
+  }
   const problems = result.error.issues.map((issue) => {
     if (issue.code === 'unrecognized_keys') {
-      const where = issue.path.length ? issue.path.join('.') + '.' : '';
-      return issue.keys.map((k) => `${where}${k}: unknown field (check the spelling; see docs/configuration.md)`).join('; ');
+      const where = issue.path.length ? fieldName(issue.path) + '.' : '';
+      return issue.keys.map((k) => `${where}${shortened(k, 60)}: unknown field (check the spelling; see docs/configuration.md)`).join('; ');
     }
-    const field = issue.path.join('.') || 'config';
     const got = issue.code === 'custom' ? '' : ` (got ${describe(valueAt(input, issue.path))})`;
-    return `${field}: ${issue.message}${got}`;
+    return `${fieldName(issue.path)}: ${shortened(issue.message, 200)}${got}`;
   });
   throw new RunConfigError(problems);
 }

@@ -117,9 +117,14 @@ export async function publishCheckpoint(root: string, policyVersion: number, mod
   return { ...config, dir };
 }
 
+/** Publishing a version again with different weights: versions are immutable (a retry cannot fix it). */
+export class CheckpointOverwriteError extends Error {
+  override readonly name = 'CheckpointOverwriteError';
+}
+
 function sameOrConflict(dir: string, existing: CheckpointConfig, wanted: CheckpointConfig): CheckpointInfo {
   if (existing.sha256 !== wanted.sha256) {
-    throw new Error(`policy version ${wanted.policyVersion} is already published at ${dir} with sha256 ${existing.sha256}; refusing to overwrite it with different weights (sha256 ${wanted.sha256})`);
+    throw new CheckpointOverwriteError(`policy version ${wanted.policyVersion} is already published at ${dir} with sha256 ${existing.sha256}; refusing to overwrite it with different weights (sha256 ${wanted.sha256})`);
   }
   return { ...existing, dir };
 }

@@ -2,18 +2,20 @@
 // their failures captured per sample: a bad sample is marked failed and the run goes on within
 // train.failure_budget; without reward.module the task's built-in reward is used, through the same
 // capture), and through loadUserExport the `env`, `generate`, `task`, `algorithm.advantage` and
-// `algorithm.policy_loss` modules, each loaded once per process. withTimeout is the one timeout
-// helper for calls into user code (rewards, environments, generate functions).
+// `algorithm.policy_loss` modules. Every module is resolved here and checked against the worker's
+// allow-list (envs/module-policy.ts). Reward, env, generate and task modules then load and run in a
+// sandbox thread (envs/sandbox.ts; loadUserExport returns host-side proxies, cached per process), so
+// a hang, a crash or running out of memory stops only that thread. `RELAX_SANDBOX=off` in a worker's
+// environment runs them in-process instead (debugging only: unsafe, a `for(;;){}` freezes the
+// worker). Algorithm modules (advantage, policy_loss) always run in-process: they operate on the
+// trainer's tensors. withTimeout is the one timeout helper for in-process calls into user code.
 //
 // A module is a CommonJS file (or package) whose export is a function; ES modules (.mjs, or a
 // package with "type": "module") load too, through import() when require() cannot load them.
 //
-// Limitation: a timeout can only be noticed when the function yields to the event loop. A
-// synchronous infinite loop (or a synchronous call that runs for minutes) cannot be interrupted
-// in-process: that would need the function to run in a worker thread. The rollout activity then
-// stops heartbeating, Temporal's heartbeat timeout moves the activity to another worker, and the
-// retry meets the same loop: fix the function. A synchronous call that returns after its timeout is
-// reported as timed out.
+// In-process, a timeout can only be noticed when the function yields to the event loop; a
+// synchronous call that returns after its timeout is reported as timed out. In the sandbox the host
+// stops the thread of a call still running past its timeout.
 //
 // Over 400 lines because loading (resolution, CommonJS / ES module fallbacks, export checks) and
 // calling (timeouts, result checks) share the error vocabulary that names the config field to fix.
@@ -21,6 +23,10 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { RunConfig } from '../config/run-config';
+import { checkModuleAllowed } from './module-policy';
+import { rewardTarget, sandboxedExport, SANDBOX_CALL, scoreSandboxed, taskRewardTarget } from './sandbox-proxies';
+import { stopSandboxes } from './sandbox';
+import { sandboxEnabled } from './sandbox-protocol';
 import type { Task, TaskPrompt } from './task';
 
 /**
@@ -83,7 +89,7 @@ export class UserModuleError extends Error {
 
 const MAX_ERROR_CHARS = 1000;
 
-function describeThrown(err: unknown): string {
+export function describeThrown(err: unknown): string {
   if (err instanceof Error) return err.name && err.name !== 'Error' ? `${err.name}: ${err.message}` : err.message;
   if (typeof err === 'string') return err;
   try {
@@ -95,11 +101,11 @@ function describeThrown(err: unknown): string {
   return String(err);
 }
 
-function clip(text: string): string {
+export function clip(text: string): string {
   return text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS - 3)}...` : text;
 }
 
-function describeValue(value: unknown): string {
+export function describeValue(value: unknown): string {
   if (typeof value === 'number') return String(value); // NaN, Infinity, -Infinity
   if (value === undefined) return 'undefined (did the function forget to return it?)';
   if (value === null) return 'null';
@@ -114,7 +120,7 @@ function describeValue(value: unknown): string {
 }
 
 /** null when `value` is a usable reward, else the error naming what it is. */
-function checkReward(value: unknown): string | null {
+export function checkReward(value: unknown): string | null {
   if (typeof value === 'number' && Number.isFinite(value)) return null;
   return `reward is ${describeValue(value)}, not a finite number`;
 }
@@ -126,28 +132,48 @@ function checkReward(value: unknown): string | null {
 export type ModuleField = 'reward' | 'env' | 'generate' | 'task' | 'advantage' | 'policy_loss';
 
 /** How errors name the config field that held the module: "reward.module", "algorithm.advantage.module", or "task" itself. */
-function moduleLabel(field: ModuleField): string {
+export function moduleLabel(field: ModuleField): string {
   if (field === 'task') return 'task';
   return field === 'advantage' || field === 'policy_loss' ? `algorithm.${field}.module` : `${field}.module`;
 }
 
 const exportCache = new Map<string, Promise<unknown>>();
+/** The fields whose modules run in the sandbox (unless RELAX_SANDBOX=off). */
+const SANDBOXED_FIELDS: ReadonlySet<ModuleField> = new Set(['reward', 'env', 'generate', 'task']);
+
+/** True when `field`'s modules load in a sandbox thread in this process. */
+export function sandboxed(field: ModuleField): boolean {
+  return SANDBOXED_FIELDS.has(field) && sandboxEnabled();
+}
 
 /**
  * Loads `<field>.module`'s export `exportName` and checks it is a function (a class is one too).
- * Cached per resolved file and export; failures are not cached. Throws UserModuleError (whose
- * message names the config field). Relative paths resolve against `cwd`.
+ * Reward, env and generate modules load in their sandbox thread and what returns is a host-side
+ * proxy of the export (see the top of this file). Cached per resolved file and export; failures
+ * are not cached. Throws UserModuleError (whose message names the config field), or
+ * NotAllowedError when the file is outside the worker's allowed module roots. Relative paths
+ * resolve against `cwd`.
  */
 export async function loadUserExport(field: ModuleField, moduleSpec: string, exportName: string, cwd: string = process.cwd()): Promise<unknown> {
-  const resolved = resolveModule(moduleSpec, cwd, field);
-  const key = `${field}\0${resolved}\0${exportName}`;
+  const resolved = resolveUserModule(moduleSpec, cwd, field);
+  const inSandbox = sandboxed(field) && field !== 'task';
+  const key = `${field}\0${resolved}\0${exportName}\0${inSandbox ? 'sandbox' : 'in-process'}`;
   let loading = exportCache.get(key);
   if (!loading) {
-    loading = loadModule(moduleSpec, resolved, cwd, field).then((mod) => pickExport(mod, moduleSpec, exportName, resolved, cwd, field));
+    loading = inSandbox
+      ? sandboxedExport({ field, label: moduleLabel(field), spec: moduleSpec, resolved, cwd }, exportName)
+      : loadModule(moduleSpec, resolved, cwd, field).then((mod) => pickExport(mod, moduleSpec, exportName, resolved, cwd, field));
     exportCache.set(key, loading);
     loading.catch(() => exportCache.delete(key));
   }
   return loading;
+}
+
+/** The file a module spec names (resolveModule), checked against the worker's allow-list. Throws UserModuleError or NotAllowedError. */
+export function resolveUserModule(spec: string, cwd: string, field: ModuleField): string {
+  const resolved = resolveModule(spec, cwd, field);
+  checkModuleAllowed(moduleLabel(field), spec, resolved, process.env, cwd);
+  return resolved;
 }
 
 function isPathLike(spec: string): boolean {
@@ -213,7 +239,7 @@ function resolveModule(spec: string, cwd: string, field: ModuleField = 'reward')
 // function so a test runner that rewrites import() cannot turn it into require().
 const importModule = (url: string): Promise<Record<string, unknown>> => import(url);
 
-async function loadModule(spec: string, resolved: string, cwd: string, field: ModuleField = 'reward'): Promise<unknown> {
+export async function loadModule(spec: string, resolved: string, cwd: string, field: ModuleField = 'reward'): Promise<unknown> {
   try {
     try {
       return require(resolved);
@@ -239,7 +265,7 @@ function exportNames(mod: unknown): string[] {
   return Object.keys(mod).filter((k) => k !== '__esModule');
 }
 
-function pickExport(mod: unknown, spec: string, exportName: string, resolved: string, cwd: string, field: ModuleField = 'reward'): unknown {
+export function pickExport(mod: unknown, spec: string, exportName: string, resolved: string, cwd: string, field: ModuleField = 'reward'): unknown {
   const container = (typeof mod === 'object' || typeof mod === 'function') && mod !== null ? (mod as Record<string, unknown>) : undefined;
   let value: unknown = container && Object.prototype.hasOwnProperty.call(container, exportName) ? container[exportName] : undefined;
   // "default" also means module.exports itself (module.exports = function ...).
@@ -284,7 +310,7 @@ export async function loadRewardFunction(spec: RewardSpec | undefined, cwd: stri
   if (!spec?.module) return undefined;
   const exportName = spec.export ?? 'default';
   const fn = (await loadUserExport('reward', spec.module, exportName, cwd)) as SampleReward & GroupReward;
-  return { module: spec.module, resolvedPath: resolveModule(spec.module, cwd, 'reward'), exportName, scope: spec.scope ?? 'sample', fn } as LoadedReward;
+  return { module: spec.module, resolvedPath: resolveUserModule(spec.module, cwd, 'reward'), exportName, scope: spec.scope ?? 'sample', fn } as LoadedReward;
 }
 
 /**
@@ -345,15 +371,21 @@ export async function withTimeout<T>(what: string, timeoutMs: number, fn: (signa
 
 type CallOutcome = { ok: true; value: unknown } | { ok: false; error: string };
 
+/** Wraps one synchronous entry into user code (the sandbox thread marks it for the host's watchdog). */
+export type CallWrap = (item: number, call: () => unknown) => unknown;
+const noWrap: CallWrap = (_item, call) => call();
+
 /** A reward call through withTimeout, its failure described for the sample's error. */
-async function callReward(call: (signal: AbortSignal) => unknown, timeoutMs: number): Promise<CallOutcome> {
+async function callReward(call: (signal: AbortSignal) => unknown, timeoutMs: number, item: number, wrap: CallWrap): Promise<CallOutcome> {
   let sync = true;
   try {
-    const value = await withTimeout('reward function', timeoutMs, (signal) => {
-      const r = call(signal);
-      sync = false;
-      return r;
-    });
+    const value = await withTimeout('reward function', timeoutMs, (signal) =>
+      wrap(item, () => {
+        const r = call(signal);
+        sync = false;
+        return r;
+      }),
+    );
     return { ok: true, value };
   } catch (err) {
     if (err instanceof UserCodeTimeout) return { ok: false, error: err.message };
@@ -386,17 +418,24 @@ export interface ScoreGroupOptions {
  * two is null. A throw, a rejected promise, a result that is not a finite number, or a call past
  * timeoutMs gives that sample (in group scope: every sample of the call) reward null and an error
  * naming what happened. Never throws for a failing reward function. Sample-scope calls of one group
- * run concurrently (each with its own timeout).
+ * run concurrently (each with its own timeout). A sandboxed reward (reward.module, a task module's
+ * reward) is scored in its thread with one message per group; its errors name the module and export.
  */
 export async function scoreGroup(opts: ScoreGroupOptions): Promise<ScoredSample[]> {
   const { task, reward, prompt, responses, timeoutMs } = opts;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw new Error(`timeoutMs is ${timeoutMs}: pass a positive number of milliseconds`);
-  const n = responses.length;
-  if (n === 0) return [];
+  if (responses.length === 0) return [];
+  const target = reward ? rewardTarget(reward.fn) : taskRewardTarget(task);
+  if (target) return scoreSandboxed(target, reward?.scope ?? 'sample', prompt, responses, task.name, timeoutMs);
+  const fn = reward ? reward.fn : ({ prompt: p, response }: SampleRewardInput) => task.reward(p, response);
+  return scoreLocally(reward?.scope ?? 'sample', fn as SampleReward & GroupReward, prompt, responses, task.name, timeoutMs);
+}
 
-  if (reward?.scope === 'group') {
-    const fn = reward.fn;
-    const outcome = await callReward((signal) => fn({ prompt: { ...prompt }, responses: [...responses], task: task.name, signal }), timeoutMs);
+/** scoreGroup's capture around a function in this thread (the sandbox thread runs it too, with `wrap`). */
+export async function scoreLocally(scope: 'sample' | 'group', fn: SampleReward & GroupReward, prompt: TaskPrompt, responses: string[], taskName: string, timeoutMs: number, wrap: CallWrap = noWrap): Promise<ScoredSample[]> {
+  const n = responses.length;
+  if (scope === 'group') {
+    const outcome = await callReward((signal) => fn({ prompt: { ...prompt }, responses: [...responses], task: taskName, signal }), timeoutMs, 0, wrap);
     if (!outcome.ok) return failAll(n, outcome.error);
     const value = outcome.value;
     const isList = Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView));
@@ -409,17 +448,33 @@ export async function scoreGroup(opts: ScoreGroupOptions): Promise<ScoredSample[
     }
     return Array.from({ length: n }, (_, i) => checked(list[i]));
   }
-
-  const call: SampleReward = reward ? reward.fn : ({ prompt: p, response }) => task.reward(p, response);
   return Promise.all(
-    responses.map(async (response): Promise<ScoredSample> => {
-      const outcome = await callReward((signal) => call({ prompt: { ...prompt }, response, task: task.name, signal }), timeoutMs);
+    responses.map(async (response, i): Promise<ScoredSample> => {
+      const outcome = await callReward((signal) => fn({ prompt: { ...prompt }, response, task: taskName, signal }), timeoutMs, i, wrap);
       return outcome.ok ? checked(outcome.value) : { reward: null, error: outcome.error };
     }),
   );
 }
 
-/** Forgets loaded user modules (tests). Node's own require cache is left alone. */
+/**
+ * Calls a user function with `input` under `timeoutMs`: a sandbox proxy through its thread (the
+ * thread and the host's watchdog keep the time), an in-process function through withTimeout.
+ */
+export function callUserFunction<T>(what: string, timeoutMs: number, fn: (input: never) => unknown, input: unknown): Promise<T> {
+  const sandboxCall = (fn as unknown as Record<symbol, ((input: unknown, timeoutMs: number) => Promise<T>) | undefined>)[SANDBOX_CALL];
+  if (sandboxCall) return sandboxCall(input, timeoutMs);
+  return withTimeout(what, timeoutMs, () => (fn as (input: unknown) => T | Promise<T>)(input));
+}
+
+/** Calls an environment's reset / step / close under `timeoutMs` (a sandboxed one through its thread). */
+export function callEnvironment<T>(env: object, method: 'reset' | 'step' | 'close', arg: unknown, timeoutMs: number): Promise<T> {
+  const sandboxCall = (env as Record<symbol, ((m: string, a: unknown, t: number) => Promise<T>) | undefined>)[SANDBOX_CALL];
+  if (sandboxCall) return sandboxCall.call(env, method, arg, timeoutMs);
+  return withTimeout(`environment ${method}`, timeoutMs, () => (env as Record<string, (a: unknown) => T | Promise<T>>)[method](arg));
+}
+
+/** Forgets loaded user modules and stops their sandbox threads (tests). Node's own require cache is left alone. */
 export function clearUserModuleCache(): void {
   exportCache.clear();
+  stopSandboxes();
 }

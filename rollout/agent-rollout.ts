@@ -5,7 +5,8 @@
 // endpoint's session recorder, become the episode's training sample (docs/openai-endpoint.md).
 //
 // The agent protocol:
-//   environment: RELAX_BASE_URL (the /v1 base URL), RELAX_SESSION_ID (send it as `user` or in the
+//   environment: the worker's, without secrets (DATABASE_URL, PG*, TEMPORAL_*, *TOKEN*, *SECRET*, ...), and
+//                RELAX_BASE_URL (the /v1 base URL), RELAX_SESSION_ID (send it as `user` or in the
 //                x-relax-session header on every call), RELAX_MODEL (the model name to ask for),
 //                RELAX_PROMPT (the episode's prompt text). The reference answer is NOT given: the
 //                agent is the environment and scores the episode itself.
@@ -17,6 +18,7 @@
 // run's owner wrote. Nothing checks it against the prompt.
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { sandboxEnv } from '../envs/sandbox-protocol';
 import type { TaskPrompt } from '../envs/task';
 import type { AgentSample, SessionRecorder } from './sessions';
 
@@ -33,7 +35,7 @@ export interface AgentEpisodesOptions {
   sessions: SessionRecorder;
   /** Per episode: the agent is killed after this long. */
   timeoutMs: number;
-  /** Extra environment for the agent (on top of this process's environment). */
+  /** Extra environment for the agent (on top of this process's environment, less its secrets). */
   env?: Record<string, string>;
   /** Agents running at once. Default 4. */
   concurrency?: number;
@@ -181,8 +183,9 @@ function processError(o: ProcessOutcome): string | null {
 async function runEpisode(o: AgentEpisodesOptions, index: number): Promise<AgentEpisodeResult> {
   const sessionId = `${o.sessionPrefix ?? 'agent'}-${index}-${randomUUID().slice(0, 8)}`;
   if (o.signal?.aborted) return { sessionId, reward: null, error: 'the rollout was aborted before this agent started', calls: 0, exitCode: null, durationMs: 0, stderrTail: '' };
+  // The worker's environment without its secrets (database, Temporal, tokens: envs/sandbox-protocol.ts).
   const env: NodeJS.ProcessEnv = {
-    ...process.env,
+    ...sandboxEnv(process.env),
     ...o.env,
     RELAX_BASE_URL: agentBaseUrl(o.serverUrl),
     RELAX_SESSION_ID: sessionId,

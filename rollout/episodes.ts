@@ -12,7 +12,8 @@ import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { SequenceMedia } from '../engines/media/model-inputs';
 import type { Environment, InteractionSpec, Observation, StepResult } from '../envs/interaction';
 import type { PromptMedium, Task, TaskPrompt } from '../envs/task';
-import { withTimeout } from '../envs/user-modules';
+import { SandboxEnvironment } from '../envs/sandbox-proxies';
+import { callEnvironment } from '../envs/user-modules';
 import { mediaPromptsOf, type MediaPrompts } from './media-prompts';
 
 export type EpisodeEnd = 'terminated' | 'truncated' | 'max_turns' | 'context_full' | 'error';
@@ -84,6 +85,11 @@ interface Live {
   media: SequenceMedia;
 }
 
+/** Frees a sandboxed environment instance that will not be closed (its episode ended before it began). */
+function releaseEnvironment(env: Environment | undefined): void {
+  if (env instanceof SandboxEnvironment) env.release();
+}
+
 /** Token ids of the texts that end a policy turn (each must be one token of the tokenizer). */
 export function turnStopIds(tokenizer: Tokenizer, spec: InteractionSpec): number[] {
   return [
@@ -122,11 +128,11 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
     prompts.map(async (prompt, index) => {
       const episode: Episode = { promptTokens: [], responseTokens: [], lossMask: [], logprobs: [], tokenVersions: [], policyVersion: engine.policyVersion ?? 0, reward: 0, turnRewards: [], turns: 0, end: 'max_turns', info: {}, error: null, text: '', mediaIds: [] };
       episodes[index] = episode;
-      let env: Environment;
+      let env: Environment | undefined;
       const contextMedia: SequenceMedia = { images: [], audio: [] };
       try {
         env = createEnv({ seed: options.envSeed + index });
-        const first = firstObservation(await withTimeout('environment reset', options.timeoutMs, () => env.reset(prompt)), prompt);
+        const first = firstObservation(await callEnvironment<string | Observation>(env, 'reset', prompt, options.timeoutMs), prompt);
         const inputs = await media.encode(tokenizer, first.text, first.media, true);
         episode.promptTokens = inputs.tokens;
         episode.mediaIds.push(...(inputs.mediaIds ?? []));
@@ -134,14 +140,16 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
         withMedia ||= inputs.media !== undefined;
         episode.text = first.text;
       } catch (err) {
+        releaseEnvironment(env);
         fail({ episode }, new Error(`environment reset failed: ${(err as Error).message}`));
         return;
       }
       if (episode.promptTokens.length >= contextLength) {
+        releaseEnvironment(env);
         fail({ episode }, new Error(`the first observation is ${episode.promptTokens.length} tokens with bos, but the model's context is ${contextLength}: raise model.context_length`));
         return;
       }
-      live.push({ index, env, episode, context: [...episode.promptTokens], media: contextMedia });
+      live.push({ index, env: env!, episode, context: [...episode.promptTokens], media: contextMedia });
     }),
   );
   live.sort((a, b) => a.index - b.index);
@@ -173,7 +181,7 @@ export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts
         e.text += response;
         let result: StepResult;
         try {
-          result = checkStep(await withTimeout('environment step', options.timeoutMs, () => l.env.step(response)));
+          result = checkStep(await callEnvironment<StepResult>(l.env, 'step', response, options.timeoutMs));
         } catch (err) {
           fail(l, new Error(`environment step ${e.turns} failed: ${(err as Error).message}`));
           return;

@@ -2,6 +2,11 @@
 // endpoint answers with. Every rejection names the parameter, what was wrong and what to send
 // instead, in OpenAI's error shape ({ error: { message, type, param, code } }), so the official
 // clients raise their usual BadRequestError / NotFoundError with a useful message.
+//
+// Every top-level parameter is accounted for: honoured, accepted and ignored (IGNORED: metadata
+// that cannot change a sample), refused unless it has its no-op value (UNSUPPORTED), or unknown
+// (refused, naming it). docs/openai-endpoint.md lists them.
+import { shortened } from '../config/json-limits';
 
 /** An error the endpoint answers with, in OpenAI's shape. */
 export class OpenAIError extends Error {
@@ -46,8 +51,9 @@ function present(body: Body, name: string): boolean {
 }
 
 function describe(value: unknown): string {
-  const text = JSON.stringify(value);
-  return text === undefined ? String(value) : text.length > 60 ? `${text.slice(0, 57)}...` : text;
+  // A long string is cut before it is quoted; the body was checked for depth and size (rollout/openai-http.ts).
+  const text = JSON.stringify(typeof value === 'string' ? shortened(value, 80) : value);
+  return text === undefined ? String(value) : shortened(text, 100);
 }
 
 function requiredString(body: Body, name: string): string {
@@ -100,11 +106,60 @@ const UNSUPPORTED: Array<{ name: string; isNoop: (v: unknown) => boolean; why: s
   { name: 'tool_choice', isNoop: (v) => v === 'none', why: 'tool calling is not supported' },
   { name: 'functions', isNoop: (v) => Array.isArray(v) && v.length === 0, why: 'function calling is not supported' },
   { name: 'response_format', isNoop: (v) => typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text', why: 'structured output is not supported (only {"type": "text"})' },
+  { name: 'function_call', isNoop: (v) => v === 'none', why: 'function calling is not supported' },
+  { name: 'modalities', isNoop: (v) => Array.isArray(v) && v.length === 1 && v[0] === 'text', why: 'only text output is supported (send ["text"] or omit it)' },
+  { name: 'audio', isNoop: () => false, why: 'audio output is not supported (audio input goes in input_audio content parts)' },
+  { name: 'prediction', isNoop: () => false, why: 'predicted outputs are not supported' },
+  { name: 'reasoning_effort', isNoop: () => false, why: 'these policies have no reasoning modes' },
+  { name: 'verbosity', isNoop: () => false, why: 'these policies have no verbosity setting' },
+  { name: 'web_search_options', isNoop: () => false, why: 'web search is not supported' },
 ];
 
-function refuseUnsupported(body: Body): void {
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * OpenAI parameters accepted and ignored: they describe the call (for OpenAI's own bookkeeping) and
+ * cannot change what is generated. Their type is still checked.
+ */
+const IGNORED: Array<{ name: string; ok: (v: unknown) => boolean; expect: string; chatOnly?: boolean }> = [
+  { name: 'stream_options', ok: isObject, expect: 'an object (it only matters with stream, which is not supported)' },
+  { name: 'store', ok: (v) => typeof v === 'boolean', expect: 'true or false', chatOnly: true },
+  { name: 'metadata', ok: (v) => isObject(v) && Object.values(v).every((x) => typeof x === 'string'), expect: 'an object of strings', chatOnly: true },
+  { name: 'service_tier', ok: (v) => typeof v === 'string', expect: 'a string', chatOnly: true },
+  { name: 'parallel_tool_calls', ok: (v) => typeof v === 'boolean', expect: 'true or false (tools are not supported anyway)', chatOnly: true },
+  { name: 'prompt_cache_key', ok: (v) => typeof v === 'string', expect: 'a string', chatOnly: true },
+  { name: 'safety_identifier', ok: (v) => typeof v === 'string', expect: 'a string', chatOnly: true },
+];
+
+/** Parameters this endpoint implements, per endpoint (vLLM's top_k and include_stop_str_in_output included). */
+const HONOURED_COMMON = ['model', 'max_tokens', 'temperature', 'top_p', 'top_k', 'n', 'seed', 'stop', 'include_stop_str_in_output', 'user', 'logprobs'];
+const HONOURED = {
+  completions: new Set([...HONOURED_COMMON, 'prompt']),
+  chat: new Set([...HONOURED_COMMON, 'messages', 'max_completion_tokens', 'top_logprobs']),
+};
+
+type Endpoint = keyof typeof HONOURED;
+const ROUTE: Record<Endpoint, string> = { completions: 'POST /v1/completions', chat: 'POST /v1/chat/completions' };
+
+/** Refuses unknown parameters (naming them), unsupported ones with a value other than their no-op, and ignored ones of the wrong type. */
+function checkParameters(body: Body, endpoint: Endpoint): void {
+  const unknown = Object.keys(body).filter(
+    (k) => !HONOURED[endpoint].has(k) && !UNSUPPORTED.some((u) => u.name === k) && !IGNORED.some((i) => i.name === k && (endpoint === 'chat' || !i.chatOnly)),
+  );
+  if (unknown.length) {
+    const names = unknown.slice(0, 5).map((k) => `\`${shortened(k, 40)}\``).join(', ') + (unknown.length > 5 ? ` and ${unknown.length - 5} more` : '');
+    throw badParam(
+      shortened(unknown[0], 40),
+      `unknown parameter${unknown.length === 1 ? '' : 's'} ${names} for ${ROUTE[endpoint]}: this endpoint takes ${[...HONOURED[endpoint]].join(', ')} ` +
+        `(and accepts a few OpenAI parameters it ignores or refuses unless they are no-ops; docs/openai-endpoint.md lists them): remove ${unknown.length === 1 ? 'it' : 'them'}`,
+      'unknown_parameter',
+    );
+  }
   for (const u of UNSUPPORTED) {
     if (present(body, u.name) && !u.isNoop(body[u.name])) throw badParam(u.name, `\`${u.name}\`: ${u.why}`, 'unsupported_parameter');
+  }
+  for (const i of IGNORED) {
+    if (present(body, i.name) && !i.ok(body[i.name])) throw badParam(i.name, `\`${i.name}\` must be ${i.expect}, got ${describe(body[i.name])} (it is accepted and ignored)`, 'invalid_type');
   }
 }
 
@@ -131,8 +186,8 @@ export interface CommonRequest {
 /** n choices per request at most: the engine generates them as one batch. */
 export const MAX_N = 128;
 
-function commonRequest(body: Body, maxTokensField: string): CommonRequest {
-  refuseUnsupported(body);
+function commonRequest(body: Body, maxTokensField: string, endpoint: Endpoint): CommonRequest {
+  checkParameters(body, endpoint);
   const stop = body.stop;
   let stops: string[] = [];
   if (typeof stop === 'string') stops = [stop];
@@ -163,7 +218,7 @@ export interface CompletionRequest extends CommonRequest {
 /** POST /v1/completions */
 export function parseCompletionRequest(raw: unknown): CompletionRequest {
   const body = requestBody(raw);
-  const common = commonRequest(body, 'max_tokens');
+  const common = commonRequest(body, 'max_tokens', 'completions');
   let prompt = body.prompt;
   if (Array.isArray(prompt)) {
     if (prompt.length !== 1 || typeof prompt[0] !== 'string') {
@@ -200,10 +255,6 @@ export interface ChatRequest extends CommonRequest {
 }
 
 const PART_TYPES = '{"type": "text", "text": "..."}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}} or {"type": "input_audio", "input_audio": {"data": "<base64 WAV>", "format": "wav"}}';
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === 'object' && !Array.isArray(v);
-}
 
 /** One content part, shape-checked; `param` is its path in the request (messages[i].content[j]). */
 function contentPart(part: unknown, param: string): ChatPart {
@@ -264,7 +315,7 @@ export function parseChatRequest(raw: unknown): ChatRequest {
   const body = requestBody(raw);
   // max_completion_tokens is the current name, max_tokens the deprecated one; either works.
   const maxField = present(body, 'max_completion_tokens') ? 'max_completion_tokens' : 'max_tokens';
-  const common = commonRequest(body, maxField);
+  const common = commonRequest(body, maxField, 'chat');
   if (!Array.isArray(body.messages) || body.messages.length === 0) {
     throw badParam('messages', `\`messages\` is required and must be a non-empty array of {role, content}, got ${describe(body.messages)}`, present(body, 'messages') ? 'invalid_type' : 'missing_required_parameter');
   }

@@ -14,21 +14,28 @@
 // one token per embedding, and its processed input goes to the engine with the tokens. Media are
 // never fetched from the network.
 //
+// Limits (rollout/openai-http.ts): socket timeouts and caps, the body limit, and a JSON parser that
+// refuses too deep or large bodies and prototype keys before anything walks them; sessions are
+// bounded in count, idle time and media bytes (rollout/sessions.ts).
+//
 // Requests are served one at a time: the tiny policies generate in milliseconds, a request's n
 // choices are generated as one batch, and one-at-a-time lets a resolver switch an engine between
 // policy versions safely (resolve + generate never interleave with another request's).
 import { randomInt, randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { shortened } from '../config/json-limits';
 import { MEDIA_LIMITS } from '../engines/media/model-inputs';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { MediaPrompts } from './media-prompts';
+import { applySocketLimits, fastifyLimitOptions, registerJsonParser, resolveHttpLimits, shortMessage, type HttpLimits } from './openai-http';
 import { describeError, mediaPrompt, textPrompt, type PromptInput } from './openai-prompts';
 import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
-import { SessionError, SessionRecorder, type SessionCall } from './sessions';
+import { SessionError, SessionRecorder, type SessionCall, type SessionRecorderOptions, type SessionStats } from './sessions';
 
 export { OpenAIError, modelNotFound } from './openai-requests';
-export { SessionRecorder, type AgentSample, type SessionTake } from './sessions';
+export { DEFAULT_BODY_LIMIT, DEFAULT_HTTP_LIMITS, type HttpLimits } from './openai-http';
+export { SessionRecorder, type AgentSample, type SessionRecorderOptions, type SessionStats, type SessionTake } from './sessions';
 
 /** What a model name resolves to. */
 export interface ResolvedModel {
@@ -54,16 +61,23 @@ export interface OpenAIServerOptions {
   host?: string;
   /** Default 0: a free port. */
   port?: number;
-  /** Where sessions are recorded; default a new recorder. */
+  /** Where sessions are recorded; default a new recorder with `sessionLimits`. */
   sessions?: SessionRecorder;
+  /** The limits of the default recorder (count cap, idle time, media bytes); ignored with `sessions`. */
+  sessionLimits?: SessionRecorderOptions;
   /** `owned_by` of the listed models. Default "relax". */
   ownedBy?: string;
-  /** The largest request body accepted, in bytes (media arrive base64 in the body). Default DEFAULT_BODY_LIMIT. */
+  /** Timeouts, caps and the body limit; each defaults to DEFAULT_HTTP_LIMITS. */
+  http?: Partial<HttpLimits>;
+  /** The largest request body accepted, in bytes (media arrive base64 in the body); overrides http.bodyLimit. Default DEFAULT_BODY_LIMIT. */
   bodyLimit?: number;
 }
 
-/** Room for a few media of MEDIA_LIMITS.maxBytes each, base64 (4/3 of the bytes) in one request. */
-export const DEFAULT_BODY_LIMIT = 48 * 1024 * 1024;
+export interface OpenAIServerStats {
+  sessions: SessionStats;
+  /** Connections closed at once because the connection cap was reached. */
+  refusedConnections: number;
+}
 
 export interface OpenAIServer {
   /** http://host:port */
@@ -72,11 +86,17 @@ export interface OpenAIServer {
   baseURL: string;
   port: number;
   sessions: SessionRecorder;
+  /** The limits in force. */
+  limits: HttpLimits;
+  stats(): OpenAIServerStats;
   close(): Promise<void>;
 }
 
 /** The header an agent can send its session id in (instead of, or with the same value as, `user`). */
 export const SESSION_HEADER = 'x-relax-session';
+
+/** A session id is at most this long (the recorder keeps ids, also of evicted sessions). */
+export const MAX_SESSION_ID_CHARS = 256;
 
 /** OpenAI's default max_tokens for /v1/completions. */
 const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
@@ -144,6 +164,9 @@ function sessionIdOf(request: FastifyRequest, req: CommonRequest): string | unde
     throw badParam('user', `the \`user\` field (${JSON.stringify(req.user)}) and the ${SESSION_HEADER} header (${JSON.stringify(fromHeader)}) name different sessions: send one of them, or the same id in both`);
   }
   const id = fromHeader ?? req.user;
+  if (id !== undefined && id.length > MAX_SESSION_ID_CHARS) {
+    throw badParam('user', `the session id (\`user\` or the ${SESSION_HEADER} header) is ${id.length} characters, ${JSON.stringify(shortened(id, 40))}: send at most ${MAX_SESSION_ID_CHARS}`);
+  }
   return id === '' ? undefined : id;
 }
 
@@ -304,37 +327,48 @@ function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sess
   });
 }
 
-/** Every error leaves in OpenAI's shape: our own as thrown, Fastify's (bad JSON, ...) with their status. */
-function errorReply(err: unknown, reply: FastifyReply, bodyLimit: number): FastifyReply {
-  let e: OpenAIError;
-  if (err instanceof OpenAIError) e = err;
-  else if ((err as { code?: string }).code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    e = new OpenAIError(
+/** The 4xx Fastify raises itself (body, content type), in our words. */
+function fastifyClientError(err: { code?: string; message?: string }, status: number, bodyLimit: number): OpenAIError {
+  const code = err.code ?? null;
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return new OpenAIError(
       413,
       `the request body is over this endpoint's limit of ${bodyLimit % 1048576 === 0 ? `${bodyLimit / 1048576} MiB` : `${bodyLimit} bytes`}: send fewer or smaller images and clips (each medium is limited to ${MEDIA_LIMITS.maxBytes / 1048576} MiB)`,
       null,
       'request_too_large',
     );
-  } else {
-    const status = (err as { statusCode?: number }).statusCode;
-    const code = (err as { code?: string }).code ?? null;
-    if (status && status >= 400 && status < 500) e = new OpenAIError(status, `invalid request: ${describeError(err)}`, null, code);
-    else {
-      console.error('[relax serve] internal error:', err);
-      e = new OpenAIError(500, `internal error: ${describeError(err)}`, null, code);
-    }
   }
-  return reply.status(e.status).send(e.toBody());
+  if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return new OpenAIError(415, `${shortened(describeError(err), 200)}: send the body as JSON with Content-Type: application/json`, null, 'unsupported_media_type');
+  return new OpenAIError(status, `invalid request: ${shortened(describeError(err), 300)}`, null, code);
+}
+
+/** Every error leaves in OpenAI's shape (message under 1 KB): our own as thrown, Fastify's (a body too large, ...) with their status, anything else a 500. */
+function errorReply(err: unknown, reply: FastifyReply, bodyLimit: number): FastifyReply {
+  let e: OpenAIError;
+  const status = (err as { statusCode?: number }).statusCode;
+  if (err instanceof OpenAIError) e = err;
+  else if (status && status >= 400 && status < 500) e = fastifyClientError(err as { code?: string }, status, bodyLimit);
+  else {
+    console.error('[relax serve] internal error:', err);
+    e = new OpenAIError(500, `internal error: ${describeError(err)}`, null, (err as { code?: string }).code ?? null);
+  }
+  const body = e.toBody();
+  body.error.message = shortMessage(body.error.message);
+  if (body.error.param !== null) body.error.param = shortened(body.error.param, 200);
+  return reply.status(e.status).send(body);
 }
 
 /** Starts the endpoint; resolves once it listens. */
 export async function startOpenAIServer(options: OpenAIServerOptions): Promise<OpenAIServer> {
-  const sessions = options.sessions ?? new SessionRecorder();
-  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
-  const app = Fastify({ logger: false, bodyLimit });
+  const sessions = options.sessions ?? new SessionRecorder(options.sessionLimits);
+  const limits = resolveHttpLimits({ ...options.http, ...(options.bodyLimit !== undefined ? { bodyLimit: options.bodyLimit } : {}) });
+  const { bodyLimit } = limits;
+  const app = Fastify({ logger: false, ...fastifyLimitOptions(limits) });
+  const connections = applySocketLimits(app.server, limits);
+  registerJsonParser(app);
   app.setErrorHandler((err, _request, reply) => errorReply(err, reply, bodyLimit));
   app.setNotFoundHandler((request, reply) =>
-    errorReply(new OpenAIError(404, `Unknown request URL: ${request.method} ${request.url}. This endpoint serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions`, null, 'unknown_url'), reply, bodyLimit),
+    errorReply(new OpenAIError(404, `Unknown request URL: ${request.method} ${shortened(request.url, 200)}. This endpoint serves GET /v1/models, POST /v1/completions and POST /v1/chat/completions`, null, 'unknown_url'), reply, bodyLimit),
   );
   registerRoutes(app, options, sessions);
   const host = options.host ?? '127.0.0.1';
@@ -345,5 +379,13 @@ export async function startOpenAIServer(options: OpenAIServerOptions): Promise<O
   const reachable = address.address === '0.0.0.0' ? '127.0.0.1' : address.address === '::' ? '::1' : address.address;
   const urlHost = reachable.includes(':') ? `[${reachable}]` : reachable;
   const url = `http://${urlHost}:${address.port}`;
-  return { url, baseURL: `${url}/v1`, port: address.port, sessions, close: () => app.close() };
+  return {
+    url,
+    baseURL: `${url}/v1`,
+    port: address.port,
+    sessions,
+    limits,
+    stats: () => ({ sessions: sessions.stats(), refusedConnections: connections.dropped() }),
+    close: () => app.close(),
+  };
 }

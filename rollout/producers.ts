@@ -8,7 +8,8 @@ import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
 import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
 import { stopTokens, withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
-import { loadRewardFunction, loadUserExport, scoreGroup, withTimeout, type LoadedReward } from '../envs/user-modules';
+import { checkAgentCommandAllowed } from '../envs/module-policy';
+import { callUserFunction, loadRewardFunction, loadUserExport, scoreGroup, type LoadedReward } from '../envs/user-modules';
 import type { Task, TaskPrompt } from '../envs/task';
 import type { NewSample } from '../store/transfer-queue';
 import { rolloutEpisodes } from './episodes';
@@ -256,7 +257,7 @@ export async function customGenerateRows(ctx: RowsContext, prompts: TaskPrompt[]
         Array.from({ length: G }, () => ({ promptTokens: [tokenizer.bosId], responseTokens: [], lossMask: [], rolloutLogprobs: [], policyVersion: oldest, reward: null, error: `generate: ${error}` }));
       let trajectories: GeneratedTrajectory[];
       try {
-        trajectories = await withTimeout('the generate function', ctx.config.generate.timeout_ms, () => fn(input));
+        trajectories = await callUserFunction<GeneratedTrajectory[]>('the generate function', ctx.config.generate.timeout_ms, fn, input);
       } catch (err) {
         return failAll(`the generate function failed: ${(err as Error).message ?? String(err)}`);
       }
@@ -293,6 +294,8 @@ export interface AgentEndpoint {
 async function agentRows(ctx: RowsContext, endpoint: AgentEndpoint, prompts: TaskPrompt[]): Promise<RolloutRow[]> {
   const agent = ctx.config.rollout.agent;
   if (!agent) throw new Error('rollout.agent is not configured');
+  // This worker's allow-list decides, whatever the run config says (NotAllowedError).
+  checkAgentCommandAllowed(agent.command);
   const G = ctx.config.algorithm.group_size;
   const bos = ctx.task.tokenizer().bosId;
   const episodes = await runAgentEpisodes({

@@ -24,6 +24,14 @@
 // resend the conversation's earlier media, in order, unchanged. The sample lists the ids of every
 // medium of its tokens in placeholder order (the transfer queue's `media`), and carries the media
 // themselves so the caller can put them in the run's media store.
+//
+// Over 400 lines because recording a session (prefix consistency, media) and bounding the sessions
+// (LRU count cap, idle limit, media bytes, tombstones) work on one map of sessions.
+//
+// Memory is bounded: at most `maxSessions` sessions and `maxMediaBytes` of their media are held
+// (the least recently used session is evicted first; a call in flight never is), and a session
+// idle for `maxIdleMs` is forgotten. An evicted session leaves a small tombstone (bounded the same
+// way), so its next call or take() says it was evicted instead of silently starting afresh.
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { PromptMedium } from '../envs/task';
 
@@ -96,9 +104,35 @@ export interface SessionCall {
 }
 
 export interface SessionRecorderOptions {
-  /** Sessions not used for this long are forgotten (checked when a session starts). Default 1 hour. */
+  /**
+   * Sessions not used for this long are forgotten (checked when a call starts). Default 1 hour, the
+   * longest an agent episode may run (rollout.agent.timeout_ms <= 3,600,000), so an episode's session
+   * never expires before the rollout takes it.
+   */
   maxIdleMs?: number;
+  /** Sessions held at most; one more evicts the least recently used. Default DEFAULT_MAX_SESSIONS. */
+  maxSessions?: number;
+  /** Bytes of media (images, clips) all sessions hold at most; over it, least recently used sessions are evicted. Default DEFAULT_SESSION_MEDIA_BYTES. */
+  maxMediaBytes?: number;
+  /** Called on the first eviction and then every EVICTION_LOG_EVERY-th, with a line to log. Default console.warn. */
+  log?: (line: string) => void;
 }
+
+export const DEFAULT_MAX_SESSIONS = 10_000;
+export const DEFAULT_SESSION_IDLE_MS = 3_600_000;
+export const DEFAULT_SESSION_MEDIA_BYTES = 1024 * 1024 * 1024;
+const EVICTION_LOG_EVERY = 1000;
+
+/** Why sessions left the recorder other than by take()/discard(). */
+export interface SessionStats {
+  /** Sessions held now. */
+  sessions: number;
+  /** Bytes of media they hold. */
+  mediaBytes: number;
+  evicted: { cap: number; idle: number; media: number };
+}
+
+type EvictionReason = keyof SessionStats['evicted'];
 
 /** Thrown by begin() when the call cannot be part of its session; the session is failed with the same message. */
 export class SessionError extends Error {
@@ -116,12 +150,37 @@ function tokenText(tokenizer: Tokenizer | undefined, id: number): string {
   }
 }
 
+function positive(name: string, value: number): number {
+  if (!(Number.isSafeInteger(value) && value > 0)) throw new Error(`SessionRecorder option ${name} is ${value}: pass a positive integer`);
+  return value;
+}
+
+function mediaBytesOf(media: readonly SessionMedium[]): number {
+  return media.reduce((n, m) => n + m.bytes.length, 0);
+}
+
 export class SessionRecorder {
+  /** In least recently used order (a touched session moves to the end). */
   private readonly sessions = new Map<string, Session>();
+  /** Evicted ids -> why, in eviction order, at most maxSessions. */
+  private readonly tombstones = new Map<string, { reason: string; at: number }>();
   private readonly maxIdleMs: number;
+  private readonly maxSessions: number;
+  private readonly maxMediaBytes: number;
+  private readonly log: (line: string) => void;
+  private mediaBytes = 0;
+  private readonly evicted = { cap: 0, idle: 0, media: 0 };
 
   constructor(options: SessionRecorderOptions = {}) {
-    this.maxIdleMs = options.maxIdleMs ?? 3_600_000;
+    this.maxIdleMs = positive('maxIdleMs', options.maxIdleMs ?? DEFAULT_SESSION_IDLE_MS);
+    this.maxSessions = positive('maxSessions', options.maxSessions ?? DEFAULT_MAX_SESSIONS);
+    this.maxMediaBytes = positive('maxMediaBytes', options.maxMediaBytes ?? DEFAULT_SESSION_MEDIA_BYTES);
+    this.log = options.log ?? ((line) => console.warn(line));
+  }
+
+  /** Sessions held, their media bytes, and evictions so far. */
+  stats(): SessionStats {
+    return { sessions: this.sessions.size, mediaBytes: this.mediaBytes, evicted: { ...this.evicted } };
   }
 
   /** Ids of the sessions currently held. */
@@ -137,12 +196,7 @@ export class SessionRecorder {
    */
   begin(id: string, promptTokens: readonly number[], tokenizer?: Tokenizer, media: readonly SessionMedium[] = []): SessionCall {
     this.forgetIdle();
-    let s = this.sessions.get(id);
-    if (!s) {
-      s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, media: [], calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
-      this.sessions.set(id, s);
-    }
-    s.touchedAt = Date.now();
+    const s = this.touch(id);
     s.calls += 1;
     const call = s.calls;
     if (s.error) throw new SessionError(`session ${JSON.stringify(id)} already failed, so call ${call} is refused: ${s.error}`);
@@ -155,12 +209,15 @@ export class SessionRecorder {
       s.logprobs = s.tokens.map(() => 0);
       s.versions = s.tokens.map(() => 0);
       s.promptLength = s.tokens.length;
+      this.mediaBytes -= mediaBytesOf(s.media);
       s.media = [...media];
+      this.mediaBytes += mediaBytesOf(s.media);
     } else {
       this.extend(s, call, promptTokens, tokenizer);
       this.extendMedia(s, call, media);
     }
     s.inFlight = true;
+    this.evictOverLimits(s);
     let settled = false;
     return {
       complete: (c) => {
@@ -179,12 +236,68 @@ export class SessionRecorder {
 
   /** Marks session `id` failed (creating it if needed); the first error is the one reported. */
   fail(id: string, message: string): void {
+    this.touch(id).error ??= message;
+  }
+
+  /**
+   * Session `id`, created if needed, moved to the most recently used end. A new session of an
+   * evicted id starts failed with the eviction's reason (its earlier calls are lost).
+   */
+  private touch(id: string): Session {
     let s = this.sessions.get(id);
-    if (!s) {
+    if (s) this.sessions.delete(id);
+    else {
       s = { id, tokens: [], generated: [], logprobs: [], versions: [], promptLength: 0, media: [], calls: 0, completed: 0, inFlight: false, hiddenStop: false, error: null, touchedAt: Date.now() };
-      this.sessions.set(id, s);
+      const tomb = this.tombstones.get(id);
+      if (tomb) {
+        this.tombstones.delete(id);
+        s.error = `the session ${tomb.reason}, so its earlier calls are lost: use a new session id for a new conversation`;
+      }
     }
-    s.error ??= message;
+    s.touchedAt = Date.now();
+    this.sessions.set(id, s);
+    this.evictOverLimits(s);
+    return s;
+  }
+
+  /** Evicts least recently used sessions (never `keep`, never one in flight) while over the count or media limit. */
+  private evictOverLimits(keep: Session): void {
+    for (const victim of this.sessions.values()) {
+      const overCount = this.sessions.size > this.maxSessions;
+      const overMedia = this.mediaBytes > this.maxMediaBytes;
+      if (!overCount && !overMedia) return;
+      if (victim === keep || victim.inFlight) continue;
+      this.evict(
+        victim,
+        overCount ? 'cap' : 'media',
+        overCount
+          ? `was evicted: the endpoint holds at most ${this.maxSessions} sessions and this one was the least recently used (raise the session cap, e.g. \`relax serve --max-sessions\`)`
+          : `was evicted: the endpoint's sessions held more than ${this.maxMediaBytes} bytes of media and this one was the least recently used (raise \`relax serve --session-media-mb\`)`,
+      );
+    }
+  }
+
+  private evict(s: Session, why: EvictionReason, reason: string): void {
+    this.drop(s.id);
+    this.tombstones.set(s.id, { reason, at: Date.now() });
+    for (const oldest of this.tombstones.keys()) {
+      if (this.tombstones.size <= this.maxSessions) break;
+      this.tombstones.delete(oldest);
+    }
+    this.evicted[why] += 1;
+    const total = this.evicted.cap + this.evicted.idle + this.evicted.media;
+    if (total === 1 || total % EVICTION_LOG_EVERY === 0) {
+      this.log(`[relax serve] sessions: ${total} evicted so far (${this.evicted.cap} over the cap of ${this.maxSessions}, ${this.evicted.idle} idle over ${this.maxIdleMs} ms, ${this.evicted.media} over ${this.maxMediaBytes} bytes of media); ${this.sessions.size} held`);
+    }
+  }
+
+  /** Removes session `id` and its media from the accounts. */
+  private drop(id: string): Session | undefined {
+    const s = this.sessions.get(id);
+    if (!s) return undefined;
+    this.sessions.delete(id);
+    this.mediaBytes -= mediaBytesOf(s.media);
+    return s;
   }
 
   /**
@@ -192,8 +305,10 @@ export class SessionRecorder {
    * (unknown session, no completed call, a call still running, or the error that failed it).
    */
   take(id: string): SessionTake {
-    const s = this.sessions.get(id);
-    this.sessions.delete(id);
+    const s = this.drop(id);
+    const tomb = this.tombstones.get(id);
+    this.tombstones.delete(id);
+    if (!s && tomb) return { id, calls: 0, error: `session ${JSON.stringify(id)} ${tomb.reason}` };
     if (!s) return { id, calls: 0, error: `session ${JSON.stringify(id)} made no calls to the endpoint (did the agent send its session id in the \`user\` field or the x-relax-session header?)` };
     if (s.error) return { id, calls: s.calls, error: `session ${JSON.stringify(id)}: ${s.error}` };
     if (s.inFlight) return { id, calls: s.calls, error: `session ${JSON.stringify(id)}: call ${s.calls} was still running when the session was taken (the agent exited or was stopped before its reply)` };
@@ -203,7 +318,8 @@ export class SessionRecorder {
 
   /** Drops session `id` without reading it. */
   discard(id: string): void {
-    this.sessions.delete(id);
+    this.drop(id);
+    this.tombstones.delete(id);
   }
 
   private failWith(s: Session, message: string): SessionError {
@@ -259,7 +375,9 @@ export class SessionRecorder {
           `use a new session id for an unrelated conversation, or ${NO_SESSION_HINT}`,
       );
     }
-    s.media.push(...media.slice(s.media.length));
+    const added = media.slice(s.media.length);
+    s.media.push(...added);
+    this.mediaBytes += mediaBytesOf(added);
   }
 
   private record(s: Session, c: RecordedCompletion): void {
@@ -273,6 +391,11 @@ export class SessionRecorder {
     s.inFlight = false;
     s.completed += 1;
     s.touchedAt = Date.now();
+    // Most recently used again: to the end of the map (unless take() already removed it).
+    if (this.sessions.get(s.id) === s) {
+      this.sessions.delete(s.id);
+      this.sessions.set(s.id, s);
+    }
   }
 
   private sample(s: Session): AgentSample {
@@ -289,8 +412,17 @@ export class SessionRecorder {
     };
   }
 
+  /** Forgets idle sessions (the oldest are first in the map, so this stops at the first recent one) and old tombstones. */
   private forgetIdle(): void {
     const cutoff = Date.now() - this.maxIdleMs;
-    for (const [id, s] of this.sessions) if (s.touchedAt < cutoff && !s.inFlight) this.sessions.delete(id);
+    for (const s of this.sessions.values()) {
+      if (s.touchedAt >= cutoff) break;
+      if (s.inFlight) continue;
+      this.evict(s, 'idle', `was forgotten after ${this.maxIdleMs} ms without a call (raise \`relax serve --session-idle-s\`)`);
+    }
+    for (const [id, t] of this.tombstones) {
+      if (t.at >= cutoff) break;
+      this.tombstones.delete(id);
+    }
   }
 }

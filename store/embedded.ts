@@ -1,36 +1,275 @@
 // The embedded default database: PGlite (Postgres compiled to WASM) served over the Postgres wire
-// protocol, so workers use exactly the same `pg` code path as against a real PostgreSQL server.
+// protocol, so workers use exactly the same `pg` code path as against a real PostgreSQL server. It
+// requires a password (SCRAM-SHA-256, as PostgreSQL's default): generated once per data directory and
+// kept in a 0600 file there, or given. The authentication exchange is done here, in front of
+// @electric-sql/pglite-socket's per-connection handler, which then sees the startup message only
+// after the client proved it knows the password (pglite-socket itself accepts any user and password).
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { createHash, createHmac, pbkdf2Sync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { PGlite } from '@electric-sql/pglite';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { PGLiteSocketHandler, PGLiteSocketServer } from '@electric-sql/pglite-socket';
 
 export interface EmbeddedPostgres {
+  /** postgres://postgres:<password>@host:port/postgres: redact it (store/db.ts redactUrl) before printing. */
   url: string;
   port: number;
+  /** Where the password is kept (data directory databases only). */
+  passwordFile?: string;
   stop(): Promise<void>;
 }
 
+/** The file in the data directory that holds its password (mode 0600). */
+export const PASSWORD_FILE = 'relax-db-password';
+const MAX_CONNECTIONS = 64;
+const AUTH_TIMEOUT_MS = 10_000;
+
 /**
  * Starts PGlite in this process. `dataDir` persists the database across restarts; omit it for an
- * in-memory database (tests). `port` 0 picks a free port.
+ * in-memory database (tests). `port` 0 picks a free port. `password`: the one clients must give;
+ * default: the data directory's password file (created on first start), or a random one in memory.
  */
-export async function startEmbeddedPostgres(opts: { dataDir?: string; port?: number; host?: string } = {}): Promise<EmbeddedPostgres> {
+export async function startEmbeddedPostgres(opts: { dataDir?: string; port?: number; host?: string; password?: string } = {}): Promise<EmbeddedPostgres> {
   const db = new PGlite(opts.dataDir);
   await db.waitReady;
+  const passwordFile = opts.dataDir && opts.password === undefined ? path.join(opts.dataDir, PASSWORD_FILE) : undefined;
+  const password = opts.password ?? (passwordFile ? readOrCreatePassword(passwordFile) : randomBytes(24).toString('base64url'));
+  if (!password) throw new Error('startEmbeddedPostgres: the password must not be empty');
+  const verifier = scramVerifier(password);
   const host = opts.host ?? '127.0.0.1';
-  const server = new PGLiteSocketServer({ db: serializeExtendedQueries(db), port: opts.port ?? 0, host, maxConnections: 64 });
-  await server.start();
-  const port = Number(server.getServerConn().split(':').pop());
+
+  // The socket server is used for its query queue only (one PGlite session shared by every
+  // connection); connections are accepted and authenticated below, then handed to its handler.
+  const queue = (new PGLiteSocketServer({ db: serializeExtendedQueries(db), port: 0, host }) as unknown as { queryQueue?: unknown }).queryQueue;
+  if (!queue) throw new Error('@electric-sql/pglite-socket changed: PGLiteSocketServer has no queryQueue (store/embedded.ts expects version 0.2.17)');
+  const handlers = new Set<PGLiteSocketHandler>();
+  const pending = new Set<net.Socket>();
   let stopped = false;
+
+  const server = net.createServer((socket) => {
+    if (handlers.size + pending.size >= MAX_CONNECTIONS) {
+      socket.end(errorResponse('53300', `sorry, too many clients already (${MAX_CONNECTIONS})`));
+      return;
+    }
+    pending.add(socket);
+    authenticate(socket, verifier).then(
+      (buffered) => {
+        pending.delete(socket);
+        if (!buffered) return; // refused (the ErrorResponse is on its way) or gone
+        if (stopped) return void socket.destroy();
+        const handler = new PGLiteSocketHandler({ queryQueue: queue as never, closeOnDetach: true });
+        handlers.add(handler);
+        const forget = () => handlers.delete(handler);
+        handler.addEventListener('close', forget);
+        handler.addEventListener('error', forget);
+        // The handler reads the startup message (and anything after it) as if it had just arrived.
+        socket.unshift(buffered);
+        void handler.attach(socket).then(() => socket.resume());
+      },
+      () => {
+        pending.delete(socket);
+        socket.destroy();
+      },
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, host, () => resolve());
+  });
+  const port = (server.address() as net.AddressInfo).port;
   return {
-    url: `postgres://postgres:postgres@${host}:${port}/postgres?sslmode=disable`,
+    url: `postgres://postgres:${encodeURIComponent(password)}@${host}:${port}/postgres?sslmode=disable`,
     port,
+    ...(passwordFile ? { passwordFile } : {}),
     async stop() {
       if (stopped) return;
       stopped = true;
-      await server.stop();
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const socket of pending) socket.destroy();
+      await Promise.all([...handlers].map((h) => h.detach(true).catch(() => undefined)));
+      handlers.clear();
+      await closed;
       await db.close();
     },
   };
+}
+
+/** The data directory's password, created (random, mode 0600) on first use. */
+function readOrCreatePassword(file: string): string {
+  try {
+    const password = fs.readFileSync(file, 'utf8').trim();
+    if ((fs.statSync(file).mode & 0o077) !== 0) fs.chmodSync(file, 0o600);
+    if (!password) throw new Error(`${file} is empty: delete it (a new password is generated on the next start) or write the password into it`);
+    return password;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const password = randomBytes(24).toString('base64url');
+  fs.writeFileSync(file, `${password}\n`, { mode: 0o600, flag: 'wx' });
+  return password;
+}
+
+interface ScramVerifier {
+  salt: Buffer;
+  iterations: number;
+  storedKey: Buffer;
+  serverKey: Buffer;
+}
+
+const hmac = (key: Buffer, text: string) => createHmac('sha256', key).update(text).digest();
+
+/** What PostgreSQL keeps in pg_authid for a SCRAM-SHA-256 password (RFC 5802, RFC 7677). */
+function scramVerifier(password: string): ScramVerifier {
+  const salt = randomBytes(16);
+  const iterations = 4096;
+  const salted = pbkdf2Sync(password.normalize('NFKC'), salt, iterations, 32, 'sha256');
+  return { salt, iterations, storedKey: createHash('sha256').update(hmac(salted, 'Client Key')).digest(), serverKey: hmac(salted, 'Server Key') };
+}
+
+const SSL_REQUEST = 80877103;
+const GSSENC_REQUEST = 80877104;
+const CANCEL_REQUEST = 80877102;
+const PROTOCOL_3 = 196608;
+
+/**
+ * The startup and SCRAM-SHA-256 exchange of one connection (PostgreSQL's protocol, section
+ * "SASL Authentication"). Resolves with the bytes the PGlite handler is to read (the startup message,
+ * to which PGlite answers AuthenticationOk and the session parameters), or undefined when the client
+ * went away or was refused (an ErrorResponse has then been sent).
+ */
+function authenticate(socket: net.Socket, v: ScramVerifier): Promise<Buffer | undefined> {
+  return new Promise((resolve) => {
+    let buffer = Buffer.alloc(0);
+    let startup: Buffer | undefined;
+    let user = '';
+    let step: 'startup' | 'initial' | 'final' = 'startup';
+    let clientFirstBare = '';
+    let serverFirst = '';
+    let gs2Header = '';
+    let nonce = '';
+    const timer = setTimeout(() => drop(), AUTH_TIMEOUT_MS);
+    const done = (result: Buffer | undefined) => {
+      clearTimeout(timer);
+      socket.pause();
+      socket.removeListener('data', onData);
+      socket.removeListener('error', onEnd);
+      socket.removeListener('close', onEnd);
+      resolve(result);
+    };
+    const drop = () => {
+      done(undefined);
+      socket.destroy();
+    };
+    const refuse = (code: string, message: string) => {
+      done(undefined);
+      // Keep reading (and discarding) so the socket closes when the client hangs up.
+      socket.resume();
+      socket.end(errorResponse(code, message));
+      setTimeout(() => socket.destroy(), 2_000).unref();
+    };
+    const onEnd = () => drop();
+    const onData = (chunk: Buffer) => {
+      buffer = Buffer.concat([buffer, chunk]);
+      for (;;) {
+        if (step === 'startup') {
+          if (buffer.length < 8) return;
+          const length = buffer.readInt32BE(0);
+          const code = buffer.readInt32BE(4);
+          if (length === 8 && (code === SSL_REQUEST || code === GSSENC_REQUEST)) {
+            socket.write('N');
+            buffer = buffer.subarray(8);
+            continue;
+          }
+          if (code === CANCEL_REQUEST) return drop(); // nothing to cancel: PGlite has no backend processes
+          if (code !== PROTOCOL_3 || length < 8 || length > 10_000) return refuse('08P01', 'unsupported frontend protocol or invalid startup packet');
+          if (buffer.length < length) return;
+          startup = Buffer.from(buffer.subarray(0, length));
+          buffer = buffer.subarray(length);
+          user = startupParameters(startup).user ?? '';
+          if (!user) return refuse('28000', 'no PostgreSQL user name specified in startup packet');
+          socket.write(authMessage(10, Buffer.from('SCRAM-SHA-256\0\0')));
+          step = 'initial';
+          continue;
+        }
+        if (buffer.length < 5) return;
+        const length = buffer.readInt32BE(1);
+        if (buffer.length < 1 + length) return;
+        const type = String.fromCharCode(buffer[0]);
+        const body = buffer.subarray(5, 1 + length);
+        buffer = buffer.subarray(1 + length);
+        if (type !== 'p') return refuse('08P01', `expected a SASL response message, got "${type}"`);
+        if (step === 'initial') {
+          const nul = body.indexOf(0);
+          const mechanism = body.subarray(0, nul).toString();
+          if (mechanism !== 'SCRAM-SHA-256') return refuse('28000', `password authentication failed for user "${user}": SASL mechanism ${mechanism} is not offered (SCRAM-SHA-256 is)`);
+          const clientFirst = body.subarray(nul + 5).toString();
+          const m = /^([ny]),([^,]*),(.*)$/.exec(clientFirst);
+          const clientNonce = m && /(?:^|,)r=([^,]+)/.exec(m[3])?.[1];
+          if (!m || !clientNonce) return refuse('08P01', 'malformed SCRAM client-first-message');
+          gs2Header = `${m[1]},${m[2]},`;
+          clientFirstBare = m[3];
+          nonce = clientNonce + randomBytes(18).toString('base64');
+          serverFirst = `r=${nonce},s=${v.salt.toString('base64')},i=${v.iterations}`;
+          socket.write(authMessage(11, Buffer.from(serverFirst)));
+          step = 'final';
+          continue;
+        }
+        const clientFinal = body.toString();
+        const proofAt = clientFinal.lastIndexOf(',p=');
+        const withoutProof = clientFinal.slice(0, proofAt);
+        const attrs = Object.fromEntries(withoutProof.split(',').map((kv) => [kv.slice(0, 1), kv.slice(2)]));
+        const proof = Buffer.from(clientFinal.slice(proofAt + 3), 'base64');
+        const authMessageText = `${clientFirstBare},${serverFirst},${withoutProof}`;
+        const clientKey = xor(proof, hmac(v.storedKey, authMessageText));
+        const valid =
+          proofAt > 0 &&
+          attrs.r === nonce &&
+          attrs.c === Buffer.from(gs2Header).toString('base64') &&
+          proof.length === 32 &&
+          timingSafeEqual(createHash('sha256').update(clientKey).digest(), v.storedKey);
+        if (!valid) return refuse('28P01', `password authentication failed for user "${user}"`);
+        socket.write(authMessage(12, Buffer.from(`v=${hmac(v.serverKey, authMessageText).toString('base64')}`)));
+        return done(Buffer.concat([startup!, buffer]));
+      }
+    };
+    socket.on('data', onData);
+    socket.on('error', onEnd);
+    socket.on('close', onEnd);
+  });
+}
+
+function startupParameters(message: Buffer): Record<string, string> {
+  const parts = message.subarray(8).toString('utf8').split('\0');
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < parts.length && parts[i]; i += 2) out[parts[i]] = parts[i + 1];
+  return out;
+}
+
+function xor(a: Buffer, b: Buffer): Buffer {
+  const out = Buffer.alloc(b.length);
+  for (let i = 0; i < b.length; i++) out[i] = (a[i] ?? 0) ^ b[i];
+  return out;
+}
+
+/** An Authentication* message ('R'): the subtype, then its data. */
+function authMessage(subtype: number, data: Buffer): Buffer {
+  const out = Buffer.alloc(9 + data.length);
+  out.write('R', 0);
+  out.writeInt32BE(8 + data.length, 1);
+  out.writeInt32BE(subtype, 5);
+  data.copy(out, 9);
+  return out;
+}
+
+/** A FATAL ErrorResponse ('E'), as PostgreSQL sends it before closing the connection. */
+function errorResponse(code: string, message: string): Buffer {
+  const fields = Buffer.from(`SFATAL\0VFATAL\0C${code}\0M${message}\0\0`);
+  const out = Buffer.alloc(5 + fields.length);
+  out.write('E', 0);
+  out.writeInt32BE(4 + fields.length, 1);
+  fields.copy(out, 5);
+  return out;
 }
 
 // Extended-protocol messages that leave a statement sequence open until the client's Sync.

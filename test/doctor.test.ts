@@ -24,6 +24,7 @@ test('doctor passes when Temporal and a migrated database are reachable', async 
   for (const name of ['temporal binary', 'temporal server', 'postgres', 'tfjs backend', 'onnx runtime']) {
     assert.match(text, new RegExp(`^ok\\s+${name}\\s`, 'm'), `${name} row:\n${text}`);
   }
+  assert.match(text, /^ok\s+temporal server\s+127\.0\.0\.1:\d+, plaintext, namespace default/m, 'which connection security is in use');
   assert.match(text, /postgres .*schema v\d+/);
   assert.match(text, /tfjs backend\s+(wasm|tensorflow)/);
 });
@@ -40,6 +41,17 @@ test('doctor fails with a how-to-fix line for each missing service', async () =>
   assert.match(text, /fix temporal server: start the stack with `relax dev`/);
   assert.match(text, /fix postgres: /);
   assert.match(text, /^ok\s+tfjs backend/m, 'local engine checks still run');
+});
+
+test('doctor names the Temporal TLS setting it cannot use: the variable and the file', async () => {
+  const { code, text } = await doctor({ TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, TEMPORAL_TLS_CA: '/nonexistent/ca.pem' });
+  assert.equal(code, 1, text);
+  assert.match(text, /^FAIL\s+temporal server\s+TEMPORAL_TLS_CA=\/nonexistent\/ca\.pem: cannot read the file \(ENOENT\): fix the path, or unset TEMPORAL_TLS_CA/m);
+  assert.match(text, /fix temporal server: .*docs\/security\.md/);
+  // TLS against the plaintext dev server fails with what was tried named.
+  const tls = await doctor({ TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, TEMPORAL_TLS: '1' });
+  assert.equal(tls.code, 1, tls.text);
+  assert.match(tls.text, /^FAIL\s+temporal server\s+127\.0\.0\.1:\d+, TLS \(system roots\): /m);
 });
 
 test('doctor names an unmigrated database', async () => {

@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
@@ -119,6 +121,38 @@ export async function startWorkerProcess(role: Role, env: { TEMPORAL_ADDRESS: st
   const p = spawnRelax(['worker', '--role', role, ...(role === 'control' ? [] : ['--device', 'cpu'])], env);
   await p.waitForLine(/^relax worker ready/);
   return p;
+}
+
+/** Worker processes of the given roles on a fresh database and the shared Temporal server, with a client. */
+export interface WorkerStack {
+  db: TestDatabase;
+  /** RELAX_HOME of the workers (a fresh temporary directory). */
+  home: string;
+  workers: TestProcess[];
+  temporal: Awaited<ReturnType<typeof temporalClient>>;
+  /** Kills the workers, closes the client and the database, removes home. */
+  close(): Promise<void>;
+}
+
+/** Starts real `relax worker` processes for `roles` (repeat a role for several), with `extraEnv` in their environment. */
+export async function startWorkerStack(roles: Role[], extraEnv: Record<string, string> = {}, homePrefix = 'relax-test-'): Promise<WorkerStack> {
+  const db = await freshDatabase();
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), homePrefix));
+  const env = { TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, RELAX_HOME: home, ...extraEnv };
+  const workers = await Promise.all(roles.map((r) => startWorkerProcess(r, env)));
+  const temporal = await temporalClient();
+  return {
+    db,
+    home,
+    workers,
+    temporal,
+    async close() {
+      await Promise.all(workers.map((w) => w.stop('SIGKILL')));
+      await temporal.close();
+      await db.close();
+      fs.rmSync(home, { recursive: true, force: true });
+    },
+  };
 }
 
 export async function temporalClient(address = sharedTemporalAddress()): Promise<{ client: Client; close(): Promise<void> }> {

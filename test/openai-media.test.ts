@@ -321,6 +321,9 @@ describe('sessions with media', () => {
 
 test('agent rollouts: an agent that sends an image yields samples whose media ids are in the run\'s media store', async () => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'relax-openai-media-'));
+  // This process plays the rollout worker: it must allow agent commands (envs/module-policy.ts).
+  const allowed = process.env.RELAX_ALLOW_AGENT_COMMANDS;
+  process.env.RELAX_ALLOW_AGENT_COMMANDS = '1';
   try {
     // The agent sends its prompt with an image (from its environment) in one chat call, and reports reward 1.
     const agent = path.join(dir, 'agent.cjs');
@@ -352,6 +355,8 @@ test('agent rollouts: an agent that sends an image yields samples whose media id
     const stored = await store.get(mediaIdOf(image));
     assert.ok(Buffer.from(stored.bytes).equals(Buffer.from(image)), 'the bytes are in the run\'s media store');
   } finally {
+    if (allowed === undefined) delete process.env.RELAX_ALLOW_AGENT_COMMANDS;
+    else process.env.RELAX_ALLOW_AGENT_COMMANDS = allowed;
     delete process.env.FIXTURE_IMAGE;
     await rm(dir, { recursive: true, force: true });
   }

@@ -470,14 +470,16 @@ describe('judge reward (examples/rewards/judge.js)', () => {
     const prompt = { text: '1+2=', answer: '3' };
     const scored = await scoreGroup({ task: add2Task, reward, prompt, responses: ['3<eos>', '4<eos>'], timeoutMs: 10_000 });
     assert.deepEqual(scored, [{ reward: 7 / 9, error: null }, { reward: 7 / 9, error: null }]);
+    // The module runs in a sandbox thread, which copies the environment when it starts: reload it after each change.
+    const reloaded = () => (clearUserModuleCache(), loadRewardFunction({ module: JUDGE, timeout_ms: 10_000 } as Parameters<typeof loadRewardFunction>[0]));
     process.env.RELAX_JUDGE_API = 'completions';
-    assert.deepEqual(await scoreGroup({ task: add2Task, reward, prompt, responses: ['3<eos>'], timeoutMs: 10_000 }), [{ reward: 7 / 9, error: null }]);
+    assert.deepEqual(await scoreGroup({ task: add2Task, reward: await reloaded(), prompt, responses: ['3<eos>'], timeoutMs: 10_000 }), [{ reward: 7 / 9, error: null }]);
     process.env.RELAX_JUDGE_MODEL = 'judge-plus';
-    const [failed] = await scoreGroup({ task: add2Task, reward, prompt, responses: ['3<eos>'], timeoutMs: 10_000 });
+    const [failed] = await scoreGroup({ task: add2Task, reward: await reloaded(), prompt, responses: ['3<eos>'], timeoutMs: 10_000 });
     assert.equal(failed.reward, null);
     assert.match(failed.error ?? '', /the judge replied "\+\+", which does not start with a digit/);
     delete process.env.RELAX_JUDGE_BASE_URL;
-    const [unset] = await scoreGroup({ task: add2Task, reward, prompt, responses: ['3<eos>'], timeoutMs: 10_000 });
+    const [unset] = await scoreGroup({ task: add2Task, reward: await reloaded(), prompt, responses: ['3<eos>'], timeoutMs: 10_000 });
     assert.match(unset.error ?? '', /RELAX_JUDGE_BASE_URL is not set/);
   });
 });

@@ -220,7 +220,8 @@ test('the flaky example throws on about 10% of 1000 samples, captured per sample
       if (s.error !== null) {
         failed++;
         assert.equal(s.reward, null);
-        assert.match(s.error, /^reward function threw: flaky reward: simulated failure on /);
+        // Sandboxed (envs/sandbox.ts): the error names the module and the export.
+        assert.match(s.error, /^reward\.module "examples\/rewards\/add2-flaky\.js" export "default": threw: flaky reward: simulated failure on /);
       } else {
         assert.equal(s.reward, add2Reward(prompt, responses[i]));
       }
@@ -241,7 +242,7 @@ test('a reward that never resolves times out per sample, promptly, leaving no ti
   const started = Date.now();
   const scored = await scoreGroup({ task: add2Task, reward, prompt, responses, timeoutMs: 50 });
   const elapsed = Date.now() - started;
-  assert.deepEqual(scored, responses.map(() => ({ reward: null, error: 'reward function timed out after 50 ms' })));
+  assert.deepEqual(scored, responses.map(() => ({ reward: null, error: `reward.module ${JSON.stringify(path.join(EXAMPLES, 'add2-slow.js'))} export "default": timed out after 50 ms` })));
   assert.ok(elapsed >= 45 && elapsed < 1000, `took ${elapsed} ms; the 8 calls time out concurrently after 50 ms`);
   assert.ok(!process.getActiveResourcesInfo().includes('Timeout'), `timers left: ${process.getActiveResourcesInfo().join(', ')}`);
 });
@@ -253,7 +254,7 @@ test('a slow reward times out under a short timeout and answers under a long one
   const started = Date.now();
   assert.deepEqual(
     await scoreGroup({ task: add2Task, reward: slow, prompt, responses, timeoutMs: 50 }),
-    responses.map(() => ({ reward: null, error: 'reward function timed out after 50 ms' })),
+    responses.map(() => ({ reward: null, error: `reward.module ${JSON.stringify(path.join(EXAMPLES, 'add2-slow.js'))} export "slow": timed out after 50 ms` })),
   );
   assert.ok(Date.now() - started < 900);
   assert.deepEqual(await scoreGroup({ task: add2Task, reward: slow, prompt, responses, timeoutMs: 5000 }), [

@@ -68,6 +68,17 @@ const INVALID: Array<[name: string, input: unknown, field: RegExp]> = [
   ['section that is not an object', { train: 5 }, /^train: /],
   ['a removed section', { smoke: { samples: 8 } }, /^smoke: unknown field/],
   ['an estimator module without a path', { algorithm: { advantage: { export: 'x' } } }, /^algorithm\.advantage: /],
+  // Absurd sizes a fuzz run found accepted before every size had a bound (config/run-bounds.ts).
+  ['d_ff of 1e15', { model: { d_ff: 1e15 } }, /^model\.d_ff: .*<=65536 \(got 1000000000000000\)/],
+  ['d_model of 1048576', { model: { d_model: 1_048_576 } }, /^model\.d_model: .*<=16384/],
+  ['top_k of 1e9', { rollout: { top_k: 1e9 } }, /^rollout\.top_k: .*<=1000000/],
+  ['checkpoint every 1e15 steps', { checkpoint: { every: 1e15 } }, /^checkpoint\.every: .*<=1000000/],
+  ['entropy coefficient of 1e308', { algorithm: { entropy_coef: 1e308 } }, /^algorithm\.entropy_coef: .*<=10 \(got 1e\+308\)/],
+  ['a micro-batch of 1e9', { train: { micro_batch: 1e9 } }, /^train\.micro_batch: /],
+  ['a 5,000-character module path', { reward: { module: 'm'.repeat(5000) } }, /^reward\.module: a string of 5000 characters: at most 4096/],
+  ['a 2,000-character module path', { reward: { module: 'm'.repeat(2000) } }, /^reward\.module: must be at most 1024 characters \(got "m+\.\.\. \(\d+ more characters\)"\)/],
+  ['a config nested 5,000 deep', { algorithm: { advantage_options: JSON.parse(`${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`) } }, /^algorithm\.advantage_options(\.a)+: nested deeper than 32 levels/],
+  ['a tiny GPT over the memory limit', { model: { d_model: 16_384, n_heads: 8, n_layers: 48 } }, /^model\.d_model: 16384 with n_layers 48, .* parameters .*RELAX_MAX_RUN_MEMORY_GB/],
 ];
 
 for (const [name, input, field] of INVALID) {

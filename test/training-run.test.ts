@@ -39,7 +39,8 @@ before(async () => {
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(parseRunConfig(SMALL_RUN), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, home);
   SMALL_RUN = { ...SMALL_RUN, checkpoint: { init_from: warm.dir, every: 2, keep_last: 1 } };
-  const env = { TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, RELAX_HOME: home };
+  // The agent test's rollout.agent.command needs the workers' permission (envs/module-policy.ts).
+  const env = { TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, RELAX_HOME: home, RELAX_ALLOW_AGENT_COMMANDS: '1' };
   const roles: Role[] = ['control', 'rollout', 'rollout', 'reference', 'train', 'train'];
   workers.push(...(await Promise.all(roles.map((r) => startWorkerProcess(r, env as { TEMPORAL_ADDRESS: string; DATABASE_URL: string })))));
   temporal = await temporalClient();
@@ -168,7 +169,7 @@ test('a reward function that throws on ~10% of samples: those samples are marked
   assert.equal(rows.length, 3 * 8 * 4);
   assert.ok(failed.length > 0 && failed.length < rows.length * 0.3, `${failed.length} of ${rows.length} failed`);
   for (const r of failed) {
-    assert.match(r.error ?? '', /^on prompt ".*": reward: reward function threw: flaky reward: simulated failure/);
+    assert.match(r.error ?? '', /^on prompt ".*": reward: reward\.module ".*add2-flaky\.js" export "default": threw: flaky reward: simulated failure/);
     assert.equal(r.consumed_by_step, null, 'a failed sample is never trained on');
   }
   const metric = await db.pool.query<{ total: number }>(`SELECT sum(value) AS total FROM metrics WHERE run_id = $1 AND name = 'failed_samples'`, [id]);

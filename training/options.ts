@@ -1,7 +1,8 @@
 // From a run's config (snake_case JSON) to the engines' options, once: the policy model's
 // architecture and the trainer's optimizer, schedule and batching, and whether that trainer fits
-// the wasm backend's heap. (Sampling is rollout's:
+// the wasm backend's heap and this machine's memory (RELAX_MAX_RUN_MEMORY_GB). (Sampling is rollout's:
 // rollout/producers.ts samplingParams.)
+import { formatBytes, memoryLimitText, runMemoryLimitBytes } from '../config/run-bounds';
 import { TINY_POLICY_DEFAULTS, runContextLength, type RunConfig } from '../config/run-config';
 import { withoutLora } from '../engines/lora';
 import { parameterCount, shapeSize, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
@@ -102,5 +103,24 @@ export function checkTrainerFitsWasm(config: RunConfig, model: ModelConfig): voi
   const p = estimate.parts;
   throw new Error(
     `train.micro_batch: the trainer needs about ${gib(estimate.bytes)} GiB (weights ${gib(p.weights)}, their packed copy ${gib(p.packedWeights)}, gradients + AdamW ${gib(p.optimizer)}, activations of ${config.train.micro_batch} x ${model.contextLength} tokens ${gib(p.activations)}) but the tfjs wasm backend's heap holds 4 GiB: lower train.micro_batch or model.context_length, train LoRA adapters (lora), or install a native backend (@tensorflow/tfjs-node)`,
+  );
+}
+
+/**
+ * Throws, with the estimate and the limit, when the run's trainer (weights, gradients + AdamW
+ * moments of what it trains, one micro-batch's activations) needs more than this worker allows:
+ * RELAX_MAX_RUN_MEMORY_GB, default 75% of the machine's memory (config/run-bounds.ts). Called at
+ * run start with the loaded model (a pretrained model's size is known only then). The message
+ * starts with the field to change, like checkTrainerFitsWasm's.
+ */
+export function checkTrainerFitsMemory(config: RunConfig, model: ModelConfig, limitBytes = runMemoryLimitBytes()): void {
+  const { parts } = trainerMemoryEstimate(model, config.train.micro_batch);
+  const bytes = parts.weights + parts.optimizer + parts.activations;
+  if (bytes <= limitBytes) return;
+  const what = config.model.from === undefined ? 'the tiny GPT' : `model.from ${JSON.stringify(config.model.from.slice(0, 80))}`;
+  throw new Error(
+    `train.micro_batch: ${what} has ~${(parameterCount(withoutLora(model)) as number).toPrecision(2)} parameters; its trainer needs ~${formatBytes(bytes)} ` +
+      `(weights ${formatBytes(parts.weights)}, gradients + AdamW ${formatBytes(parts.optimizer)}, activations of ${config.train.micro_batch} x ${model.contextLength} tokens ${formatBytes(parts.activations)}); ` +
+      `${memoryLimitText(limitBytes)}: lower train.micro_batch or model.context_length, or train LoRA adapters (lora)`,
   );
 }

@@ -48,7 +48,9 @@ export function loadRunContext(pool: Pool, runId: string): Promise<RunContext> {
 async function load(pool: Pool, runId: string): Promise<RunContext> {
   const { rows } = await pool.query<{ config: unknown }>('SELECT config FROM runs WHERE run_id = $1', [runId]);
   if (!rows[0]) throw new UnknownRunError(`run "${runId}" is not registered in the database`);
-  const config = parseRunConfig(rows[0].config);
+  // The control worker checked the run fits in memory at start; a rollout host may be smaller and
+  // still serve it (the trainer checks its own memory before it allocates: activities/train.ts).
+  const config = parseRunConfig(rows[0].config, { memoryLimitBytes: Infinity });
   let policy: RunPolicy;
   try {
     policy = await loadRunPolicy(config);

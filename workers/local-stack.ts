@@ -1,7 +1,10 @@
 // `relax dev`: the whole stack on one machine, in the foreground. A Temporal dev server persisted
-// under the data directory, the database (DATABASE_URL, else embedded PGlite persisted there too),
-// and one worker process per role. Stopping it stops everything; starting it again resumes the
-// workflows that were running.
+// under the data directory, the database (DATABASE_URL, else embedded PGlite persisted there too, in
+// this process), and one worker process per role. It refuses ports other processes hold, restarts a
+// dead worker or Temporal server with backoff (workers/supervisor.ts), and its children exit when it
+// does, even by SIGKILL (an IPC channel to each worker; a watchdog for the temporal binary).
+// Stopping it stops everything; starting it again resumes the workflows that were running.
+import { withoutTemporalConnectionEnv } from '../config/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -10,7 +13,9 @@ import { openStore } from '../store/db';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
 import { PACKAGE_ROOT } from '../config/environment';
 import { freePort } from './ports';
-import { forwardLines, startTemporalServer, type TemporalServer } from './temporal-server';
+import { describePortOwner, portIsFree } from './port-owner';
+import { formatDelay, RestartBackoff, SUPERVISED_ENV } from './supervisor';
+import { forwardLines, startTemporalServer, type TemporalServer, type TemporalServerOptions } from './temporal-server';
 
 export const RELAX_BIN = path.join(PACKAGE_ROOT, 'bin', 'relax.js');
 
@@ -25,11 +30,22 @@ export interface LocalStackOptions {
   workers: Record<Role, number>;
   device: string;
   log: (line: string) => void;
+  /** The supervisor's own lines (a child died, restarts and their delay); default: log. */
+  notice?: (line: string) => void;
+  /** Called whenever a child process starts or is replaced (relax dev rewrites stack.json). */
+  onChildrenChanged?: (pids: StackPids) => void;
   /**
    * CPU list per role (taskset's syntax, e.g. "0" or "0-1"): pins that role's worker processes, e.g.
    * rollout and trainer on different cores. Needs `taskset` (util-linux) on PATH.
    */
   cpuAffinity?: Partial<Record<Role, string>>;
+}
+
+/** The processes a stack runs now (they change when the supervisor replaces one). */
+export interface StackPids {
+  temporal?: number;
+  temporalWatchdog?: number;
+  workers: Partial<Record<Role, number[]>>;
 }
 
 export interface LocalStack {
@@ -38,6 +54,9 @@ export interface LocalStack {
   databaseUrl: string;
   embeddedDatabase: boolean;
   workerPids(role?: Role): number[];
+  /** The pid of the running temporal binary (undefined while it is being restarted). */
+  temporalPid(): number | undefined;
+  childPids(): StackPids;
   stop(): Promise<void>;
 }
 
@@ -48,21 +67,72 @@ interface ManagedWorker {
   ready: Promise<void>;
 }
 
+/** Thrown before anything starts when a port the stack needs is held by another process. */
+export class PortInUseError extends Error {}
+
+/** Refuses ports another process holds, naming it: the stack would otherwise half-start. */
+export async function checkPortsFree(ports: Array<{ port: number; flag: string }>): Promise<void> {
+  for (const { port, flag } of ports) {
+    if (port > 0 && !(await portIsFree(port))) {
+      throw new PortInUseError(`${flag} ${port}: ${describePortOwner(port)}. fix: stop that process, or pass another ${flag}`);
+    }
+  }
+}
+
 export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
   fs.mkdirSync(opts.home, { recursive: true });
+  const notice = opts.notice ?? opts.log;
+  await checkPortsFree([
+    { port: opts.temporalPort, flag: '--temporal-port' },
+    { port: opts.uiPort, flag: '--ui-port' },
+    { port: opts.databaseUrl ? 0 : opts.dbPort, flag: '--db-port' },
+  ]);
   const cleanups: Array<() => Promise<void>> = [];
+  let stopping = false;
   const stopAll = async () => {
+    stopping = true;
     while (cleanups.length) await cleanups.pop()!().catch((err) => opts.log(`[relax] stop: ${(err as Error).message}`));
   };
+  const workers: ManagedWorker[] = [];
+  let temporal: TemporalServer | undefined;
+  const childPids = (): StackPids => {
+    const byRole: Partial<Record<Role, number[]>> = {};
+    for (const w of workers) if (w.child.pid && w.child.exitCode === null && w.child.signalCode === null) (byRole[w.role] ??= []).push(w.child.pid);
+    return { temporal: temporal?.pid, temporalWatchdog: temporal?.watchdogPid, workers: byRole };
+  };
+  const changed = () => opts.onChildrenChanged?.(childPids());
 
   try {
-    const temporal: TemporalServer = await startTemporalServer({
+    const temporalOptions: TemporalServerOptions = {
       dbFilename: path.join(opts.home, 'temporal.db'),
       port: opts.temporalPort,
       uiPort: opts.uiPort || undefined,
       onOutput: (line) => opts.log(`[temporal] ${line}`),
+    };
+    temporal = await startTemporalServer(temporalOptions);
+    const superviseTemporal = supervisor(notice, () => stopping, async () => {
+      const port = temporalOptions.port;
+      if (!(await portIsFree(port))) throw new Error(describePortOwner(port));
+      const server = await startTemporalServer(temporalOptions);
+      if (stopping) return void (await server.stop());
+      temporal = server;
+      changed();
+      notice(`[relax] Temporal dev server restarted on ${temporal.address} (pid ${temporal.pid})`);
+      watchTemporal(temporal);
     });
-    cleanups.push(() => temporal.stop());
+    const watchTemporal = (server: TemporalServer) => {
+      const startedAt = Date.now();
+      void server.exited.then(({ code, signal, tail }) => {
+        if (stopping) return;
+        if (temporal === server) temporal = undefined;
+        changed();
+        const crashed = signal === null && code !== 0 && tail.length > 0;
+        notice(`[relax] Temporal dev server (pid ${server.pid}) exited (${signal ?? `code ${code}`})${crashed ? `; last output:\n${tail.slice(-5).join('\n')}` : ''}`);
+        superviseTemporal(Date.now() - startedAt, `Temporal dev server on ${server.address}`);
+      });
+    };
+    watchTemporal(temporal);
+    cleanups.push(() => temporal?.stop() ?? Promise.resolve());
 
     let databaseUrl = opts.databaseUrl;
     let embedded: EmbeddedPostgres | undefined;
@@ -74,18 +144,20 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const pool = await openStore({ url: databaseUrl, maxConnections: 1 });
     await pool.end();
 
-    const workers: ManagedWorker[] = [];
-    let stopping = false;
-    const env = { ...process.env, TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl };
+    const env = { ...withoutTemporalConnectionEnv(process.env), TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl, [SUPERVISED_ENV]: '1' };
+    const backoffs = new Map<string, ReturnType<typeof supervisor>>();
 
     const launch = (role: Role, index: number): ManagedWorker => {
       const args = [RELAX_BIN, 'worker', '--role', role];
       if (role !== 'control') args.push('--device', opts.device);
       const cpus = opts.cpuAffinity?.[role];
-      // taskset execs node in place: the child's pid is the worker's.
+      // An IPC channel: the worker exits when it closes (this process died). taskset execs node in
+      // place, so the child's pid is the worker's and the channel reaches it.
+      const stdio: Array<'ignore' | 'pipe' | 'ipc'> = ['ignore', 'pipe', 'pipe', 'ipc'];
       const child = cpus
-        ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
-        : spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+        ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env, stdio })
+        : spawn(process.execPath, args, { env, stdio });
+      const startedAt = Date.now();
       const tag = `[${role}#${index}]`;
       let markReady: () => void;
       let markFailed: (e: Error) => void;
@@ -100,33 +172,43 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       child.once('exit', (code, signal) => {
         markFailed(new Error(`${tag} exited (${signal ?? code}) before it was ready`));
         if (stopping) return;
-        opts.log(`[relax] ${tag} exited (${signal ?? `code ${code}`}); restarting it in 1 s`);
-        setTimeout(() => {
-          if (stopping) return;
-          const slot = workers.findIndex((w) => w.child === child);
-          const replacement = launch(role, index);
-          replacement.ready.catch(() => undefined);
-          if (slot >= 0) workers[slot] = replacement;
-        }, 1_000);
+        notice(`[relax] ${tag} (pid ${child.pid}) exited (${signal ?? `code ${code}`})`);
+        changed();
+        let restart = backoffs.get(tag);
+        if (!restart) {
+          restart = supervisor(notice, () => stopping, async () => {
+            const slot = workers.findIndex((w) => w.role === role && w.index === index);
+            const replacement = launch(role, index);
+            if (slot >= 0) workers[slot] = replacement;
+            changed();
+            // Not awaiting ready: a replacement that dies early comes back through its own exit.
+            replacement.ready.catch(() => undefined);
+          });
+          backoffs.set(tag, restart);
+        }
+        restart(Date.now() - startedAt, tag);
       });
       return { role, index, child, ready };
     };
 
     cleanups.push(async () => {
-      stopping = true;
       await Promise.all(workers.map((w) => stopChild(w.child)));
     });
     for (const [role, count] of Object.entries(opts.workers) as Array<[Role, number]>) {
       for (let i = 0; i < count; i++) workers.push(launch(role, i));
     }
+    changed();
     await Promise.all(workers.map((w) => w.ready));
+    const address = temporal.address;
 
     return {
-      temporalAddress: temporal.address,
+      temporalAddress: address,
       uiUrl: temporal.uiUrl,
       databaseUrl,
       embeddedDatabase: embedded !== undefined,
       workerPids: (role) => workers.filter((w) => !role || w.role === role).map((w) => w.child.pid!),
+      temporalPid: () => temporal?.pid,
+      childPids,
       stop: stopAll,
     };
   } catch (err) {
@@ -142,6 +224,27 @@ async function stopChild(child: ChildProcess, graceMs = 15_000): Promise<void> {
   const killer = setTimeout(() => child.kill('SIGKILL'), graceMs);
   await exited;
   clearTimeout(killer);
+}
+
+/**
+ * One supervised slot: restart(upForMs, what) waits the backoff delay (logged) and runs `start`; a
+ * start that throws is retried with the next delay. A process that dies later calls restart again.
+ */
+function supervisor(notice: (line: string) => void, stopping: () => boolean, start: () => Promise<void>) {
+  const backoff = new RestartBackoff();
+  const restart = (upForMs: number, what: string): void => {
+    const { delayMs, restart: n } = backoff.next(upForMs);
+    notice(`[relax] restarting ${what} in ${formatDelay(delayMs)} (restart ${n})`);
+    setTimeout(() => {
+      if (stopping()) return;
+      start().catch((err) => {
+        if (stopping()) return;
+        notice(`[relax] ${what} failed to start: ${(err as Error).message.split('\n')[0]}`);
+        restart(0, what);
+      });
+    }, delayMs);
+  };
+  return restart;
 }
 
 /**

@@ -1,8 +1,15 @@
 // Starts a real Temporal dev server (`temporal server start-dev`: single binary, SQLite persistence,
-// Web UI) as a child process, and waits until it answers.
+// Web UI) as a child process, and waits until it answers. The binary runs under
+// workers/process-watchdog.ts, which ends it when this process dies (even by SIGKILL); the server is
+// "up" only when the port answers and is held by that binary (workers/port-owner.ts).
+import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Connection } from '@temporalio/client';
 import { findTemporalBinary } from '../config/environment';
+import { findPortOwner } from './port-owner';
+import type { WatchdogMessage } from './process-watchdog';
+
+const WATCHDOG = path.join(__dirname, 'process-watchdog.js');
 
 export interface TemporalServerOptions {
   /** Persist state here (so a restart resumes running workflows); omit for in-memory. */
@@ -20,6 +27,12 @@ export interface TemporalServer {
   address: string;
   uiUrl: string | undefined;
   binary: string;
+  /** The pid of the `temporal` binary (undefined for the SDK-downloaded server). */
+  pid: number | undefined;
+  /** The pid of its watchdog process (our direct child). */
+  watchdogPid: number | undefined;
+  /** Resolves when the server exits by itself or is stopped: how, and its last output lines. */
+  exited: Promise<{ code: number | null; signal: string | null; tail: string[] }>;
   stop(): Promise<void>;
 }
 
@@ -39,7 +52,7 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
 
   if (!binary) return startWithSdkDownload(opts, address);
 
-  const child = spawn(binary.path, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [WATCHDOG, binary.path, ...args], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
   const tail: string[] = [];
   const onLine = (line: string) => {
     tail.push(line);
@@ -47,29 +60,58 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
     opts.onOutput?.(line);
   };
   forwardLines(child, onLine);
-  let exited: number | null | undefined;
-  const exit = new Promise<void>((resolve) =>
-    child.once('exit', (code, signal) => {
-      exited = code ?? (signal ? -1 : 0);
+  let pid: number | undefined;
+  let how: { code: number | null; signal: string | null } | undefined;
+  const pidKnown = new Promise<void>((resolve) => {
+    child.on('message', (m: WatchdogMessage) => {
+      if ('pid' in m) pid = m.pid;
+      else if ('exit' in m) how = m.exit;
       resolve();
+    });
+    child.once('exit', () => resolve());
+  });
+  let exitedFlag = false;
+  const exited = new Promise<{ code: number | null; signal: string | null; tail: string[] }>((resolve) =>
+    child.once('exit', (code, signal) => {
+      exitedFlag = true;
+      resolve({ ...(how ?? { code, signal }), tail: [...tail] });
     }),
   );
+  const kill = (signal: NodeJS.Signals) => {
+    if (pid !== undefined && !exitedFlag) {
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // already gone
+      }
+    }
+    child.kill(signal);
+  };
 
   try {
-    await waitUntilServing(address, opts.namespace ?? 'default', opts.startTimeoutMs ?? 60_000, () => exited !== undefined);
+    await pidKnown;
+    await waitUntilServing(address, opts.namespace ?? 'default', opts.startTimeoutMs ?? 60_000, () => exitedFlag);
+    // Another process could answer on this port (one that bound it first): ours must hold it.
+    const owner = findPortOwner(opts.port);
+    if (exitedFlag) throw new Error('the server process exited');
+    if (owner !== undefined && owner !== pid) throw new Error(`port ${opts.port} is served by pid ${owner}, not by our temporal process (pid ${pid})`);
   } catch (err) {
-    child.kill('SIGKILL');
+    kill('SIGKILL');
+    await exited;
     throw new Error(`Temporal dev server (${binary.path}) did not start on ${address}: ${(err as Error).message}\n${tail.join('\n')}`);
   }
   return {
     address,
     uiUrl: opts.uiPort ? `http://${ip}:${opts.uiPort}` : undefined,
     binary: binary.path,
+    pid,
+    watchdogPid: child.pid,
+    exited,
     async stop() {
-      if (exited !== undefined) return;
+      if (exitedFlag) return;
       child.kill('SIGTERM');
-      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      await exit;
+      const killer = setTimeout(() => kill('SIGKILL'), 10_000);
+      await exited;
       clearTimeout(killer);
     },
   };
@@ -102,6 +144,9 @@ async function startWithSdkDownload(opts: TemporalServerOptions, address: string
     address,
     uiUrl: opts.uiPort ? `http://${opts.ip ?? '127.0.0.1'}:${opts.uiPort}` : undefined,
     binary: 'sdk download',
+    pid: undefined,
+    watchdogPid: undefined,
+    exited: new Promise(() => undefined),
     stop: () => env.teardown(),
   };
 }
@@ -111,16 +156,17 @@ export async function waitUntilServing(address: string, namespace: string, timeo
   let lastError = 'no answer';
   while (Date.now() < deadline) {
     if (gaveUp()) throw new Error('the server process exited');
+    // lazy + ensureConnected: a failed Connection.connect would leak its gRPC channel (and keep
+    // this process alive), so the channel is closed whatever happens.
+    const connection = Connection.lazy({ address, connectTimeout: 1_000 });
     try {
-      const connection = await Connection.connect({ address, connectTimeout: 1_000 });
-      try {
-        await connection.workflowService.describeNamespace({ namespace });
-        return;
-      } finally {
-        await connection.close();
-      }
+      await connection.ensureConnected();
+      await connection.workflowService.describeNamespace({ namespace });
+      return;
     } catch (err) {
       lastError = (err as Error).message;
+    } finally {
+      await connection.close().catch(() => undefined);
     }
     await new Promise((r) => setTimeout(r, 250));
   }

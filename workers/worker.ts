@@ -9,6 +9,8 @@ import { DEVICE_ROLES, instanceTaskQueue, roleTaskQueue, type Role } from '../co
 import { loadTfjsBackend } from '../engines/backends';
 import { deviceLabel, pinProcessToDevice, type Device } from '../engines/device';
 import { openStore, redactUrl } from '../store/db';
+import { SUPERVISED_ENV } from './supervisor';
+import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
 
 export interface WorkerOptions {
   role: Role;
@@ -66,11 +68,14 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     throw new Error(`${(err as Error).message}\n  fix: start the database or point DATABASE_URL at one (now ${redactUrl(opts.databaseUrl)})`);
   }
   let connection: NativeConnection;
+  let security: TemporalConnectionOptions;
   try {
-    connection = await NativeConnection.connect({ address: opts.temporalAddress });
+    security = temporalConnectionOptions();
+    connection = await NativeConnection.connect({ address: opts.temporalAddress, ...sdkConnectionOptions(security) });
   } catch (err) {
     await pool.end();
-    throw new Error(`cannot reach Temporal at ${opts.temporalAddress}: ${(err as Error).message}\n  fix: run \`relax dev\` or set TEMPORAL_ADDRESS`);
+    if (err instanceof TemporalConnectionConfigError) throw err;
+    throw new Error(`cannot reach Temporal at ${opts.temporalAddress} (${security!.summary}): ${(err as Error).message}\n  fix: run \`relax dev\` or set TEMPORAL_ADDRESS; for TLS check TEMPORAL_TLS_CA / TEMPORAL_TLS_SERVER_NAME (docs/security.md)`);
   }
 
   // Roles that run the tfjs trainer load the fastest backend for their device now: left alone, tfjs
@@ -108,7 +113,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     await connection.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
   });
-  return {
+  const running: RunningWorker = {
     identity,
     instanceQueue,
     taskQueues: workers.map((w) => w.options.taskQueue),
@@ -118,4 +123,22 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
+  exitWithSupervisor(running);
+  return running;
+}
+
+/**
+ * Started by `relax dev` (SUPERVISED_ENV set, an IPC channel open): when the channel closes, relax
+ * dev is gone (even by SIGKILL), so shut down and exit; a hard exit follows if shutdown hangs.
+ */
+function exitWithSupervisor(worker: RunningWorker): void {
+  if (process.env[SUPERVISED_ENV] !== '1' || !process.send) return;
+  const onGone = () => {
+    console.error(`[${worker.identity}] relax dev (the supervisor) is gone: exiting`);
+    worker.shutdown();
+    setTimeout(() => process.exit(1), 3_000).unref();
+    void worker.done.finally(() => process.exit(1));
+  };
+  if (!process.connected) onGone();
+  else process.once('disconnect', onGone);
 }

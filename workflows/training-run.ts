@@ -24,7 +24,8 @@ import type { RolloutActivities } from '../activities/rollout';
 import type { TrainActivities, TrainStepInput, TrainStepResult } from '../activities/train';
 import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
-import { failWorkflowOnNonRetryable, isNonRetryableActivityFailure } from './failures';
+import { NON_RETRYABLE_FAILURE_TYPES } from '../config/failure-types';
+import { failWorkflowOnNonRetryable, isNonRetryableActivityFailure, refuseOversizedInput } from './failures';
 
 export interface TrainingProgress {
   runId?: string;
@@ -38,6 +39,8 @@ export interface TrainingProgress {
   rewards: Array<[number, number]>;
   accuracies: Array<[number, number]>;
   samplesPerSecond?: number;
+  /** Steps that published no version: every sample failed (SKIP_FAILED_STEPS) or the update was not finite ("skip"). */
+  skippedSteps?: number;
 }
 
 export interface TrainingResult {
@@ -49,6 +52,8 @@ export interface TrainingResult {
   stopped: boolean;
   accuracies: Array<[number, number]>;
   rewards: Array<[number, number]>;
+  /** Steps skipped (see TrainingProgress.skippedSteps); absent when none were. */
+  skippedSteps?: number;
 }
 
 /** What one iteration's rollout reports to the workflow (the samples themselves stay in Postgres). */
@@ -89,6 +94,14 @@ export const FEWER_ROUND_TRIPS = 'fewer-round-trips-per-step';
  */
 export const OVERLAPPED_EVALUATION = 'overlapped-evaluation';
 
+/**
+ * Patch id: a step whose samples all failed (within train.failure_budget) is skipped (recorded by
+ * the skipStep activity) and the run goes on, instead of the train step failing with NoSamples.
+ */
+export const SKIP_FAILED_STEPS = 'skip-failed-steps';
+
+const nonRetryableErrorTypes = [...NON_RETRYABLE_FAILURE_TYPES]; // in every activity's retry policy
+
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
 const ITERATIONS_PER_EXECUTION = 100;
 /** Points kept in the progress curves (and carried across continue-as-new). */
@@ -100,13 +113,13 @@ const CURVE_POINTS = 200;
 const control = proxyActivities<ControlActivities>({
   taskQueue: roleTaskQueue('control'),
   startToCloseTimeout: '10 minutes', // startRun may import a pretrained model the first time it is named
-  retry: { initialInterval: '1 second', maximumAttempts: 10 },
+  retry: { initialInterval: '1 second', maximumAttempts: 10, nonRetryableErrorTypes },
 });
 
 const trainShared = proxyActivities<TrainActivities>({
   taskQueue: roleTaskQueue('train'),
   startToCloseTimeout: '1 minute',
-  retry: { initialInterval: '1 second', maximumAttempts: 10 },
+  retry: { initialInterval: '1 second', maximumAttempts: 10, nonRetryableErrorTypes },
 });
 
 // Rollout and reference work is stateless between calls (engines reload any version from the
@@ -116,14 +129,14 @@ const rollout = proxyActivities<RolloutActivities>({
   taskQueue: roleTaskQueue('rollout'),
   startToCloseTimeout: '10 minutes',
   heartbeatTimeout: '10 seconds',
-  retry: { initialInterval: '500 milliseconds', maximumAttempts: 20 },
+  retry: { initialInterval: '500 milliseconds', maximumAttempts: 20, nonRetryableErrorTypes },
 });
 
 const reference = proxyActivities<ReferenceActivities>({
   taskQueue: roleTaskQueue('reference'),
   startToCloseTimeout: '10 minutes',
   heartbeatTimeout: '10 seconds',
-  retry: { initialInterval: '500 milliseconds', maximumAttempts: 20 },
+  retry: { initialInterval: '500 milliseconds', maximumAttempts: 20, nonRetryableErrorTypes },
 });
 
 function pushPoint(curve: Array<[number, number]>, point: [number, number]): void {
@@ -187,6 +200,7 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
 
 /** Validates and registers the run, publishes version 0 and evaluates it. */
 async function startRun(input: unknown, progress: TrainingProgress): Promise<RunConfig> {
+  refuseOversizedInput(input);
   const config = await control.startRun({ input, workflowId: workflowInfo().workflowId }).catch(failWorkflowOnNonRetryable);
   await trainShared.initPolicy({ runId: config.run_id as string }).catch(failWorkflowOnNonRetryable);
   const initial = await rollout.evaluate({ runId: config.run_id as string, policyVersion: 0 });
@@ -299,17 +313,26 @@ async function trainIteration(run: RunState, step: number, summary: RolloutSumma
     rollout_busy_ms: summary.busyMs,
     ...(summary.waitMs !== undefined ? { rollout_wait_ms: summary.waitMs } : {}),
   };
-  const trained = await trainOnSomeInstance(run.trainer, {
-    runId,
-    step,
-    fromVersion: progress.policyVersion,
-    rolloutMetrics,
-    ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: config.max_staleness } : {}),
-  });
+  // Nothing to train on, within the failure budget (rolloutIteration): skip the step, go on.
+  const allFailed = summary.samples > 0 && summary.failed === summary.samples;
+  const reason = `every one of the ${summary.samples} samples of iteration ${step - 1} failed (train.failure_budget ${config.train.failure_budget} allows it)`;
+  const trained =
+    allFailed && patched(SKIP_FAILED_STEPS)
+      ? await trainShared.skipStep({ runId, step, fromVersion: progress.policyVersion, reason, rolloutMetrics }).catch(failWorkflowOnNonRetryable)
+      : await trainOnSomeInstance(run.trainer, {
+          runId,
+          step,
+          fromVersion: progress.policyVersion,
+          rolloutMetrics,
+          ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: config.max_staleness } : {}),
+        });
   progress.policyVersion = trained.policyVersion;
   progress.step = step;
-  progress.lastReward = summary.rewardMean;
-  pushPoint(progress.rewards, [step, summary.rewardMean]);
+  if (trained.skipped) progress.skippedSteps = (progress.skippedSteps ?? 0) + 1;
+  if (!allFailed) {
+    progress.lastReward = summary.rewardMean;
+    pushPoint(progress.rewards, [step, summary.rewardMean]);
+  }
   progress.samplesPerSecond = summary.samples / Math.max(0.001, (Date.now() - started) / 1000);
   // The train step and the evaluation record their own metrics.
   if (step % config.train.eval_every === 0 || step === config.train.steps || run.signals.stopRequested) {
@@ -334,8 +357,10 @@ async function finishRun(run: RunState): Promise<TrainingResult> {
     accuracies: progress.accuracies,
     rewards: progress.rewards,
   };
-  upsertMemo({ summary: { steps: result.steps, policyVersion: result.policyVersion, evalAccuracy: result.evalAccuracy ?? null, status: progress.status } });
-  await control.finishRun({ runId, status: progress.status, summary: { steps: result.steps, policyVersion: result.policyVersion, evalAccuracy: result.evalAccuracy ?? null } });
+  const skipped = progress.skippedSteps ? { skippedSteps: progress.skippedSteps } : {};
+  Object.assign(result, skipped);
+  upsertMemo({ summary: { steps: result.steps, policyVersion: result.policyVersion, evalAccuracy: result.evalAccuracy ?? null, status: progress.status, ...skipped } });
+  await control.finishRun({ runId, status: progress.status, summary: { steps: result.steps, policyVersion: result.policyVersion, evalAccuracy: result.evalAccuracy ?? null, ...skipped } });
   return result;
 }
 
@@ -360,7 +385,7 @@ async function trainOnSomeInstance(choice: TrainerChoice, input: TrainStepInput)
       scheduleToStartTimeout: '10 seconds',
       startToCloseTimeout: '10 minutes',
       heartbeatTimeout: '10 seconds',
-      retry: { initialInterval: '1 second', maximumAttempts: 2 },
+      retry: { initialInterval: '1 second', maximumAttempts: 2, nonRetryableErrorTypes },
     });
     try {
       const result = await pinned.trainStep(input);

@@ -1,0 +1,42 @@
+// How `relax dev` restarts what dies: exponential backoff (1 s, 2 s, 4 s ... capped at 30 s), reset
+// once a process has stayed up for a minute, and the contract of a supervised child (it exits when
+// its supervisor does; see exitWithSupervisor in workers/worker.ts and workers/process-watchdog.ts).
+export interface BackoffPolicy {
+  baseMs: number;
+  maxMs: number;
+  /** A process that stayed up this long before it died starts again from baseMs. */
+  resetAfterMs: number;
+}
+
+export const DEFAULT_BACKOFF: BackoffPolicy = { baseMs: 1_000, maxMs: 30_000, resetAfterMs: 60_000 };
+
+/**
+ * Set in the environment of the worker processes `relax dev` starts (with an IPC channel): the
+ * worker exits when that channel closes, i.e. when relax dev dies. `relax worker` run by hand has
+ * neither and runs on.
+ */
+export const SUPERVISED_ENV = 'RELAX_SUPERVISED';
+
+/** The delay before restart number `failures` (1 = the first restart after a run of good health). */
+export function restartDelayMs(failures: number, policy: BackoffPolicy = DEFAULT_BACKOFF): number {
+  const n = Math.max(1, Math.floor(failures));
+  return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.min(n - 1, 30));
+}
+
+/** One supervised slot's backoff state: call next() with how long the process was up when it died. */
+export class RestartBackoff {
+  private failures = 0;
+
+  constructor(private readonly policy: BackoffPolicy = DEFAULT_BACKOFF) {}
+
+  next(upForMs: number): { delayMs: number; restart: number } {
+    if (upForMs >= this.policy.resetAfterMs) this.failures = 0;
+    this.failures++;
+    return { delayMs: restartDelayMs(this.failures, this.policy), restart: this.failures };
+  }
+}
+
+/** "1 s", "2 s", "30 s" (the delays are whole seconds unless a policy says otherwise). */
+export function formatDelay(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000} s` : `${(ms / 1000).toFixed(1)} s`;
+}
