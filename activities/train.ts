@@ -7,7 +7,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import { NonFiniteUpdateError, Trainer } from '../engines/trainer';
 import { getCheckpoint, resolveInitFrom, type CheckpointRecord } from '../store/checkpoint-registry';
-import { loadCheckpoint } from '../engines/checkpoint';
+import { CheckpointOverwriteError, loadCheckpoint } from '../engines/checkpoint';
 import { recordMetrics } from '../store/metrics';
 import { previousSpanEnd, recordSpan } from '../store/spans';
 import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, type TrainStep } from '../store/transfer-queue';
@@ -163,11 +163,38 @@ async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRu
   }
 }
 
-/** Publish the version: the trainer's weights and optimizer state as `version`, registered once. */
+/**
+ * Publish the version: the trainer's weights and optimizer state as `version`, registered once. A
+ * concurrent attempt of this same step (one Temporal retried after a missed heartbeat while it
+ * still ran) may have published it first, with weights that differ in the last bits (native
+ * backends do not reduce in a fixed order): then its version is adopted, not refused. Files of
+ * anything else at that path (no registry row for this step appears) stay a non-retryable conflict.
+ */
 async function publishVersion(ctx: WorkerContext, run: RunContext, trainer: Trainer, version: number, step: number): Promise<CheckpointRecord> {
-  const published = await publishPolicyVersion(ctx.pool, run, version, step, await trainer.exportWeights(), await trainer.exportOptimizerState());
+  let published: CheckpointRecord;
+  try {
+    published = await publishPolicyVersion(ctx.pool, run, version, step, await trainer.exportWeights(), await trainer.exportOptimizerState());
+  } catch (err) {
+    if (!(err instanceof CheckpointOverwriteError)) throw err;
+    const theirs = await withHeartbeats(() => registeredBySameStep(ctx, run.runId, version, step));
+    if (!theirs) throw err;
+    console.warn(`[train] run ${run.runId}: version ${version} was published by a concurrent attempt of step ${step}; adopting it`);
+    dropTrainer(run.runId);
+    return theirs;
+  }
   trainers.set(run.runId, { trainer, version });
   return published;
+}
+
+/** The registry row of `version` once the attempt that wrote its files registers it for `step` (files are written before the row). */
+async function registeredBySameStep(ctx: WorkerContext, runId: string, version: number, step: number, waitMs = 15_000): Promise<CheckpointRecord | undefined> {
+  const until = Date.now() + waitMs;
+  for (;;) {
+    const cp = await getCheckpoint(ctx.pool, runId, version);
+    if (cp) return cp.step === step ? cp : undefined;
+    if (Date.now() >= until) return undefined;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
 }
 
 /**
