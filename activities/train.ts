@@ -56,6 +56,22 @@ export interface TrainStepResult extends PolicyVersionInfo {
 const trainers = new Map<string, { trainer: Trainer; version: number }>();
 // The advantage estimator and policy loss of each run (a user module loads once).
 const rules = new Map<string, Promise<UpdateRule>>();
+// The train step each run is running in this process: a second attempt of a step (Temporal retried
+// it after a missed heartbeat while the first still runs) waits for the first instead of updating
+// the same trainer concurrently; it then finds the step applied and reports it.
+const stepsRunning = new Map<string, Promise<unknown>>();
+
+/** Runs `fn` after the run's train step already running in this process (if any) has ended, heartbeating while it waits. */
+async function oneStepAtATime<T>(runId: string, fn: () => Promise<T>): Promise<T> {
+  const before = stepsRunning.get(runId);
+  const mine = (before ? withHeartbeats(() => before.catch(() => undefined)) : Promise.resolve()).then(fn);
+  stepsRunning.set(runId, mine);
+  try {
+    return await mine;
+  } finally {
+    if (stepsRunning.get(runId) === mine) stepsRunning.delete(runId);
+  }
+}
 
 function ruleOf(run: RunContext): Promise<UpdateRule> {
   let rule = rules.get(run.runId);
@@ -309,7 +325,7 @@ export function createTrainActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
     initPolicy: (input: { runId: string }) => failuresMapped(() => initPolicy(ctx, input)),
-    trainStep: (input: TrainStepInput) => failuresMapped(() => trainStep(ctx, input)),
+    trainStep: (input: TrainStepInput) => failuresMapped(() => oneStepAtATime(input.runId, () => trainStep(ctx, input))),
     skipStep: (input: SkipStepInput) => failuresMapped(() => skipStep(ctx, input)),
   };
 }
