@@ -1,7 +1,9 @@
 // Control activities, hosted by the control worker next to the workflows: a run's start (its
 // config validated, its user modules and algorithm checked, the run registered) and its end.
-import { ApplicationFailure } from '@temporalio/activity';
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { Hyperparameters } from '../config/hyperparameters';
 import { parseRunConfig, RunConfigError, type RunConfig } from '../config/run-config';
+import { scheduleInitFromProblem, type ScheduledStart } from '../config/scheduled-runs';
 import { nativeTfjsAvailable } from '../engines/backends';
 import { checkTrainerFitsMemory, checkTrainerFitsWasm } from '../training/options';
 import { loadRunPolicy, RunModelError } from '../training/policy-model';
@@ -11,10 +13,13 @@ import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/u
 import { AlgorithmConfigError } from '../training/advantages';
 import { resolveUpdateRule } from '../training/update';
 import { recordStageEvent, type WorkerContext } from './context';
+import { parseScheduledStart, registerRun, withDatePatterns } from './run-registration';
 
 export interface StartRunInput {
   input: unknown;
   workflowId: string;
+  /** Set by the workflow when a Temporal Schedule started it (TemporalScheduledById / TemporalScheduledStartTime). */
+  schedule?: ScheduledStart;
 }
 
 export const INVALID_RUN_CONFIG = 'InvalidRunConfig';
@@ -85,23 +90,56 @@ async function checkWhatItNames(config: RunConfig): Promise<void> {
 /**
  * Validates a run's config, fills its defaults and registers the run. Invalid input is a
  * non-retryable failure naming every bad field, so the workflow fails at once instead of retrying a
- * workflow task forever.
+ * workflow task forever. A dataset path's {date} / {scheduled_at} are filled first (from the
+ * scheduled start time, else this start's time); the run_id is the config's, else one derived from
+ * the workflow id, always valid (activities/run-registration.ts, docs/schedules.md).
  */
-async function startRun(ctx: WorkerContext, { input, workflowId }: StartRunInput): Promise<RunConfig> {
-  let config = parsed(input);
-  await checkWhatItNames(config);
-  config = { ...config, run_id: config.run_id ?? workflowId };
-  const runId = config.run_id as string;
-  const { rows } = await ctx.pool.query<{ workflow_id: string }>(
-    `INSERT INTO runs (run_id, workflow_id, kind, config) VALUES ($1, $2, 'training', $3)
-     ON CONFLICT (run_id) DO UPDATE SET updated_at = now() RETURNING workflow_id`,
-    [runId, workflowId, JSON.stringify(config)],
-  );
-  if (rows[0].workflow_id !== workflowId) {
-    throw ApplicationFailure.create({ message: `run_id "${runId}" already belongs to workflow ${rows[0].workflow_id}: choose another run_id`, type: 'DuplicateRunId', nonRetryable: true });
+async function startRun(ctx: WorkerContext, { input, workflowId, schedule }: StartRunInput): Promise<RunConfig> {
+  let scheduled;
+  try {
+    scheduled = parseScheduledStart(schedule);
+  } catch (err) {
+    throw invalid('schedule', (err as Error).message);
   }
-  await recordStageEvent(ctx, runId, 'run_started');
+  let config = parsed(withDatePatterns(parsed(input), scheduled?.at ?? new Date(Context.current().info.scheduledTimestampMs)));
+  const initProblem = scheduleInitFromProblem(config.checkpoint.init_from);
+  if (initProblem) throw invalid('checkpoint.init_from', initProblem);
+  await checkWhatItNames(config);
+  const registered = await registerRun(ctx.pool, config, workflowId, scheduled);
+  if ('problem' in registered) {
+    throw ApplicationFailure.create({ message: registered.problem, type: registered.type, nonRetryable: true });
+  }
+  config = registered.config;
+  await recordStageEvent(ctx, registered.runId, 'run_started', scheduled ? { schedule_id: scheduled.id, scheduled_at: scheduled.at?.toISOString() ?? null } : {});
   return config;
+}
+
+export interface RecordHyperparametersInput {
+  runId: string;
+  /** The first step that uses the new values. */
+  step: number;
+  /** The dotted paths the update changed (e.g. "train.lr"). */
+  changed: string[];
+  /** Every hyperparameter in force from `step` on. */
+  hyperparameters: Hyperparameters;
+}
+
+/**
+ * Records a setHyperparameters update as a `hyperparameters_set` run event: the first step that uses
+ * it, the changed paths with their new values, and every value in force. A retry of the same
+ * activity (same workflow run and activity id) records nothing more.
+ */
+async function recordHyperparameters(ctx: WorkerContext, { runId, step, changed, hyperparameters }: RecordHyperparametersInput): Promise<void> {
+  const info = Context.current().info;
+  const origin = { workflow_run_id: info.workflowExecution?.runId ?? '', activity_id: info.activityId };
+  const { rows } = await ctx.pool.query(
+    `SELECT 1 FROM run_events WHERE run_id = $1 AND kind = 'hyperparameters_set' AND detail->>'workflow_run_id' = $2 AND detail->>'activity_id' = $3 LIMIT 1`,
+    [runId, origin.workflow_run_id, origin.activity_id],
+  );
+  if (rows.length) return;
+  const values: Record<string, unknown> = {};
+  for (const p of changed) values[p] = p.split('.').reduce<unknown>((v, k) => (v && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined), hyperparameters);
+  await recordStageEvent(ctx, runId, 'hyperparameters_set', { step, changed, values, hyperparameters, ...origin });
 }
 
 async function finishRun(ctx: WorkerContext, { runId, status, summary }: { runId: string; status: string; summary: Record<string, unknown> }): Promise<void> {
@@ -113,6 +151,7 @@ export function createControlActivities(ctx: WorkerContext) {
   return {
     startRun: (input: StartRunInput) => startRun(ctx, input),
     finishRun: (input: { runId: string; status: string; summary: Record<string, unknown> }) => finishRun(ctx, input),
+    recordHyperparameters: (input: RecordHyperparametersInput) => recordHyperparameters(ctx, input),
   };
 }
 

@@ -4,6 +4,7 @@
 // (rollout/policy-engine.ts), switched to the versions the trainer publishes. Errors a retry cannot
 // fix leave as non-retryable failures of a stable type (activities/context.ts asActivityFailure).
 import { ApplicationFailure } from '@temporalio/activity';
+import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
 import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
@@ -18,6 +19,8 @@ import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContex
 export interface GenerateActivityInput extends RolloutSlice {
   runId: string;
   policyVersion: number;
+  /** The hyperparameters in force (setHyperparameters): sampling uses their temperature and top_p; absent: the config's. */
+  hyperparameters?: Hyperparameters;
 }
 
 export interface GenerateResult {
@@ -75,10 +78,11 @@ async function agentEndpoint(run: RunContext): Promise<AgentEndpoint> {
  */
 async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promise<GenerateResult> {
   const run = await runContext(ctx, input.runId);
+  const config = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
   const policy = await policyAt(ctx, run, input.policyVersion);
   const samples = await rolloutSlice(
     {
-      config: run.config,
+      config,
       task: run.task,
       engine: policy.engine,
       agentEndpoint: () => agentEndpoint(run),
@@ -91,7 +95,8 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
     if (mapped !== err) throw mapped;
     throw ApplicationFailure.create({ message: shortened(`rollout failed: ${err.message}`, FAILURE_MESSAGE_MAX_CHARS), type: 'RolloutFailed' });
   });
-  await transferQueueBuffer(ctx.pool, input.runId).put(samples);
+  // The sampling this iteration used, as metrics of the step that trains on it (step = iteration + 1).
+  await Promise.all([transferQueueBuffer(ctx.pool, input.runId).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
   const ok = samples.filter((s) => s.reward != null);
   return { samples: samples.length, failed: samples.length - ok.length, rewardSum: ok.reduce((a, s) => a + (s.reward as number), 0), worker: ctx.identity };
 }

@@ -6,20 +6,23 @@
 // failures of a stable type (activities/context.ts asActivityFailure).
 import { ApplicationFailure } from '@temporalio/activity';
 import { NonFiniteUpdateError, Trainer } from '../engines/trainer';
-import { getCheckpoint, resolveInitFrom, type CheckpointRecord } from '../store/checkpoint-registry';
+import { getCheckpoint, type CheckpointRecord } from '../store/checkpoint-registry';
 import { CheckpointOverwriteError, loadCheckpoint } from '../engines/checkpoint';
+import type { PolicyWeights } from '../engines/model';
 import { recordMetrics } from '../store/metrics';
 import { previousSpanEnd, recordSpan } from '../store/spans';
 import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, type TrainStep } from '../store/transfer-queue';
 import { checkTrainerFitsMemory, trainerOptions } from '../training/options';
 import { initialPolicyWeights, withBaseWeights } from '../training/policy-model';
-import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion } from '../training/policy-versions';
+import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion, resolveInitFrom } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
 import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia, type UpdateRule } from '../training/update';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
 import { shortened } from '../config/json-limits';
+import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
 import { FAILURE_MESSAGE_MAX_CHARS, failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { warmStart, type WarmStartInput } from './warm-start';
 
 export interface PolicyVersionInfo {
   policyVersion: number;
@@ -38,6 +41,8 @@ export interface TrainStepInput {
   iteration?: number;
   /** Refuse samples generated more than this many versions before fromVersion (async mode's bound). */
   maxStaleness?: number;
+  /** The hyperparameters in force (setHyperparameters): used instead of the run config's; absent: the config's. */
+  hyperparameters?: Hyperparameters;
 }
 
 export interface TrainStepResult extends PolicyVersionInfo {
@@ -54,8 +59,9 @@ export interface TrainStepResult extends PolicyVersionInfo {
 // The trainer of each run this process serves, with the policy version its weights are at. Its
 // optimizer state lives only here; a new instance rebuilds both from the last published version.
 const trainers = new Map<string, { trainer: Trainer; version: number }>();
-// The advantage estimator and policy loss of each run (a user module loads once).
-const rules = new Map<string, Promise<UpdateRule>>();
+// The advantage estimator and policy loss of each run (a user module loads once), with the
+// algorithm hyperparameters they were built with: an update of those rebuilds them.
+const rules = new Map<string, { key: string; rule: Promise<UpdateRule> }>();
 // The train step each run is running in this process: a second attempt of a step (Temporal retried
 // it after a missed heartbeat while the first still runs) waits for the first instead of updating
 // the same trainer concurrently; it then finds the step applied and reports it.
@@ -74,13 +80,26 @@ async function oneStepAtATime<T>(runId: string, fn: () => Promise<T>): Promise<T
 }
 
 function ruleOf(run: RunContext): Promise<UpdateRule> {
-  let rule = rules.get(run.runId);
-  if (!rule) {
-    rule = failuresMapped(() => resolveUpdateRule(run.config.algorithm));
-    rules.set(run.runId, rule);
-    rule.catch(() => rules.delete(run.runId));
-  }
+  const { kl_coef, entropy_coef, clip_low, clip_high } = run.config.algorithm;
+  const key = JSON.stringify([kl_coef, entropy_coef, clip_low, clip_high]);
+  const held = rules.get(run.runId);
+  if (held?.key === key) return held.rule;
+  const rule = failuresMapped(() => resolveUpdateRule(run.config.algorithm));
+  const entry = { key, rule };
+  rules.set(run.runId, entry);
+  rule.catch(() => rules.get(run.runId) === entry && rules.delete(run.runId));
   return rule;
+}
+
+/** The run with the hyperparameters in force (a setHyperparameters update) in place of its config's. */
+function withRunHyperparameters(run: RunContext, h: Hyperparameters | undefined): RunContext {
+  return h ? { ...run, config: withHyperparameters(run.config, h) } : run;
+}
+
+/** The hyperparameters a train step used, recorded with its metrics (lr is the trainer's own). */
+function hyperparameterMetrics(config: RunContext['config']): Record<string, number> {
+  const { kl_coef, entropy_coef, clip_low, clip_high } = config.algorithm;
+  return { kl_coef, entropy_coef, clip_low, clip_high };
 }
 
 function dropTrainer(runId: string): void {
@@ -99,7 +118,12 @@ function checkFitsThisWorker(run: RunContext): void {
 
 async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): Promise<Trainer> {
   const held = trainers.get(run.runId);
-  if (held && held.version === version) return held.trainer;
+  if (held && held.version === version) {
+    // The kept trainer follows the learning rate in force (setHyperparameters) from this step on.
+    const { optimizer, schedule } = trainerOptions(run.config, run.model, {});
+    held.trainer.setLearningRate(optimizer.lr, schedule ?? { kind: 'constant' });
+    return held.trainer;
+  }
   dropTrainer(run.runId);
   checkFitsThisWorker(run);
   const [weights, optimizerState] = await failuresMapped(() => Promise.all([loadPolicyWeights(ctx.pool, run, version), loadOptimizerState(run, version)]));
@@ -110,27 +134,47 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
   return trainer;
 }
 
+export interface InitPolicyInput {
+  runId: string;
+  /** The SFT warm start's checkpoint (train.warmStart's dir): version 0 when checkpoint.init_from does not resolve. */
+  warmStartDir?: string;
+}
+
+/** The weights checkpoint.init_from names, or undefined when it names nothing yet (`schedule:<name>@latest` before the schedule's first completed run). */
+async function initFromWeights(ctx: WorkerContext, run: RunContext): Promise<PolicyWeights | undefined> {
+  const spec = run.config.checkpoint.init_from;
+  if (!spec) return undefined;
+  try {
+    // A checkpoint directory, <run_id>@<version> / <run_id>@latest from the registry, or schedule:<name>@latest.
+    const source = await resolveInitFrom(ctx.pool, spec, { runId: run.runId });
+    return source ? (await loadCheckpoint(source.path, { model: run.model, sha256: source.sha256 })).weights : undefined;
+  } catch (err) {
+    throw ApplicationFailure.create({ message: `checkpoint.init_from: ${(err as Error).message}`, type: 'InvalidInitCheckpoint', nonRetryable: true });
+  }
+}
+
+/** The SFT warm start's weights (its checkpoint directory, made by the warmStart activity). */
+async function warmStartWeights(run: RunContext, dir: string): Promise<PolicyWeights> {
+  try {
+    return (await loadCheckpoint(dir, { model: run.model })).weights;
+  } catch (err) {
+    throw ApplicationFailure.create({ message: `init.sft: the warm start at ${dir} cannot be loaded: ${(err as Error).message}`, type: 'InvalidInitCheckpoint', nonRetryable: true });
+  }
+}
+
 /**
- * Publishes policy version 0 of a run: the checkpoint named by checkpoint.init_from, else a
- * pretrained model's weights (with LoRA: fresh adapters), else a seeded random initialization. Idempotent: a registered version 0 is returned as it is.
+ * Publishes policy version 0 of a run: the checkpoint named by checkpoint.init_from when it
+ * resolves, else the SFT warm start (warmStartDir), else a pretrained model's weights (with LoRA:
+ * fresh adapters), else a seeded random initialization. Idempotent: a registered version 0 is returned as it is.
  */
-async function initPolicy(ctx: WorkerContext, { runId }: { runId: string }): Promise<PolicyVersionInfo> {
+async function initPolicy(ctx: WorkerContext, { runId, warmStartDir }: InitPolicyInput): Promise<PolicyVersionInfo> {
   const run = await runContext(ctx, runId);
   checkFitsThisWorker(run);
   const existing = await getCheckpoint(ctx.pool, runId, 0);
   if (existing) return { policyVersion: 0, sha256: existing.sha256, path: existing.path };
-  let weights;
-  if (run.config.checkpoint.init_from) {
-    try {
-      // A checkpoint directory, or <run_id>@<version> / <run_id>@latest from the registry.
-      const source = await resolveInitFrom(ctx.pool, run.config.checkpoint.init_from);
-      weights = (await loadCheckpoint(source.path, { model: run.model, sha256: source.sha256 })).weights;
-    } catch (err) {
-      throw ApplicationFailure.create({ message: `checkpoint.init_from: ${(err as Error).message}`, type: 'InvalidInitCheckpoint', nonRetryable: true });
-    }
-  } else {
-    weights = await initialPolicyWeights(run.policy, run.config.seed);
-  }
+  const weights =
+    (await initFromWeights(ctx, run)) ??
+    (warmStartDir !== undefined ? await warmStartWeights(run, warmStartDir) : await initialPolicyWeights(run.policy, run.config.seed));
   const published = await publishPolicyVersion(ctx.pool, run, 0, 0, weights);
   return { policyVersion: 0, sha256: published.sha256, path: published.path };
 }
@@ -248,7 +292,7 @@ async function onNonFinite(ctx: WorkerContext, run: RunContext, input: TrainStep
  */
 async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<TrainStepResult> {
   const { runId, step, fromVersion, iteration = step - 1 } = input;
-  const run = await runContext(ctx, runId);
+  const run = withRunHyperparameters(await runContext(ctx, runId), input.hyperparameters);
   const startedAt = new Date();
   const [recorded, previousEnd] = await Promise.all([
     getTrainStep(ctx.pool, runId, step),
@@ -264,7 +308,7 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
     train_busy_ms: Date.now() - startedAt.getTime(),
     ...(previousEnd ? { train_wait_ms: startedAt.getTime() - previousEnd.getTime(), ...(trained ? { samples_per_s: trained / Math.max(0.001, (Date.now() - previousEnd.getTime()) / 1000) } : {}) } : {}),
   });
-  const context = { ...input.rolloutMetrics, ...stalenessMetrics(samples, fromVersion) };
+  const context = { ...input.rolloutMetrics, ...stalenessMetrics(samples, fromVersion), ...hyperparameterMetrics(run.config) };
   const span = (policyVersion: number, detail: Record<string, unknown> = {}) =>
     recordSpan(ctx.pool, { runId, role: ctx.role, stage: 'train', worker: ctx.identity, step, iteration, policyVersion, startedAt, endedAt: new Date(), detail });
   const rule = await ruleOf(run);
@@ -324,7 +368,8 @@ async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promise<Train
 export function createTrainActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
-    initPolicy: (input: { runId: string }) => failuresMapped(() => initPolicy(ctx, input)),
+    initPolicy: (input: InitPolicyInput) => failuresMapped(() => initPolicy(ctx, input)),
+    warmStart: (input: WarmStartInput) => failuresMapped(() => warmStart(ctx, input)),
     trainStep: (input: TrainStepInput) => failuresMapped(() => oneStepAtATime(input.runId, () => trainStep(ctx, input))),
     skipStep: (input: SkipStepInput) => failuresMapped(() => skipStep(ctx, input)),
   };

@@ -69,7 +69,7 @@ export const asyncBench: Bench = async (ctx) => {
   if (!(steps >= 3)) throw new Error(`--set steps=${ctx.options.steps}: use 3 or more steps (the first is left out of the steady state)`);
   const config = parseRunConfig({ ...ASYNC_BENCH, train: { ...ASYNC_BENCH.train, steps, eval_every: steps } });
   await loadTfjsBackend({ kind: 'cpu' });
-  const warm = await loadOrTrainWarmStart(config, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), ctx.log);
+  const warm = await loadOrTrainWarmStart(config, ADD2_SFT, relaxEnvironment().warmStartCache, ctx.log);
 
   const cores = os.availableParallelism();
   const pinned = cores >= 2 && tasksetWorks();

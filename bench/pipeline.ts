@@ -23,7 +23,7 @@ export const pipelineBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 20);
   const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps, eval_every: steps, warmup_steps: Math.min(ADD2_GRPO.train?.warmup_steps ?? 0, steps) } });
   await loadTfjsBackend({ kind: 'cpu' });
-  const warm = await loadOrTrainWarmStart(config, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), ctx.log);
+  const warm = await loadOrTrainWarmStart(config, ADD2_SFT, relaxEnvironment().warmStartCache, ctx.log);
   const samplesPerStep = config.rollout.prompts_per_step * config.algorithm.group_size;
 
   ctx.log(`[bench] (a) in-process loop: ${steps} steps of ${samplesPerStep} samples`);

@@ -43,7 +43,7 @@ export const stalenessBench: Bench = async (ctx) => {
   const seeds = list(ctx.options.seeds, [0, 1], Number);
   const base = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps, eval_every: Math.max(1, Math.floor(steps / 10)) } });
   await loadTfjsBackend({ kind: 'cpu' });
-  const warm = await loadOrTrainWarmStart(base, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), ctx.log);
+  const warm = await loadOrTrainWarmStart(base, ADD2_SFT, relaxEnvironment().warmStartCache, ctx.log);
   const samples = steps * base.rollout.prompts_per_step * base.algorithm.group_size;
   ctx.log(`[bench] ${stalenesses.length * corrections.length * seeds.length} runs of ${steps} steps (${samples} samples each) from the same warm start (${(warm.accuracy * 100).toFixed(1)}%)`);
 

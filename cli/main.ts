@@ -2,9 +2,9 @@
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { DefaultLogger, Runtime, type LogLevel } from '@temporalio/worker';
-import { RelaxClient, readStackFile, resolveAddresses, stackFilePath } from '../client';
+import { RelaxClient, describeError, readStackFile, resolveAddresses, stackFilePath } from '../client';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
 import { ADD2_GRPO, ADD2_GRPO_ASYNC, ADD2_SFT, realModelRecipe } from '../training/recipes';
@@ -25,7 +25,9 @@ import { addServeLimitOptions, serveCommandAction, type ServeCommandOptions } fr
 import { chromeTrace, listSpans, utilization } from '../store/spans';
 import { exportPolicyVersion } from '../training/export';
 import { registerModelCommands } from './model';
-import { addTemporalFlags } from './temporal-flags';
+import { addTemporalFlags, TEMPORAL_COMMANDS } from './temporal-flags';
+import { registerRunCommands, RUN_COMMANDS, UsageError } from './runs';
+import { registerScheduleCommands } from './schedule';
 import { writeStackFile } from './stack-file';
 
 function intOption(name: string, min = 0) {
@@ -34,17 +36,6 @@ function intOption(name: string, min = 0) {
     if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be an integer >= ${min}, got "${value}"`);
     return n;
   };
-}
-
-function readJsonConfig(file: string | undefined, inline: string | undefined): unknown {
-  if (file && inline) throw new Error('give either --config <file> or --json <object>, not both');
-  if (!file && !inline) return {};
-  const text = file ? fs.readFileSync(file, 'utf8') : (inline as string);
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new Error(`${file ?? '--json'}: not valid JSON (${(err as Error).message})`);
-  }
 }
 
 /** Runs until SIGINT/SIGTERM, then stops the stack. */
@@ -77,7 +68,10 @@ function printStack(stack: LocalStack): void {
 export function buildProgram(): Command {
   const program = new Command('relax')
     .description('Relax: asynchronous RL post-training for language models, controlled by Temporal')
-    .showHelpAfterError();
+    .version(packageVersion(), '-V, --version', 'print the relax version')
+    .showHelpAfterError()
+    // Usage errors (unknown option, missing argument, bad value) throw CommanderError: main() exits 2.
+    .exitOverride();
 
   program
     .command('dev')
@@ -165,59 +159,7 @@ export function buildProgram(): Command {
       if (checks.some((c) => !c.ok)) process.exitCode = 1;
     });
 
-  program
-    .command('train')
-    .description('start a training run on a running stack (one JSON config) and follow it')
-    .option('--config <file>', 'run config JSON file')
-    .option('--json <object>', 'run config as inline JSON')
-    .option('--id <workflowId>', 'workflow id (default: run_id, else generated)')
-    .option('--detach', 'print the workflow id and return at once')
-    .action(async (o) => {
-      const client = await RelaxClient.connect();
-      try {
-        const handle = await client.startTraining(readJsonConfig(o.config, o.json) as object, o.id);
-        console.log(`started training run ${handle.workflowId}`);
-        if (o.detach) return;
-        const result = await watchRun(handle, { bar: process.stdout.isTTY === true });
-        console.log(renderCurves(result));
-        console.log(JSON.stringify({ run_id: result.runId, steps: result.steps, policy_version: result.policyVersion, eval_accuracy: result.evalAccuracy, stopped: result.stopped }));
-      } finally {
-        await client.close();
-      }
-    });
-
-  program
-    .command('status <runId>')
-    .description("a training run's progress: step, policy version, last reward and accuracy, throughput")
-    .action(async (runId: string) => {
-      const client = await RelaxClient.connect();
-      try {
-        const description = await client.client.workflow.getHandle(runId).describe();
-        const progress = description.status.name === 'RUNNING' ? await client.progress(runId) : undefined;
-        console.log(JSON.stringify({ run_id: runId, workflow_status: description.status.name, ...(progress ?? {}), memo: description.memo }, null, 2));
-      } finally {
-        await client.close();
-      }
-    });
-
-  for (const [name, what] of [
-    ['stop', 'finish the current step (publishing its version), then end the run'],
-    ['pause', 'pause a training run between steps'],
-    ['resume', 'resume a paused training run'],
-  ] as const) {
-    program
-      .command(`${name} <runId>`)
-      .description(what)
-      .action(async (runId: string) => {
-        const client = await RelaxClient.connect();
-        try {
-          await client[name](runId);
-          console.log(`${name} sent to ${runId}`);
-        } finally {
-          await client.close();
-        }
-      });
-  }
+  registerRunCommands(program);
 
   program
     .command('quickstart')
@@ -237,7 +179,7 @@ export function buildProgram(): Command {
       log('[relax] starting the local stack (Temporal dev server, embedded PostgreSQL, 4 workers) and the SFT warm start...');
       const [stack, warm] = await Promise.all([
         startEphemeralStack(home),
-        loadTfjsBackend({ kind: 'cpu' }).then(() => loadOrTrainWarmStart(config, ADD2_SFT, path.join(relaxEnvironment().home, 'warm-starts'), log)),
+        loadTfjsBackend({ kind: 'cpu' }).then(() => loadOrTrainWarmStart(config, ADD2_SFT, relaxEnvironment().warmStartCache, log)),
       ]);
       try {
         if (!o.json) printStack(stack);
@@ -291,7 +233,8 @@ export function buildProgram(): Command {
     });
 
   registerModelCommands(program);
-  addTemporalFlags(program);
+  registerScheduleCommands(program);
+  addTemporalFlags(program, [...new Set([...TEMPORAL_COMMANDS, ...RUN_COMMANDS, 'schedule'])]);
 
   program
     .command('trace <runId>')
@@ -372,18 +315,33 @@ function isAlive(pid: number): boolean {
   }
 }
 
+/** The version in package.json (dist/cli/main.js -> ../../package.json). */
+export function packageVersion(): string {
+  return (JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8')) as { version: string }).version;
+}
+
+/**
+ * Runs the command line. Exit codes: 0 done (help and --version too), 2 a usage error (unknown
+ * option, missing argument, bad value, an invalid run config refused before sending), 1 a runtime
+ * failure (its message is the cause chain of a failed run), 130 detached with Ctrl-C.
+ */
 export async function main(argv: string[] = process.argv): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {
-    if (err instanceof RunConfigError) {
+    if (err instanceof CommanderError) {
+      // Commander has printed the message (and the help) already.
+      process.exitCode = err.exitCode === 0 ? 0 : 2;
+    } else if (err instanceof RunConfigError) {
       console.error(`relax: invalid run config:\n${err.problems.map((p) => `  - ${p}`).join('\n')}`);
+      process.exitCode = 2;
+    } else if (err instanceof UsageError) {
+      console.error(`relax: ${err.message}`);
+      process.exitCode = 2;
     } else {
-      // A failed workflow's reason is its cause chain (activity failure -> application failure).
-      const causes: string[] = [];
-      for (let c = (err as Error).cause; c instanceof Error && causes.length < 4; c = c.cause) causes.push(c.message);
-      console.error(`relax: ${[(err as Error).message, ...causes].join(': ')}`);
+      // A failed workflow's reason is its cause chain (workflow failure -> activity failure -> application failure).
+      console.error(`relax: ${describeError(err)}`);
+      process.exitCode = process.exitCode || 1;
     }
-    process.exitCode = process.exitCode || 1;
   }
 }

@@ -11,6 +11,8 @@ export interface RelaxEnvironment {
   databaseUrl: string | undefined;
   /** Project data directory: Temporal's database, embedded Postgres, checkpoints. */
   home: string;
+  /** Where SFT warm starts are cached (RELAX_WARM_START_CACHE, default <home>/warm-starts). */
+  warmStartCache: string;
 }
 
 export function relaxEnvironment(env: NodeJS.ProcessEnv = process.env): RelaxEnvironment {
@@ -19,6 +21,7 @@ export function relaxEnvironment(env: NodeJS.ProcessEnv = process.env): RelaxEnv
     namespace: env.TEMPORAL_NAMESPACE || 'default',
     databaseUrl: env.DATABASE_URL || undefined,
     home: path.resolve(env.RELAX_HOME || '.relax'),
+    warmStartCache: path.resolve(env.RELAX_WARM_START_CACHE || path.join(env.RELAX_HOME || '.relax', 'warm-starts')),
   };
 }
 

@@ -31,6 +31,12 @@ export const NON_RETRYABLE_FAILURE_TYPES = [
   'NonFiniteUpdate',
   /** More of a step's samples failed than train.failure_budget allows (raised by the workflow). */
   'FailureBudgetExceeded',
+  /** A setHyperparameters Update the validator refuses (bad value, unknown or unsafe field). */
+  'InvalidHyperparameters',
+  /** An Update sent before the run registered its config (retry in a moment). */
+  'RunNotStarted',
+  /** An Update sent to a run that has already ended. */
+  'RunFinished',
 ] as const;
 
 export const RETRYABLE_FAILURE_TYPES = [

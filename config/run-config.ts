@@ -5,11 +5,14 @@
 // Kept out of workflow modules on purpose: large zod schemas allocated per cached workflow have
 // caused worker out-of-memory crashes (an open Temporal TypeScript SDK issue); workflows validate
 // through an activity (activities/control.ts startRun).
+// Over 400 lines because the one schema of a run's config, and its parse, read best in one file.
 import { TRAINABLE_PARTS } from './trainable-parts';
 import { z } from 'zod';
 import { DataConfigSchema } from './data-config';
 import { checkJsonLimits, RUN_CONFIG_JSON_LIMITS, shortened } from './json-limits';
-import { boundedNumber as n, boundedString as str, RUN_CONFIG_ARRAY_BOUNDS, runMemoryLimitBytes, tinyMemoryProblem } from './run-bounds';
+import { initConfigProblems, InitConfigSchema } from './init-config';
+import { RECIPE_NAMES, withRecipe } from './recipes';
+import { boundedNumber as n, boundedString as str, LR_DECAY_KINDS, RUN_CONFIG_ARRAY_BOUNDS, runMemoryLimitBytes, tinyMemoryProblem } from './run-bounds';
 
 
 const IDENTIFIER = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -169,7 +172,7 @@ export const TrainConfigSchema = z
     steps: n('train.steps').default(50),
     lr: n('train.lr').default(1e-4),
     warmup_steps: n('train.warmup_steps').default(0),
-    lr_decay: z.enum(['constant', 'linear', 'cosine']).default('constant'),
+    lr_decay: z.enum(LR_DECAY_KINDS).default('constant'),
     weight_decay: n('train.weight_decay').default(0),
     grad_clip: n('train.grad_clip').default(1),
     micro_batch: n('train.micro_batch').default(64),
@@ -248,6 +251,8 @@ export const RunConfigSchema = z
       .string()
       .regex(IDENTIFIER, 'must be 1-64 characters of letters, digits, ".", "_" or "-", starting with a letter or digit')
       .optional(),
+    /** A named recipe (config/recipes.ts) whose tuned values go under the ones given here. */
+    recipe: z.enum(RECIPE_NAMES).optional(),
     task: str('task').default('add2'),
     seed: n('seed').default(0),
     mode: z.enum(['sync', 'async']).default('sync'),
@@ -263,9 +268,12 @@ export const RunConfigSchema = z
     reward: RewardConfigSchema.prefault({}),
     env: EnvConfigSchema.prefault({}),
     generate: GenerateConfigSchema.prefault({}),
+    /** How version 0 is made before RL: `sft`, a supervised warm start (config/init-config.ts). */
+    init: InitConfigSchema.optional(),
   })
   .strict()
   .superRefine((c, ctx) => {
+    for (const p of initConfigProblems(c)) ctx.addIssue({ code: 'custom', ...p });
     const dModel = c.model.d_model ?? TINY_POLICY_DEFAULTS.d_model;
     const nHeads = c.model.n_heads ?? TINY_POLICY_DEFAULTS.n_heads;
     if (c.model.from === undefined && dModel % nHeads !== 0) {
@@ -379,6 +387,8 @@ export function parseRunConfig(input: unknown, options: ParseRunConfigOptions = 
   }
   const tooBig = checkJsonLimits(input, RUN_CONFIG_JSON_LIMITS);
   if (tooBig) throw new RunConfigError([`${tooBig.path || 'config'}: ${tooBig.message}`]);
+  // A named recipe's values go under the user's before the defaults (config/recipes.ts).
+  input = withRecipe(input as Record<string, unknown>);
   const result = RunConfigSchema.safeParse(input);
   if (result.success) {
     const problem = memoryProblem(result.data, options.memoryLimitBytes ?? runMemoryLimitBytes());

@@ -277,8 +277,8 @@ export class Trainer {
   private readonly loraDropout: number;
   private readonly adamw: BucketedAdamW;
   private readonly ops: ReturnType<typeof createTfjsOps>;
-  private readonly optimizer: AdamWOptions;
-  private readonly schedule: LrSchedule;
+  private optimizer: AdamWOptions;
+  private schedule: LrSchedule;
   private readonly maxGradNorm: number;
   private readonly microBatchSize: number;
   private readonly microBatchTokens: number | undefined;
@@ -366,6 +366,22 @@ export class Trainer {
   /** Optimizer steps applied so far. */
   get step(): number {
     return this.stepsApplied;
+  }
+
+  /** The peak learning rate and its schedule in force. */
+  get learningRateSchedule(): { lr: number; schedule: LrSchedule } {
+    return { lr: this.optimizer.lr, schedule: { ...this.schedule } };
+  }
+
+  /**
+   * Changes the peak learning rate and its schedule from the next train step on (a mid-run
+   * hyperparameter update); the weights, AdamW moments and step count stay. The schedule is read at
+   * the step count, so step `n` gets learningRate(lr, schedule, n) of the new values.
+   */
+  setLearningRate(lr: number, schedule: LrSchedule): void {
+    checkOptions({ model: this.model, optimizer: { ...this.optimizer, lr }, schedule });
+    this.optimizer = { ...this.optimizer, lr };
+    this.schedule = { ...schedule };
   }
 
   /**

@@ -6,6 +6,8 @@
 // again on the wasm backend (RELAX_TFJS_BACKEND=wasm), the fallback that must keep working.
 'use strict';
 const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
@@ -19,9 +21,13 @@ async function main() {
   const server = await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 });
   console.log(`[test] Temporal dev server at ${server.address} (${server.binary}); database: ${process.env.DATABASE_URL ? 'PostgreSQL at DATABASE_URL' : 'embedded PGlite'}`);
   const files = process.argv.slice(2);
+  // One SFT warm-start cache per pass: the suites that start from the add2 recipe's warm start
+  // train it once (the first one does), not once each.
+  const ownCache = !process.env.RELAX_WARM_START_CACHE;
+  const warmStartCache = process.env.RELAX_WARM_START_CACHE || fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-warm-starts-'));
   const run = (testFiles, env = {}) => {
     const args = ['--test', '--test-concurrency=1', '--test-timeout=600000', ...testFiles];
-    const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address, ...env } });
+    const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, ...env } });
     return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
   };
   let code = await run(files.length ? files : [path.join('dist', 'test')]);
@@ -31,6 +37,7 @@ async function main() {
     code = code || wasmCode;
   }
   await server.stop();
+  if (ownCache) fs.rmSync(warmStartCache, { recursive: true, force: true });
   process.exit(code);
 }
 

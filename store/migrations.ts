@@ -192,6 +192,18 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE samples ADD COLUMN media jsonb;
     `,
   },
+  {
+    version: 7,
+    name: 'runs started by a schedule',
+    sql: `
+      -- The Temporal Schedule that started the run (its id) and when it meant the run to start; NULL
+      -- for a run started otherwise. checkpoint.init_from "schedule:<name>@latest" finds the
+      -- schedule's most recent completed run through the index (training/policy-versions.ts).
+      ALTER TABLE runs ADD COLUMN schedule_id text;
+      ALTER TABLE runs ADD COLUMN scheduled_at timestamptz;
+      CREATE INDEX runs_schedule ON runs (schedule_id, status, scheduled_at) WHERE schedule_id IS NOT NULL;
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

@@ -9,10 +9,13 @@ import { after, before, test } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
+import { validateUpdate } from '../workflows/hyperparameter-updates';
+import type { RunState } from '../workflows/training-run';
+import type { TrainingProgress } from '../workflows/definitions';
 import { asActivityFailure, NON_RETRYABLE_FAILURE_TYPES, RETRYABLE_FAILURE_TYPES, type WorkerContext } from '../activities/context';
 import { createControlActivities } from '../activities/control';
 import { createTrainActivities } from '../activities/train';
-import type { RunConfig, RunConfigInput } from '../config/run-config';
+import { parseRunConfig, type RunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import { publishCheckpoint } from '../engines/checkpoint';
 import { initWeights } from '../engines/model';
@@ -113,7 +116,16 @@ const NON_RETRYABLE: Record<(typeof NON_RETRYABLE_FAILURE_TYPES)[number], () => 
     assert.match((err.cause as Error).message, /the reward failed on 4 of 4 samples, over train\.failure_budget \(0\.5\)/);
     return err.cause;
   },
+  // The setHyperparameters Update's validator (workflows/hyperparameter-updates.ts), as the workflow runs it.
+  InvalidHyperparameters: async () => thrown(async () => validateUpdate(await updatableRun('running'), { train: { lr: -1 } })),
+  RunNotStarted: async () => thrown(async () => validateUpdate(undefined, { train: { lr: 1e-3 } })),
+  RunFinished: async () => thrown(async () => validateUpdate(await updatableRun('completed'), { train: { lr: 1e-3 } })),
 };
+
+/** The part of a workflow's run state the Update's validator reads. */
+async function updatableRun(status: TrainingProgress['status']): Promise<RunState> {
+  return { config: parseRunConfig(TINY), progress: { status, step: 1, totalSteps: 2, policyVersion: 1, rewards: [], accuracies: [] } } as unknown as RunState;
+}
 
 test('the failure types: one list of non-retryable and one of retryable types, no type in both', () => {
   assert.deepEqual(Object.keys(NON_RETRYABLE).sort(), [...NON_RETRYABLE_FAILURE_TYPES].sort(), 'every non-retryable type is produced below');

@@ -43,7 +43,7 @@ export class MultimodalStack {
     const stack = new MultimodalStack(db, home, await temporalClient(), workers);
     for (const task of tasks) {
       const recipe = MULTIMODAL_RECIPES[task];
-      stack.warm.set(task, await loadOrTrainWarmStart(parseRunConfig(recipe.config), recipe.sft, path.join(relaxEnvironment().home, 'warm-starts')));
+      stack.warm.set(task, await loadOrTrainWarmStart(parseRunConfig(recipe.config), recipe.sft, relaxEnvironment().warmStartCache));
     }
     return stack;
   }

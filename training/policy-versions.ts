@@ -1,18 +1,23 @@
 // A run's policy versions, the one place that puts checkpoint files (engines/checkpoint.ts: weights
 // and optimizer state) and the checkpoint registry (store/checkpoint-registry.ts: which versions
-// exist) together: publish a version, load one, verify one, prune old ones.
+// exist) together: publish a version, load one, verify one, prune old ones, resolve checkpoint.init_from.
 import { deleteCheckpointFiles, loadCheckpoint, publishCheckpoint, readOptimizerState, verifyCheckpointFiles, writeOptimizerState } from '../engines/checkpoint';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
+import { scheduleInitFrom, scheduleInitFromProblem } from '../config/scheduled-runs';
 import {
   getCheckpoint,
   markPrunedCheckpoints,
   prunedCheckpointError,
   registerCheckpoint,
   requireRetainedCheckpoint,
+  resolveInitFrom as resolveRegistryInitFrom,
   type CheckpointRecord,
+  type InitFromSource,
   type PruneCheckpointsRequest,
 } from '../store/checkpoint-registry';
 import type { Queryable } from '../store/transfer-queue';
+
+export type { InitFromSource } from '../store/checkpoint-registry';
 
 /** Where a run's versions live and what they hold. */
 export interface RunCheckpoints {
@@ -79,4 +84,27 @@ export async function prunePolicyVersions(db: Queryable, request: PruneCheckpoin
   const { marked, pruned } = await markPrunedCheckpoints(db, request);
   await deleteCheckpointFiles(request.checkpointRoot, pruned, new Set(marked));
   return marked;
+}
+
+/**
+ * Resolves checkpoint.init_from: a checkpoint directory, `<run_id>@<version|latest>` (a version in
+ * the registry: store/checkpoint-registry.ts), or `schedule:<name>@latest`: the newest published
+ * version of the most recent *completed* run the schedule started (by scheduled time), other than
+ * `runId`. That form resolves to undefined while the schedule has no completed run with a
+ * version yet (its first tick): the caller then initializes as if no init_from were given.
+ */
+export async function resolveInitFrom(db: Queryable, spec: string, options: { runId?: string } = {}): Promise<InitFromSource | undefined> {
+  const problem = scheduleInitFromProblem(spec);
+  if (problem) throw new Error(problem);
+  const schedule = scheduleInitFrom(spec);
+  if (schedule === undefined) return resolveRegistryInitFrom(db, spec);
+  const { rows } = await db.query<{ run_id: string }>(
+    `SELECT r.run_id FROM runs r
+      WHERE r.schedule_id = $1 AND r.status = 'completed' AND r.run_id <> $2
+        AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = r.run_id AND c.pruned_at IS NULL)
+      ORDER BY coalesce(r.scheduled_at, r.created_at) DESC, r.created_at DESC, r.run_id DESC LIMIT 1`,
+    [schedule, options.runId ?? ''],
+  );
+  if (!rows[0]) return undefined;
+  return resolveRegistryInitFrom(db, `${rows[0].run_id}@latest`);
 }

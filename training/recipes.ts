@@ -1,8 +1,11 @@
 // Tuned starting points, as plain run configs: the quickstart, the benchmarks and the tests start
-// from these and override what they need. The calculator recipe has its own short warm start on
+// from these and override what they need. The add2 and multimodal recipes are data in
+// config/recipes.ts (a run config names them with "recipe"); their warm starts are here as
+// training/warm-start.ts SftRecipes. The calculator recipe has its own short warm start on
 // demonstrations where only a fifth of the episodes call the tool; GRPO then has to discover that
 // calling it pays.
 import path from 'node:path';
+import { ADD2_SFT_INIT, AUDIO_GRPO, AUDIO_SFT_INIT, VISION_GRPO, VISION_SFT_INIT, ZOOM_GRPO, ZOOM_SFT_INIT } from '../config/recipes';
 import { parseRunConfig, type RunConfig, type RunConfigInput } from '../config/run-config';
 import type { PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
@@ -11,71 +14,18 @@ import { calculatorTask } from '../envs/calculator';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { policyModelConfig } from './options';
 import { sftWarmStart } from './sft';
-import type { SftRecipe } from './warm-start';
+import { sftRecipeOf, type SftRecipe } from './warm-start';
 
-/** GRPO on add2 from an SFT warm start (tuned on the 2-core CPU machines, wasm backend). */
-export const ADD2_GRPO: RunConfigInput = {
-  task: 'add2',
-  seed: 0,
-  model: { d_model: 64, n_layers: 2, n_heads: 8, d_ff: 256, context_length: 16 },
-  algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: 8, clip_low: 0.2, clip_high: 0.28, entropy_coef: 0.01 },
-  rollout: { prompts_per_step: 128, max_new_tokens: 4, temperature: 1 },
-  train: { steps: 500, lr: 1e-3, warmup_steps: 10, lr_decay: 'cosine', grad_clip: 1, micro_batch: 256, eval_every: 20 },
-  checkpoint: { every: 20 },
-};
-
-/**
- * ADD2_GRPO in async mode, one version of staleness: rollout of iteration i + 1 overlaps the train
- * step on iteration i (docs/benchmarks.md#relax-bench-async). What `relax quickstart` runs.
- */
-export const ADD2_GRPO_ASYNC: RunConfigInput = { ...ADD2_GRPO, mode: 'async', max_staleness: 1 };
+export { ADD2_GRPO, ADD2_GRPO_ASYNC, AUDIO_GRPO, RECIPES, VISION_GRPO, ZOOM_GRPO } from '../config/recipes';
 
 /** The SFT warm start for ADD2_GRPO: lands inside the 20-60% held-out band the RL run starts from. */
-export const ADD2_SFT: SftRecipe = { lr: 3e-3, batchSize: 64, maxSteps: 4000, evalEvery: 10, band: [0.2, 0.6], target: 0.55 };
-
-/**
- * GRPO on the vision-colour task (name the colour of one cell of a 2x2 grid in a 64x64 image) from
- * an SFT warm start: the tiny GPT with the task's vision encoder (8x8 patches, a 4x4 grid).
- * Measured in process here: 56% -> 86% held-out in 100 steps (docs/multimodal.md).
- */
-export const VISION_GRPO: RunConfigInput = {
-  task: 'vision-colour',
-  seed: 0,
-  model: { d_model: 64, n_layers: 2, n_heads: 4, d_ff: 128 },
-  algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: 8, clip_low: 0.2, clip_high: 0.28, entropy_coef: 0.01 },
-  rollout: { prompts_per_step: 64, max_new_tokens: 8, temperature: 1 },
-  train: { steps: 200, lr: 5e-4, warmup_steps: 5, lr_decay: 'constant', grad_clip: 1, micro_batch: 512, eval_every: 10 },
-  checkpoint: { every: 50 },
-};
-
+export const ADD2_SFT: SftRecipe = sftRecipeOf(ADD2_SFT_INIT);
 /** The vision warm start: stops inside 45-60% held-out, where GRPO has signal on most prompts. */
-export const VISION_SFT: SftRecipe = { lr: 3e-3, batchSize: 64, maxSteps: 3000, evalEvery: 10, band: [0.45, 0.6], target: 0.55 };
-
-/** GRPO on audio-tone (which of two tones is higher) from an SFT warm start; the task's two-block audio encoder. */
-export const AUDIO_GRPO: RunConfigInput = {
-  ...VISION_GRPO,
-  task: 'audio-tone',
-  rollout: { prompts_per_step: 32, max_new_tokens: 8, temperature: 1 },
-  train: { ...VISION_GRPO.train, steps: 150, micro_batch: 256 },
-};
-
+export const VISION_SFT: SftRecipe = sftRecipeOf(VISION_SFT_INIT);
 /** The audio warm start: its held-out accuracy jumps from chance to over 70% within 5 steps, so it is checked after every step. */
-export const AUDIO_SFT: SftRecipe = { lr: 1e-3, batchSize: 64, maxSteps: 3000, evalEvery: 1, band: [0.45, 0.6], target: 0.53 };
-
-/**
- * GRPO on the zoom environment (multi-turn, image observations, the zoom tool). A cosine decay:
- * at a constant 5e-4 tool use reached 1.0 and the policy then collapsed to one answer; at a
- * constant 2e-4 accuracy peaked and slid back (docs/multimodal.md).
- */
-export const ZOOM_GRPO: RunConfigInput = {
-  ...VISION_GRPO,
-  task: 'zoom',
-  rollout: { prompts_per_step: 32, max_new_tokens: 16, temperature: 1 },
-  train: { ...VISION_GRPO.train, steps: 150, lr: 3e-4, lr_decay: 'cosine', micro_batch: 256 },
-};
-
+export const AUDIO_SFT: SftRecipe = sftRecipeOf(AUDIO_SFT_INIT);
 /** The zoom warm start: demonstrations of which a tenth zoom (envs/zoom.ts), stopped below 60%. */
-export const ZOOM_SFT: SftRecipe = { lr: 1e-3, batchSize: 64, maxSteps: 3000, evalEvery: 10, band: [0.3, 0.6], target: 0.45 };
+export const ZOOM_SFT: SftRecipe = sftRecipeOf(ZOOM_SFT_INIT);
 
 export type MultimodalBenchTask = 'vision' | 'audio' | 'zoom';
 

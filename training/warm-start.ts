@@ -1,14 +1,18 @@
 // The SFT warm start a GRPO run begins from, computed once and cached as a real checkpoint (keyed
 // by everything that determines it), so repeated runs and benchmarks start from identical weights.
+// A run's `init.sft` (config/init-config.ts) is the same recipe in snake_case (sftRecipeOf); the
+// workflow's warmStart activity (activities/train.ts) calls loadOrTrainWarmStart with it.
 import { createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import type { SftInitConfig } from '../config/init-config';
 import type { RunConfig } from '../config/run-config';
-import { checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
-import type { PolicyWeights } from '../engines/model';
+import { CheckpointOverwriteError, checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
+import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { loadTask } from '../envs/registry';
+import type { Task } from '../envs/task';
 import { policyModelConfig } from './options';
 import { sftWarmStart } from './sft';
 
@@ -21,6 +25,11 @@ export interface SftRecipe {
   band: [number, number];
   /** ...and training stops at the first evaluation at or above this (default: band[0]). */
   target?: number;
+}
+
+/** A config's init.sft as the SftRecipe it names (same fields, same key order: the same cache key as the camelCase recipe). */
+export function sftRecipeOf(sft: SftInitConfig): SftRecipe {
+  return { lr: sft.lr, batchSize: sft.batch_size, maxSteps: sft.max_steps, evalEvery: sft.eval_every, band: [sft.band[0], sft.band[1]], ...(sft.target !== undefined ? { target: sft.target } : {}) };
 }
 
 export interface WarmStart {
@@ -42,7 +51,36 @@ interface WarmStartMeta {
 
 // Bump when the SFT procedure changes in a way the key below cannot see.
 const WARM_START_FORMAT = 3;
+const META_FILE = 'warm-start.json';
 
+/** The SFT never landed in its band (training/sft.ts): a deterministic outcome of the recipe, not a passing fault. */
+export class WarmStartBandError extends Error {
+  override readonly name = 'WarmStartBandError';
+}
+const BAND_MISSED = /^SFT warm start (overshot its band|did not reach)/;
+
+// Warm starts being computed in this process, by cache directory: a second caller (a retried
+// activity whose first attempt still runs here) waits for the first instead of training again.
+const training = new Map<string, Promise<WarmStart>>();
+
+/** The cached warm start under `root`, or undefined when it is not (completely) there. */
+async function cachedWarmStart(root: string, model: ModelConfig): Promise<WarmStart | undefined> {
+  const dir = checkpointDir(root, 0);
+  try {
+    const meta = JSON.parse(await readFile(path.join(root, META_FILE), 'utf8')) as WarmStartMeta;
+    const checkpoint = await loadCheckpoint(dir, { model });
+    return { weights: checkpoint.weights, ...meta, dir, cached: true };
+  } catch {
+    return undefined; // not cached yet, or unreadable: train it
+  }
+}
+
+/**
+ * The warm start for `config` and `sft`: from the cache under cacheRoot (keyed by everything that
+ * determines it), else trained (sftWarmStart) and published there as policy version 0. When another
+ * process published it first with other bits (native backends do not reduce in a fixed order),
+ * theirs is used.
+ */
 export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, cacheRoot: string, log: (line: string) => void = () => undefined): Promise<WarmStart> {
   const task = await loadTask(config.task);
   const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
@@ -50,29 +88,54 @@ export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, ca
     .update(JSON.stringify({ format: WARM_START_FORMAT, task: config.task, model, seed: config.seed, sft, maxNewTokens: config.rollout.max_new_tokens }))
     .digest('hex')
     .slice(0, 16);
-  const root = path.join(cacheRoot, `${config.task}-sft-${key}`);
-  const dir = checkpointDir(root, 0);
-  const metaFile = path.join(root, 'warm-start.json');
-  try {
-    const meta = JSON.parse(await readFile(metaFile, 'utf8')) as WarmStartMeta;
-    const checkpoint = await loadCheckpoint(dir, { model });
-    log(`[sft] warm start from cache ${dir}: held-out accuracy ${(meta.accuracy * 100).toFixed(1)}%`);
-    return { weights: checkpoint.weights, ...meta, dir, cached: true };
-  } catch {
-    // Not cached yet (or unreadable): train it.
+  const root = path.resolve(cacheRoot, `${config.task}-sft-${key}`);
+  const cached = await cachedWarmStart(root, model);
+  if (cached) {
+    log(`[sft] warm start from cache ${cached.dir}: held-out accuracy ${(cached.accuracy * 100).toFixed(1)}%`);
+    return cached;
   }
+  let running = training.get(root);
+  if (!running) {
+    running = trainWarmStart(config, sft, task, model, root, log).finally(() => training.delete(root));
+    training.set(root, running);
+  }
+  return running;
+}
+
+async function trainWarmStart(config: RunConfig, sft: SftRecipe, task: Task, model: ModelConfig, root: string, log: (line: string) => void): Promise<WarmStart> {
+  const dir = checkpointDir(root, 0);
   const started = performance.now();
   const trainer = Trainer.create({ model, seed: config.seed, optimizer: { lr: sft.lr }, microBatchSize: sft.batchSize });
   const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
   try {
-    const r = await sftWarmStart({ task, trainer, engine, seed: config.seed, batchSize: sft.batchSize, maxSteps: sft.maxSteps, evalEvery: sft.evalEvery, band: sft.band, target: sft.target, maxNewTokens: config.rollout.max_new_tokens, log });
+    const r = await sftWarmStart({ task, trainer, engine, seed: config.seed, batchSize: sft.batchSize, maxSteps: sft.maxSteps, evalEvery: sft.evalEvery, band: sft.band, target: sft.target, maxNewTokens: config.rollout.max_new_tokens, log }).catch((err: unknown) => {
+      throw err instanceof Error && BAND_MISSED.test(err.message) ? new WarmStartBandError(err.message) : err;
+    });
     const meta: WarmStartMeta = { accuracy: r.accuracy, sftSteps: r.steps, sftWallS: (performance.now() - started) / 1000 };
-    await publishCheckpoint(root, 0, model, r.weights);
-    await writeFile(metaFile, `${JSON.stringify(meta, null, 2)}\n`);
+    try {
+      await publishCheckpoint(root, 0, model, r.weights);
+    } catch (err) {
+      if (!(err instanceof CheckpointOverwriteError)) throw err;
+      const theirs = await publishedByAnother(root, model);
+      if (!theirs) throw err;
+      log(`[sft] warm start: another process published ${dir} first; using it`);
+      return theirs;
+    }
+    await writeFile(path.join(root, META_FILE), `${JSON.stringify(meta, null, 2)}\n`);
     log(`[sft] warm start: ${r.steps} steps, held-out accuracy ${(r.accuracy * 100).toFixed(1)}%, saved to ${dir}`);
     return { weights: r.weights, ...meta, dir, cached: false };
   } finally {
     trainer.dispose();
     await engine.release();
+  }
+}
+
+/** The warm start another process published under `root`, once its meta file is written (it follows the checkpoint). */
+async function publishedByAnother(root: string, model: ModelConfig, waitMs = 30_000): Promise<WarmStart | undefined> {
+  const until = Date.now() + waitMs;
+  for (;;) {
+    const found = await cachedWarmStart(root, model);
+    if (found || Date.now() >= until) return found;
+    await new Promise((resolve) => setTimeout(resolve, 250));
   }
 }

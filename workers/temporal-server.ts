@@ -2,6 +2,7 @@
 // Web UI) as a child process, and waits until it answers. The binary runs under
 // workers/process-watchdog.ts, which ends it when this process dies (even by SIGKILL); the server is
 // "up" only when the port answers and is held by that binary (workers/port-owner.ts).
+import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Connection } from '@temporalio/client';
@@ -37,7 +38,7 @@ export interface TemporalServer {
 }
 
 /** Search attributes Relax sets on its workflows, registered when the dev server starts. */
-export const SEARCH_ATTRIBUTES = { RelaxRunId: 'Keyword' } as const;
+export const SEARCH_ATTRIBUTES = RELAX_SEARCH_ATTRIBUTES;
 
 export async function startTemporalServer(opts: TemporalServerOptions): Promise<TemporalServer> {
   const ip = opts.ip ?? '127.0.0.1';

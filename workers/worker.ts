@@ -10,6 +10,8 @@ import { loadTfjsBackend } from '../engines/backends';
 import { deviceLabel, pinProcessToDevice, type Device } from '../engines/device';
 import { openStore, redactUrl } from '../store/db';
 import { SUPERVISED_ENV } from './supervisor';
+import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
+import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
 
 export interface WorkerOptions {
@@ -95,6 +97,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
 
   const workers: Worker[] = [];
   if (opts.role === 'control') {
+    await checkSearchAttributes(opts, security);
     const workflowBundle = opts.workflowBundle ?? (await bundleWorkflows());
     workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle }));
   } else {
@@ -125,6 +128,17 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   };
   exitWithSupervisor(running);
   return running;
+}
+
+/** A control worker registers the runs' search attributes if they are missing, and says how when it cannot. */
+async function checkSearchAttributes(opts: WorkerOptions, security: TemporalConnectionOptions): Promise<void> {
+  const checked = await ensureSearchAttributes(opts.temporalAddress, opts.namespace, security).catch((err: Error) => ({ missing: ['?'], error: err.message }));
+  if (!checked.missing.length) return;
+  const names = checked.missing[0] === '?' ? Object.keys(RELAX_SEARCH_ATTRIBUTES) : checked.missing;
+  console.warn(
+    `[relax worker] search attributes ${names.join(', ')} are not registered in namespace ${opts.namespace} and could not be added (${checked.error}):\n` +
+      `  runs will fail their workflow tasks until they exist. fix: ${createSearchAttributesCommand(names, opts.namespace)}`,
+  );
 }
 
 /**
