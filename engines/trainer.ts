@@ -599,7 +599,7 @@ export class Trainer {
         if (!Number.isFinite(metric.loss)) {
           tf.dispose(microGrads);
           throw new NonFiniteUpdateError(
-            `${loss.name} loss is ${metric.loss} on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
+            `${loss.name} loss is not finite (${metric.loss}) on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
           );
         }
         for (const [k, v] of Object.entries(metric)) {

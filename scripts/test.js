@@ -17,16 +17,32 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 /** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
 const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
 
+// The PostgreSQL pass of .ci/run (`npm test -- --database-suites`) runs the suites that reach the
+// database (their source names a database helper, a stack or DATABASE_URL), except the
+// presentation suites (the browser, the CLI's output, the client example): those reach Postgres
+// only through the code the other suites cover, and the embedded pass runs them.
+const PRESENTATION_SUITES = ['web-ui', 'cli', 'client-example'];
+const DATABASE_PATTERN = /freshDatabase|startWorkerStack|startWorkerProcess|\.pool\b|openStore|new Pool|MultimodalStack|spawnRelax|startLocalStack|startEphemeralStack|DATABASE_URL/;
+function databaseSuites() {
+  const dir = path.join(root, 'dist', 'test');
+  return fs
+    .readdirSync(dir)
+    .filter((f) => f.endsWith('.test.js') && !PRESENTATION_SUITES.includes(f.slice(0, -'.test.js'.length)))
+    .filter((f) => DATABASE_PATTERN.test(fs.readFileSync(path.join(dir, f), 'utf8')))
+    .map((f) => path.join('dist', 'test', f));
+}
+
 async function main() {
   const server = await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 });
   console.log(`[test] Temporal dev server at ${server.address} (${server.binary}); database: ${process.env.DATABASE_URL ? 'PostgreSQL at DATABASE_URL' : 'embedded PGlite'}`);
-  const files = process.argv.slice(2);
+  const args = process.argv.slice(2);
+  const files = args.includes('--database-suites') ? databaseSuites() : args;
   // One SFT warm-start cache per pass: the suites that start from the add2 recipe's warm start
   // train it once (the first one does), not once each.
   const ownCache = !process.env.RELAX_WARM_START_CACHE;
   const warmStartCache = process.env.RELAX_WARM_START_CACHE || fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-warm-starts-'));
   const run = (testFiles, env = {}) => {
-    const args = ['--test', '--test-concurrency=1', '--test-timeout=600000', ...testFiles];
+    const args = ['--test', '--test-concurrency=1', '--test-timeout=900000', ...testFiles];
     const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, ...env } });
     return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
   };

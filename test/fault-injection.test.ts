@@ -87,7 +87,9 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
   const maxStaleness = mode === 'async' ? 2 : 0;
   let c = await connect();
   await c.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [{ ...config, mode, max_staleness: maxStaleness }] });
-  const progress = async () => c.client.workflow.getHandle(id).query<TrainingProgress>('progress').catch(() => undefined);
+  // Bounded: a query routed to a control worker just killed can take many seconds to fail over,
+  // while the run (async mode: a few hundred ms a step) goes on; the kills must keep coming.
+  const progress = async () => c.client.withDeadline(Date.now() + 5_000, () => c.client.workflow.getHandle(id).query<TrainingProgress>('progress')).catch(() => undefined);
   await waitFor('the first train step', async () => ((await progress())?.step ?? 0) >= 1 || undefined);
 
   // Kill order: every role at least twice, in a seeded random order, at seeded random moments.
@@ -105,9 +107,12 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
       killed.push('temporal-server');
     }
     await new Promise((r) => setTimeout(r, 200 + rng() * 800));
-    const victims = [...live.entries()].filter(([, role]) => role === roles[i]).map(([p]) => p);
+    // A role whose every worker was just killed has none until its replacement is ready.
+    const victims = await waitFor(`a live ${roles[i]} worker`, async () => {
+      const found = [...live.entries()].filter(([, role]) => role === roles[i]).map(([p]) => p);
+      return found.length ? found : undefined;
+    }, 60_000);
     const victim = victims[Math.floor(rng() * victims.length)];
-    if (!victim) continue;
     victim.child.kill('SIGKILL');
     const atStep = (await progress())?.step;
     killed.push(`${roles[i]}:${victim.child.pid}@step${atStep ?? '?'}`);

@@ -10,7 +10,8 @@ import type { RunConfigInput } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 import { verifyPolicyVersion } from '../training/policy-versions';
 import { trainingProgressQuery, type TrainingProgress, type TrainingResult } from '../workflows/definitions';
-import { startWorkerStack, uniqueId, waitFor, type WorkerStack } from './helpers';
+import { RelaxClient } from '../client';
+import { sharedTemporalAddress, startWorkerStack, uniqueId, waitFor, type WorkerStack } from './helpers';
 
 let stack: WorkerStack;
 
@@ -90,11 +91,20 @@ test('a running run shows its step in current details, memo and search attribute
   }
 });
 
-test('cancelling a run stops it gracefully: CANCELED, `cancelled` in Postgres and the memo, the last version verifies', async () => {
+test('cancelling a run from the client stops it gracefully: CANCELED, `cancelled` in Postgres and the memo, the last version verifies', async () => {
   const id = uniqueId('ops-cancel');
   const handle = await start(id, { ...TINY, train: { ...TINY.train, steps: 200 } });
   await waitFor('step 3', async () => ((await handle.query<TrainingProgress>('progress').catch(() => undefined))?.step ?? 0) >= 3 || undefined, 120_000);
-  await handle.cancel();
+  // Through the typed client, as a program (or `relax cancel`) would.
+  const relax = await RelaxClient.connect({ address: sharedTemporalAddress(), databaseUrl: stack.db.url });
+  try {
+    await relax.cancel(id);
+    const result = await relax.result(id);
+    assert.equal(result.cancelled, true);
+    assert.equal(result.steps, result.policyVersion);
+  } finally {
+    await relax.close();
+  }
   const err = await handle.result().then(
     () => undefined,
     (e: unknown) => e,

@@ -115,7 +115,7 @@ test('a non-finite loss or gradient is refused: error names it, weights and step
   try {
     const before = await trainer.exportWeights();
     const sequences = batch(4, 4).map((s) => ({ ...s, oldLogprobs: s.lossMask.map(() => -1), advantages: Number.NaN }));
-    await assert.rejects(trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo' })), (err: Error) => err instanceof NonFiniteUpdateError && /ppo loss is NaN/.test(err.message));
+    await assert.rejects(trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo' })), (err: Error) => err instanceof NonFiniteUpdateError && /ppo loss is not finite \(NaN\)/.test(err.message));
     // Finite loss (0) whose gradient is NaN: d sqrt(x)/dx at 0 is infinite, times 0.
     const nanGradient: TrainingLoss = {
       name: 'sqrt-at-zero',

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, test } from 'node:test';
+import type { WorkflowHandle } from '@temporalio/client';
 import { ADD2_SFT_INIT, RECIPES } from '../config/recipes';
 import { parseRunConfig, RunConfigError, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
@@ -129,12 +130,7 @@ async function warmStartEvent(runId: string): Promise<WarmStartEvent> {
   return events[0].detail as unknown as WarmStartEvent;
 }
 
-test(`{"recipe": "add2"} through the workflow: an SFT warm start inside the band, cached, version 0 of each run`, async () => {
-  stack = await startWorkerStack(['control', 'rollout', 'train'], {}, 'relax-warm-start-');
-  const [low, high] = ADD2_SFT_INIT.band;
-  const first = uniqueId('warm-a');
-  const handle = await stack.temporal.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: first, args: [RUN] });
-  // While SFT trains: the run says warming_up, and the warmStart activity heartbeats.
+async function checkWarmingUp(handle: WorkflowHandle): Promise<void> {
   const warming = await waitFor('the run to report warming_up', async () => {
     const p = await handle.query<TrainingProgress, [{ curves?: boolean }?]>('progress').catch(() => undefined);
     return p?.status === 'warming_up' ? p : undefined;
@@ -146,14 +142,25 @@ test(`{"recipe": "add2"} through the workflow: an SFT warm start inside the band
     pending = found;
     return found.find((a) => a.activityType?.name === 'warmStart' && a.lastHeartbeatTime) ?? undefined;
   }, 120_000).catch((err: Error) => assert.fail(`${err.message}; pending activities: ${JSON.stringify(pending)}`));
+}
 
+test(`{"recipe": "add2"} through the workflow: an SFT warm start inside the band, cached, version 0 of each run`, async () => {
+  stack = await startWorkerStack(['control', 'rollout', 'train'], {}, 'relax-warm-start-');
+  const [low, high] = ADD2_SFT_INIT.band;
+  // The cache is shared by the suites of a CI run (.ci/run and scripts/test.js set
+  // RELAX_WARM_START_CACHE): the first pass trains the add2 warm start here (cold path), the second
+  // finds it (both runs read the cache).
+  const cacheRoot = process.env.RELAX_WARM_START_CACHE ? path.resolve(process.env.RELAX_WARM_START_CACHE) : path.join(stack.home, 'warm-starts');
+  const cold = !(fs.existsSync(cacheRoot) && fs.readdirSync(cacheRoot).some((d) => d.startsWith('add2-sft-') && fs.existsSync(path.join(cacheRoot, d, 'warm-start.json'))));
+  const first = uniqueId('warm-a');
+  const handle = await stack.temporal.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: first, args: [RUN] });
+  // While SFT trains: the run says warming_up, and the warmStart activity heartbeats.
+  if (cold) await checkWarmingUp(handle);
   const a = (await handle.result()) as TrainingResult;
   assert.equal(a.steps, STEPS);
   const warmA = await warmStartEvent(first);
-  assert.equal(warmA.cached, false, 'the first run trains the warm start');
+  assert.equal(warmA.cached, !cold, cold ? 'the first run trains the warm start' : 'the warm start was cached by an earlier pass');
   assert.ok(warmA.sftSteps > 0 && warmA.accuracy >= low && warmA.accuracy <= high, JSON.stringify(warmA));
-  // scripts/test.js gives each pass one cache (RELAX_WARM_START_CACHE): this suite runs before the others that use the add2 recipe.
-  const cacheRoot = process.env.RELAX_WARM_START_CACHE ? path.resolve(process.env.RELAX_WARM_START_CACHE) : path.join(stack.home, 'warm-starts');
   assert.ok(warmA.dir.startsWith(cacheRoot), `cached under ${cacheRoot}: ${warmA.dir}`);
   assert.ok(a.initialAccuracy !== undefined && a.initialAccuracy >= low && a.initialAccuracy <= high, `initial held-out accuracy ${a.initialAccuracy} in the SFT band [${low}, ${high}]`);
   assert.equal(a.initialAccuracy, warmA.accuracy, 'version 0 is the warm start: the same held-out accuracy');
@@ -161,7 +168,7 @@ test(`{"recipe": "add2"} through the workflow: an SFT warm start inside the band
   const v0a = await getCheckpoint(stack.db.pool, first, 0);
   assert.equal(v0a?.sha256, cached.sha256, "version 0's weights are the cached warm start's");
   const progress = await handle.query<TrainingProgress>('progress');
-  assert.deepEqual(progress.warmStart, { accuracy: warmA.accuracy, sftSteps: warmA.sftSteps, cached: false });
+  assert.deepEqual(progress.warmStart, { accuracy: warmA.accuracy, sftSteps: warmA.sftSteps, cached: !cold });
 
   // The second run: the cached warm start, the same version 0.
   const second = uniqueId('warm-b');
