@@ -96,7 +96,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
     throw ApplicationFailure.create({ message: shortened(`rollout failed: ${err.message}`, FAILURE_MESSAGE_MAX_CHARS), type: 'RolloutFailed' });
   });
   // The sampling this iteration used, as metrics of the step that trains on it (step = iteration + 1).
-  await Promise.all([transferQueueBuffer(ctx.pool, input.runId).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
+  await Promise.all([transferQueueBuffer(ctx.pool, input.runId, { engine: ctx.identity }).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
   const ok = samples.filter((s) => s.reward != null);
   return { samples: samples.length, failed: samples.length - ok.length, rewardSum: ok.reduce((a, s) => a + (s.reward as number), 0), worker: ctx.identity };
 }
@@ -111,6 +111,40 @@ async function evaluate(ctx: WorkerContext, { runId, policyVersion, step }: { ru
   return { accuracy };
 }
 
+/** What a weight sync loaded: each running run's newest published version, or why it could not. */
+export interface LoadedVersion {
+  runId: string;
+  policyVersion: number;
+  sha256?: string;
+  error?: string;
+}
+
+/**
+ * Weight sync of a new engine (a scale-out's WEIGHT_SYNCING step, scheduled on this worker's own
+ * instance queue): loads the newest published version of every running run from the checkpoint
+ * registry (sha256-checked), so its first generate does not wait for it. A run whose version cannot
+ * load is reported, not thrown: the engine still loads versions on demand per generate activity.
+ */
+async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> {
+  const { rows } = await ctx.pool.query<{ run_id: string; policy_version: number; sha256: string }>(
+    `SELECT DISTINCT ON (c.run_id) c.run_id, c.policy_version, c.sha256
+       FROM checkpoints c JOIN runs r USING (run_id)
+      WHERE r.status = 'running'
+      ORDER BY c.run_id, c.policy_version DESC`,
+  );
+  const loaded: LoadedVersion[] = [];
+  for (const r of rows) {
+    try {
+      const run = await runContext(ctx, r.run_id);
+      await policyAt(ctx, run, r.policy_version);
+      loaded.push({ runId: r.run_id, policyVersion: r.policy_version, sha256: r.sha256 });
+    } catch (err) {
+      loaded.push({ runId: r.run_id, policyVersion: r.policy_version, error: shortened((err as Error).message, 300) });
+    }
+  }
+  return loaded;
+}
+
 export function createRolloutActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
@@ -118,6 +152,7 @@ export function createRolloutActivities(ctx: WorkerContext) {
       failuresMapped(() => withHeartbeats(() => spanned(ctx, input.runId, 'generate', { iteration: input.iteration, policyVersion: input.policyVersion }, () => generate(ctx, input)))),
     evaluate: (input: { runId: string; policyVersion: number; step?: number }) =>
       failuresMapped(() => withHeartbeats(() => spanned(ctx, input.runId, 'evaluate', { ...(input.step !== undefined ? { step: input.step } : {}), policyVersion: input.policyVersion }, () => evaluate(ctx, input)))),
+    loadLatestVersions: () => withHeartbeats(() => loadLatestVersions(ctx)),
   };
 }
 

@@ -89,7 +89,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const address = `127.0.0.1:${temporalPort}`;
   const database = await chaosDatabase();
   const env = { ...process.env, RELAX_HOME: home, TEMPORAL_ADDRESS: '', DATABASE_URL: database.url ?? '' };
-  const args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--db-port', String(dbPort),
+  const args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--db-port', String(dbPort), '--api-port', '0',
     '--rollout-workers', String(WORKERS.rollout), '--train-workers', String(WORKERS.train), '--reference-workers', String(WORKERS.reference)];
   const logFile = path.join(home, 'dev.log');
   const seen = new Map<string, ProcessInfo>();

@@ -48,6 +48,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'user code in-process vs in a sandbox thread: add2 reward calls/s (groups of 8) and calculator env steps/s, and the ratios',
     load: async () => (await import('./sandbox.js')).sandboxBench,
   },
+  scale: {
+    describe: 'rollout workers 1, 2, 4, 8, 16, 32 on one stack (--set workers=...): control-plane time per sync step (outside the activities) and its share of the step',
+    load: async () => (await import('./scale.js')).scaleBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

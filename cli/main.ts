@@ -15,7 +15,7 @@ import { loadOrTrainWarmStart } from '../training/warm-start';
 import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
 import { relaxEnvironment } from '../config/environment';
-import { startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
+import { checkPortsFree, startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
 import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
@@ -29,6 +29,7 @@ import { addTemporalFlags, TEMPORAL_COMMANDS } from './temporal-flags';
 import { registerRunCommands, RUN_COMMANDS, UsageError } from './runs';
 import { registerScheduleCommands } from './schedule';
 import { writeStackFile } from './stack-file';
+import { DEFAULT_API_PORT, registerApiCommand, startStackControl } from './api';
 
 function intOption(name: string, min = 0) {
   return (value: string): number => {
@@ -54,6 +55,15 @@ function stopOnSignal(stop: () => Promise<void>): Promise<void> {
     process.on('SIGINT', handler);
     process.on('SIGTERM', handler);
   });
+}
+
+/** RELAX_WORKER_SHUTDOWN_GRACE_MS: how long running activities may finish when the worker is stopped (default 5 s; relax dev gives rollout workers 120 s, so a drain loses nothing). */
+function shutdownGrace(): { shutdownGraceMs?: number } {
+  const raw = process.env.RELAX_WORKER_SHUTDOWN_GRACE_MS;
+  if (raw === undefined || raw === '') return {};
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0) throw new Error(`RELAX_WORKER_SHUTDOWN_GRACE_MS must be an integer number of milliseconds >= 0, got "${raw}"`);
+  return { shutdownGraceMs: ms };
 }
 
 function printStack(stack: LocalStack): void {
@@ -85,6 +95,9 @@ export function buildProgram(): Command {
     .option('--reference-workers <n>', 'reference worker processes', intOption('--reference-workers'), 1)
     .option('--device <device>', 'device of the accelerator workers: cpu or cuda:N', 'cpu')
     .option('--quiet', 'do not echo the output of the stack processes')
+    .option('--api-port <port>', 'control API port (0 = any free port)', intOption('--api-port'), DEFAULT_API_PORT)
+    .option('--api-host <host>', 'control API listen address', '127.0.0.1')
+    .option('--no-api', 'do not serve the control API (rollout capacity is still managed)')
     .action(async (o) => {
       parseDevice(o.device);
       const home = path.resolve(o.dataDir);
@@ -92,6 +105,7 @@ export function buildProgram(): Command {
       if (running && isAlive(running.pid)) {
         throw new Error(`a relax dev (pid ${running.pid}) already runs with data directory ${home}: stop it first, or pass --data-dir`);
       }
+      if (o.api) await checkPortsFree([{ port: o.apiPort, flag: '--api-port' }]);
       let up: LocalStack | undefined;
       const stack = await startLocalStack({
         home,
@@ -115,8 +129,13 @@ export function buildProgram(): Command {
       up = stack;
       writeStackFile(home, stack);
       printStack(stack);
+      const control = await startStackControl(stack, home, { host: o.apiHost, port: o.api ? o.apiPort : null, version: packageVersion() }).catch(async (err: Error) => {
+        await stack.stop();
+        throw err;
+      });
       console.log('Press Ctrl-C to stop.');
       await stopOnSignal(async () => {
+        await control.stop();
         await stack.stop();
         fs.rmSync(stackFilePath(home), { force: true });
       });
@@ -139,6 +158,7 @@ export function buildProgram(): Command {
         temporalAddress: addresses.temporalAddress,
         namespace: addresses.namespace,
         databaseUrl: addresses.databaseUrl,
+        ...shutdownGrace(),
       });
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
       console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}`);
@@ -160,6 +180,7 @@ export function buildProgram(): Command {
     });
 
   registerRunCommands(program);
+  registerApiCommand(program, packageVersion());
 
   program
     .command('quickstart')

@@ -32,6 +32,21 @@ export interface RunEventRecord {
   createdAt: Date;
 }
 
+/** A rollout engine of the capacity provider (rollout_engines; store/rollout-engines.ts writes it). */
+export interface RolloutEngineInfo {
+  engineId: string;
+  kind: string;
+  host: string;
+  pid: number | null;
+  identity: string | null;
+  url: string | null;
+  state: string;
+  initial: boolean;
+  detail: Record<string, unknown>;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
 export class RunDatabase {
   private pool?: Pool;
   constructor(private readonly url: string | undefined) {}
@@ -52,6 +67,15 @@ export class RunDatabase {
     const out: MetricSeries = {};
     for (const r of rows) (out[r.name] ??= []).push([r.step, Number(r.value)]);
     return out;
+  }
+
+  /** Rollout engines, oldest first; removed ones only with `includeRemoved`. */
+  async rolloutEngines(includeRemoved = false): Promise<RolloutEngineInfo[]> {
+    const { rows } = await this.db().query<{ engine_id: string; kind: string; host: string; pid: number | null; identity: string | null; url: string | null; state: string; initial: boolean; detail: Record<string, unknown>; created_at: Date; updated_at: Date }>(
+      `SELECT * FROM rollout_engines WHERE $1::boolean OR state <> 'removed' ORDER BY created_at, engine_id`,
+      [includeRemoved],
+    );
+    return rows.map((r) => ({ engineId: r.engine_id, kind: r.kind, host: r.host, pid: r.pid, identity: r.identity, url: r.url, state: r.state, initial: r.initial, detail: r.detail, createdAt: r.created_at, updatedAt: r.updated_at }));
   }
 
   async checkpoints(runId: string): Promise<CheckpointVersion[]> {

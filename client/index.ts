@@ -10,14 +10,16 @@ import { sdkConnectionOptions, temporalConnectionOptions, type TemporalConnectio
 import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress, TrainingResult } from '../workflows/definitions';
 import { resolveAddresses } from './addresses';
 import { RelaxSchedules } from './schedules';
+import { RelaxRollout } from './scaling';
 import { RunDatabase, type CheckpointVersion, type MetricSeries, type RunEventRecord } from './database';
 import { describeError, failureChain, formatFailureChain, failureType, RunFailedError, type FailureLink } from './failures';
 import { listQuery, runSummary, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 
 export * from './addresses';
 export * from './schedules';
+export * from './scaling';
 export * from './failures';
-export { RunDatabase, type CheckpointVersion, type MetricSeries, type RunEventRecord } from './database';
+export { RunDatabase, type CheckpointVersion, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
 export { listQuery, runState, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 export type { HyperparameterUpdateResult, ProgressQueryOptions, RunStatus, TrainingProgress, TrainingResult } from '../workflows/definitions';
 export type { Hyperparameters, HyperparameterUpdate } from '../config/hyperparameters';
@@ -242,6 +244,11 @@ export class RelaxClient {
   /** Scheduled retraining: Temporal Schedules that start training runs (docs/schedules.md). */
   get schedules(): RelaxSchedules {
     return new RelaxSchedules(this.client);
+  }
+
+  /** Rollout capacity: scale-out and scale-in operations, the engines (docs/control-api.md). */
+  get rollout(): RelaxRollout {
+    return new RelaxRollout(this.client, this.database);
   }
 
   async close(): Promise<void> {

@@ -19,3 +19,16 @@ export function roleTaskQueue(role: Role): string {
 export function instanceTaskQueue(role: Role, instanceId: string): string {
   return `relax-${role}@${instanceId}`;
 }
+
+/**
+ * The queue of the process that owns rollout capacity (`relax dev`'s supervisor): a scaling
+ * operation's start, drain and remove steps run there.
+ */
+export const CAPACITY_TASK_QUEUE = 'relax-capacity';
+
+/**
+ * Every scaling operation runs under this one workflow id, so at most one runs at a time (a second
+ * start is refused: the control API's 409); each operation is one execution, its Temporal run id
+ * the operation's request_id.
+ */
+export const ROLLOUT_SCALING_WORKFLOW_ID = 'relax-rollout-scaling';

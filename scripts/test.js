@@ -42,7 +42,10 @@ async function main() {
   const ownCache = !process.env.RELAX_WARM_START_CACHE;
   const warmStartCache = process.env.RELAX_WARM_START_CACHE || fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-warm-starts-'));
   const run = (testFiles, env = {}) => {
-    const args = ['--test', '--test-concurrency=1', '--test-timeout=900000', ...testFiles];
+    // TAP for the closing lines CI reads, and each file's wall time (slowest first) at the end, to
+    // keep the CI budget in view.
+    const reporters = ['--test-reporter=tap', '--test-reporter-destination=stdout', `--test-reporter=${path.join(root, 'scripts', 'test-file-durations.mjs')}`, '--test-reporter-destination=stdout'];
+    const args = ['--test', '--test-concurrency=1', '--test-timeout=900000', ...reporters, ...testFiles];
     const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, ...env } });
     return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
   };

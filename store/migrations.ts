@@ -204,6 +204,32 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX runs_schedule ON runs (schedule_id, status, scheduled_at) WHERE schedule_id IS NOT NULL;
     `,
   },
+  {
+    version: 8,
+    name: 'rollout engines; samples record the engine that produced them',
+    sql: `
+      -- Rollout capacity: one row per engine a capacity provider started or registered (a local
+      -- rollout worker process today), kept after it is removed. The control API lists it
+      -- (GET /rollout/engines); scaling operations (workflows/rollout-scaling.ts) change it.
+      CREATE TABLE rollout_engines (
+        engine_id    text PRIMARY KEY,
+        kind         text NOT NULL,
+        host         text NOT NULL,
+        pid          integer,
+        identity     text,
+        url          text,
+        state        text NOT NULL,
+        initial      boolean NOT NULL DEFAULT false,
+        detail       jsonb NOT NULL DEFAULT '{}'::jsonb,
+        created_at   timestamptz NOT NULL DEFAULT now(),
+        updated_at   timestamptz NOT NULL DEFAULT now(),
+        CONSTRAINT rollout_engines_state_known CHECK (state IN ('starting', 'active', 'draining', 'removed', 'failed'))
+      );
+      -- The identity of the rollout worker (its Temporal identity) that generated the sample; NULL
+      -- for samples written before this column existed or by code that does not say.
+      ALTER TABLE samples ADD COLUMN engine text;
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

@@ -311,6 +311,8 @@ function sampleWeight(s: NewSample): number {
 export interface InsertSamplesOptions {
   /** Upper bound on array elements per INSERT statement; bounds statement size, not row count. */
   maxElementsPerStatement?: number;
+  /** The rollout engine (worker identity) that generated these samples, recorded in `samples.engine`. */
+  engine?: string;
 }
 
 export interface InsertSamplesResult {
@@ -323,10 +325,10 @@ export interface InsertSamplesResult {
 const INSERT_SAMPLES_SQL = `
   INSERT INTO samples AS s (run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask,
                             rollout_logprobs, ref_logprobs, reward, rewards, advantage, advantages, policy_version,
-                            token_versions, status, error, media)
+                            token_versions, status, error, media, engine)
   SELECT $1::text, u.iteration, u.group_index, u.sample_index, u.prompt_tokens::integer[], u.response_tokens::integer[],
          u.loss_mask::smallint[], u.rollout_logprobs::real[], u.ref_logprobs::real[], u.reward, u.rewards, u.advantage,
-         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error, u.media
+         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error, u.media, $19::text
     FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
                 $10::real[], $11::jsonb[], $12::real[], $13::text[], $14::integer[], $15::text[], $16::text[], $17::text[], $18::jsonb[])
          AS u(iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask, rollout_logprobs,
@@ -340,7 +342,7 @@ const INSERT_SAMPLES_SQL = `
     rollout_logprobs = EXCLUDED.rollout_logprobs, ref_logprobs = EXCLUDED.ref_logprobs, reward = EXCLUDED.reward,
     rewards = EXCLUDED.rewards, advantage = EXCLUDED.advantage, advantages = EXCLUDED.advantages,
     policy_version = EXCLUDED.policy_version, token_versions = EXCLUDED.token_versions, status = EXCLUDED.status,
-    error = EXCLUDED.error, media = EXCLUDED.media, updated_at = now()
+    error = EXCLUDED.error, media = EXCLUDED.media, engine = EXCLUDED.engine, updated_at = now()
   WHERE s.consumed_by_step IS NULL`;
 
 /**
@@ -370,6 +372,7 @@ export async function insertSamples(db: Queryable, runId: string, samples: reado
       chunk.map((s) => s.status ?? 'generated'),
       chunk.map((s) => s.error ?? null),
       chunk.map((s) => (s.media == null ? null : JSON.stringify(s.media))),
+      options.engine ?? null,
     ]);
     written += rowCount ?? 0;
   }

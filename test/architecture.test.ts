@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { parse } from '@babel/parser';
 
 type Layer =
-  | 'activities' | 'bench' | 'cli' | 'client' | 'config' | 'engines' | 'envs'
+  | 'activities' | 'api' | 'bench' | 'cli' | 'client' | 'config' | 'engines' | 'envs'
   | 'rollout' | 'store' | 'test' | 'training' | 'workers' | 'workflows';
 
 // The layering table; docs/architecture.md describes it (compare the two when either changes).
@@ -27,9 +27,10 @@ const ALLOWED_IMPORTS: Record<Layer, Layer[]> = {
   workflows: ['activities', 'config'],
   workers: ['activities', 'workflows', 'training', 'rollout', 'engines', 'envs', 'store', 'config'],
   client: ['workflows', 'config'],
-  cli: ['activities', 'bench', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
+  api: ['client', 'config'],
+  cli: ['activities', 'api', 'bench', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
   bench: ['activities', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
-  test: ['activities', 'bench', 'cli', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
+  test: ['activities', 'api', 'bench', 'cli', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
 };
 const LAYERS = Object.keys(ALLOWED_IMPORTS) as Layer[];
 // Per importing layer: the target layers it may import only type-only, and the modules exempt from that.

@@ -35,7 +35,7 @@ before(async () => {
   home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-dev-'));
   temporalPort = await freePort();
   uiPort = await freePort();
-  args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', String(uiPort), '--quiet'];
+  args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', String(uiPort), '--api-port', '0', '--quiet'];
   // With a PostgreSQL server configured, use a database of our own on it; otherwise the stack
   // serves (and must persist across the restart) its embedded PGlite under the data directory.
   if (process.env.DATABASE_URL) db = await freshDatabase();

@@ -35,11 +35,14 @@ export interface SampleBuffer {
   claim(step: number, request: ClaimRequest): Promise<TrainSample[] | undefined>;
 }
 
-/** The transfer queue in Postgres (store/transfer-queue.ts) as a run's sample buffer. */
-export function transferQueueBuffer(pool: Pool, runId: string): SampleBuffer {
+/**
+ * The transfer queue in Postgres (store/transfer-queue.ts) as a run's sample buffer. `engine`: the
+ * rollout engine writing through it (its worker identity), recorded with each sample.
+ */
+export function transferQueueBuffer(pool: Pool, runId: string, options: { engine?: string } = {}): SampleBuffer {
   return {
     async put(samples) {
-      await insertSamples(pool, runId, samples);
+      await insertSamples(pool, runId, samples, options.engine ? { engine: options.engine } : {});
     },
     async claim(step, r) {
       const batch = await selectTrainBatch(pool, runId, step, {

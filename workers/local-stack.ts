@@ -48,6 +48,18 @@ export interface StackPids {
   workers: Partial<Record<Role, number[]>>;
 }
 
+/** One worker process of the stack, as scaling sees it. */
+export interface StackWorker {
+  role: Role;
+  index: number;
+  pid: number;
+  /** Its Temporal identity, from its ready line. */
+  identity?: string;
+  /** Started with the stack (not by addWorkers). */
+  initial: boolean;
+  startedAt: Date;
+}
+
 export interface LocalStack {
   temporalAddress: string;
   uiUrl: string | undefined;
@@ -57,14 +69,36 @@ export interface LocalStack {
   /** The pid of the running temporal binary (undefined while it is being restarted). */
   temporalPid(): number | undefined;
   childPids(): StackPids;
+  /** The live worker processes (of one role), oldest first. */
+  workers(role?: Role): StackWorker[];
+  /** Starts `count` more supervised workers of a role; resolves when each says it is ready. */
+  addWorkers(role: Role, count: number): Promise<StackWorker[]>;
+  /**
+   * Drains one worker: SIGTERM, so it stops polling, finishes its running activities (rollout
+   * workers have ROLLOUT_DRAIN_GRACE_MS for that) and exits; it is not restarted. SIGKILL after
+   * `timeoutMs`. Resolves when it has exited.
+   */
+  drainWorker(pid: number, timeoutMs: number): Promise<void>;
   stop(): Promise<void>;
 }
+
+/**
+ * How long a rollout worker that is asked to stop lets its running activities finish (the Temporal
+ * worker's shutdownGraceTime): a drained engine's in-flight rollout completes instead of being
+ * retried elsewhere.
+ */
+export const ROLLOUT_DRAIN_GRACE_MS = 120_000;
 
 interface ManagedWorker {
   role: Role;
   index: number;
   child: ChildProcess;
   ready: Promise<void>;
+  identity?: string;
+  initial: boolean;
+  startedAt: Date;
+  /** Asked to drain: its exit is expected, not restarted. */
+  draining?: boolean;
 }
 
 /** Thrown before anything starts when a port the stack needs is held by another process. */
@@ -147,16 +181,17 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const env = { ...withoutTemporalConnectionEnv(process.env), TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl, [SUPERVISED_ENV]: '1' };
     const backoffs = new Map<string, ReturnType<typeof supervisor>>();
 
-    const launch = (role: Role, index: number): ManagedWorker => {
+    const launch = (role: Role, index: number, initial: boolean): ManagedWorker => {
       const args = [RELAX_BIN, 'worker', '--role', role];
       if (role !== 'control') args.push('--device', opts.device);
       const cpus = opts.cpuAffinity?.[role];
       // An IPC channel: the worker exits when it closes (this process died). taskset execs node in
       // place, so the child's pid is the worker's and the channel reaches it.
       const stdio: Array<'ignore' | 'pipe' | 'ipc'> = ['ignore', 'pipe', 'pipe', 'ipc'];
+      const roleEnv = role === 'rollout' ? { ...env, RELAX_WORKER_SHUTDOWN_GRACE_MS: String(ROLLOUT_DRAIN_GRACE_MS) } : env;
       const child = cpus
-        ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env, stdio })
-        : spawn(process.execPath, args, { env, stdio });
+        ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env: roleEnv, stdio })
+        : spawn(process.execPath, args, { env: roleEnv, stdio });
       const startedAt = Date.now();
       const tag = `[${role}#${index}]`;
       let markReady: () => void;
@@ -165,20 +200,26 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         markReady = resolve;
         markFailed = reject;
       });
+      const managed: ManagedWorker = { role, index, child, ready, initial, startedAt: new Date() };
       forwardLines(child, (line) => {
-        if (line.startsWith('relax worker ready')) markReady();
+        const ready = /^relax worker ready: (\S+)/.exec(line);
+        if (ready) {
+          managed.identity = ready[1];
+          markReady();
+        }
         opts.log(`${tag} ${line}`);
       });
       child.once('exit', (code, signal) => {
         markFailed(new Error(`${tag} exited (${signal ?? code}) before it was ready`));
-        if (stopping) return;
+        if (stopping || managed.draining) return;
         notice(`[relax] ${tag} (pid ${child.pid}) exited (${signal ?? `code ${code}`})`);
         changed();
         let restart = backoffs.get(tag);
         if (!restart) {
           restart = supervisor(notice, () => stopping, async () => {
             const slot = workers.findIndex((w) => w.role === role && w.index === index);
-            const replacement = launch(role, index);
+            if (slot < 0 || workers[slot].draining) return;
+            const replacement = launch(role, index, initial);
             if (slot >= 0) workers[slot] = replacement;
             changed();
             // Not awaiting ready: a replacement that dies early comes back through its own exit.
@@ -188,14 +229,14 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         }
         restart(Date.now() - startedAt, tag);
       });
-      return { role, index, child, ready };
+      return managed;
     };
 
     cleanups.push(async () => {
       await Promise.all(workers.map((w) => stopChild(w.child)));
     });
     for (const [role, count] of Object.entries(opts.workers) as Array<[Role, number]>) {
-      for (let i = 0; i < count; i++) workers.push(launch(role, i));
+      for (let i = 0; i < count; i++) workers.push(launch(role, i, true));
     }
     changed();
     await Promise.all(workers.map((w) => w.ready));
@@ -209,6 +250,28 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       workerPids: (role) => workers.filter((w) => !role || w.role === role).map((w) => w.child.pid!),
       temporalPid: () => temporal?.pid,
       childPids,
+      workers: (role) =>
+        workers
+          .filter((w) => (!role || w.role === role) && !w.draining && w.child.exitCode === null && w.child.signalCode === null && w.child.pid)
+          .map((w) => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) })),
+      addWorkers: async (role, count) => {
+        if (stopping) throw new Error('the stack is stopping');
+        const next = Math.max(-1, ...workers.filter((w) => w.role === role).map((w) => w.index)) + 1;
+        const added = Array.from({ length: count }, (_, k) => launch(role, next + k, false));
+        workers.push(...added);
+        changed();
+        await Promise.all(added.map((w) => w.ready));
+        return added.map((w) => ({ role, index: w.index, pid: w.child.pid!, initial: false, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) }));
+      },
+      drainWorker: async (pid, timeoutMs) => {
+        const w = workers.find((x) => x.child.pid === pid);
+        if (!w) return;
+        w.draining = true;
+        await stopChild(w.child, timeoutMs);
+        const slot = workers.indexOf(w);
+        if (slot >= 0) workers.splice(slot, 1);
+        changed();
+      },
       stop: stopAll,
     };
   } catch (err) {

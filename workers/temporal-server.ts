@@ -40,6 +40,16 @@ export interface TemporalServer {
 /** Search attributes Relax sets on its workflows, registered when the dev server starts. */
 export const SEARCH_ATTRIBUTES = RELAX_SEARCH_ATTRIBUTES;
 
+/**
+ * Server settings the dev server starts with. enableCancelWorkerPollsOnShutdown: a worker that shuts
+ * down (a drained rollout worker) tells the server, which completes its outstanding polls empty
+ * instead of handing one a task the worker would drop (then retried only after a heartbeat
+ * timeout). The SDK's core waits for that when the namespace advertises it. A production cluster
+ * needs the same setting in its dynamic config (docs/control-api.md).
+ */
+export const DYNAMIC_CONFIG: Record<string, string> = { 'frontend.enableCancelWorkerPollsOnShutdown': 'true' };
+const dynamicConfigArgs = () => Object.entries(DYNAMIC_CONFIG).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${v}`]);
+
 export async function startTemporalServer(opts: TemporalServerOptions): Promise<TemporalServer> {
   const ip = opts.ip ?? '127.0.0.1';
   const address = `${ip}:${opts.port}`;
@@ -47,6 +57,7 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
   const args = ['server', 'start-dev', '--ip', ip, '--port', String(opts.port), '--log-level', 'error'];
   if (opts.namespace && opts.namespace !== 'default') args.push('--namespace', opts.namespace);
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+  args.push(...dynamicConfigArgs());
   if (opts.dbFilename) args.push('--db-filename', opts.dbFilename);
   if (opts.uiPort) args.push('--ui-port', String(opts.uiPort));
   else args.push('--headless');
@@ -132,7 +143,7 @@ async function startWithSdkDownload(opts: TemporalServerOptions, address: string
         uiPort: opts.uiPort,
         dbFilename: opts.dbFilename,
         namespace: opts.namespace,
-        extraArgs: Object.entries(SEARCH_ATTRIBUTES).flatMap(([n, t]) => ['--search-attribute', `${n}=${t}`]),
+        extraArgs: [...Object.entries(SEARCH_ATTRIBUTES).flatMap(([n, t]) => ['--search-attribute', `${n}=${t}`]), ...dynamicConfigArgs()],
       },
     });
   } catch (err) {

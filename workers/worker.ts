@@ -37,6 +37,15 @@ export interface RunningWorker {
   shutdown(): void;
 }
 
+/**
+ * Rollout workers keep one activity poll outstanding (the SDK's default is up to 10). A drained
+ * worker (scale-in) shuts down while the rollout queue is busy: the SDK's core ends its task stream
+ * at the first poll the server completes empty, and a task another outstanding poll receives after
+ * that is dropped, to be retried only after its heartbeat timeout. With one poll there is no other.
+ * A worker polls again as soon as it has a task, and its activities still run concurrently.
+ */
+const ROLLOUT_POLLER = { type: 'simple-maximum', maximum: 1 } as const;
+
 export const workflowsPath = require.resolve('../workflows');
 
 export function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
@@ -101,8 +110,9 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     const workflowBundle = opts.workflowBundle ?? (await bundleWorkflows());
     workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle }));
   } else {
-    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue(opts.role) }));
-    workers.push(await Worker.create({ ...common, taskQueue: instanceQueue }));
+    const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER } : {};
+    workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
+    workers.push(await Worker.create({ ...common, ...polling, taskQueue: instanceQueue }));
   }
 
   const done = Promise.all(workers.map((w) => w.run())).then(

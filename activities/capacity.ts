@@ -1,0 +1,101 @@
+// Capacity activities: the steps of a rollout scaling operation (workflows/rollout-scaling.ts),
+// served on the capacity queue by the process that owns the capacity (relax dev's supervisor:
+// workers/local-capacity.ts implements CapacityProvider). Start engines, check they poll the rollout
+// queue, drain engines (the worker stops polling, finishes its activities, exits), remove them. Each
+// waits with heartbeats, so a cancelled operation stops waiting at once.
+import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { RolloutEngineRecord } from '../store/rollout-engines';
+
+/** An engine as the scaling workflow sees it (dates as ISO strings: workflow payloads are JSON). */
+export interface EngineSummary {
+  engineId: string;
+  kind: 'local';
+  pid: number | null;
+  identity: string | null;
+  state: RolloutEngineRecord['state'];
+  initial: boolean;
+  createdAt: string;
+}
+
+/** What owns rollout capacity: starts and stops engines, and says who polls a task queue. */
+export interface CapacityProvider {
+  /** Engines not removed, oldest first. */
+  engines(): Promise<RolloutEngineRecord[]>;
+  /** Starts `count` engines; resolves once each is up (its worker says it is ready). */
+  startEngines(count: number): Promise<RolloutEngineRecord[]>;
+  /** Graceful: the engine stops taking work, finishes what it runs, exits; resolves when it has exited. */
+  drainEngine(engineId: string, timeoutMs: number): Promise<void>;
+  /** Forgets a drained engine (state removed). */
+  removeEngine(engineId: string): Promise<void>;
+  /** Marks engines active (they passed the health check and the weight sync). */
+  markActive(engineIds: string[]): Promise<void>;
+  /** The identities of the workers polling a task queue now (Temporal's DescribeTaskQueue). */
+  pollerIdentities(taskQueue: string): Promise<string[]>;
+}
+
+export const summarizeEngine = (e: RolloutEngineRecord): EngineSummary => ({
+  engineId: e.engineId,
+  kind: e.kind,
+  pid: e.pid,
+  identity: e.identity,
+  state: e.state,
+  initial: e.initial,
+  createdAt: e.createdAt.toISOString(),
+});
+
+/** Heartbeats every second while `work` runs, and gives up when the operation is cancelled. */
+async function heartbeating<T>(work: Promise<T>): Promise<T> {
+  const ctx = Context.current();
+  ctx.heartbeat();
+  const timer = setInterval(() => ctx.heartbeat(), 1_000);
+  try {
+    return await Promise.race([work, ctx.cancelled as Promise<never>]);
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function createCapacityActivities(provider: CapacityProvider) {
+  return {
+    async listRolloutEngines(): Promise<EngineSummary[]> {
+      return (await provider.engines()).map(summarizeEngine);
+    },
+
+    async startRolloutEngines({ count }: { count: number }): Promise<EngineSummary[]> {
+      return (await heartbeating(provider.startEngines(count))).map(summarizeEngine);
+    },
+
+    /** Health check: waits until every identity polls `taskQueue`; fails naming the ones that never did. */
+    async awaitPollers({ taskQueue, identities, timeoutMs }: { taskQueue: string; identities: string[]; timeoutMs: number }): Promise<string[]> {
+      const deadline = Date.now() + timeoutMs;
+      const wait = async () => {
+        for (;;) {
+          const polling = new Set(await provider.pollerIdentities(taskQueue));
+          const missing = identities.filter((id) => !polling.has(id));
+          if (!missing.length) return identities;
+          if (Date.now() > deadline) {
+            throw ApplicationFailure.create({ type: 'EngineUnhealthy', nonRetryable: true, message: `no poller on ${taskQueue} after ${timeoutMs} ms for ${missing.join(', ')}` });
+          }
+          await sleep(250);
+        }
+      };
+      return heartbeating(wait());
+    },
+
+    async drainRolloutEngines({ engineIds, timeoutMs }: { engineIds: string[]; timeoutMs: number }): Promise<void> {
+      await heartbeating(Promise.all(engineIds.map((id) => provider.drainEngine(id, timeoutMs))));
+    },
+
+    async removeRolloutEngines({ engineIds }: { engineIds: string[] }): Promise<void> {
+      for (const id of engineIds) await provider.removeEngine(id);
+    },
+
+    async markRolloutEnginesActive({ engineIds }: { engineIds: string[] }): Promise<void> {
+      await provider.markActive(engineIds);
+    },
+  };
+}
+
+export type CapacityActivities = ReturnType<typeof createCapacityActivities>;

@@ -1,0 +1,108 @@
+// The control API's rollout routes, with Relax's contract: POST /rollout/scale_out
+// {model_name?, num_replicas, engine_urls?, timeout_secs?} -> 202 {request_id, status: "PENDING"};
+// GET /rollout/scale_out[/{request_id}]; POST /rollout/scale_out/{request_id}/cancel;
+// POST /rollout/scale_in {num_replicas | engine_ids, force?, dry_run?, timeout_secs?};
+// GET /rollout/scale_in[/{request_id}]; GET /rollout/engines. Each operation is a scaling workflow
+// execution (workflows/rollout-scaling.ts); a second one while one runs is a 409.
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { RelaxClient } from '../client';
+import type { ScalingOperationState } from '../client/scaling';
+import { ApiError } from './errors';
+
+/** Rollout engines one operation may ask for: a bound on processes started by one request. */
+export const MAX_REPLICAS = 64;
+
+const RequestId = z.object({ request_id: z.string().min(1).max(100) });
+const SECURED = [{ bearer: [] }];
+const timeoutSecs = z.number().int().min(1).max(3600).optional().describe('per step; default 300');
+
+const ScaleOutBody = z.object({
+  num_replicas: z.number().int().min(1).max(MAX_REPLICAS).describe('the number of rollout engines wanted (absolute: a target already met is a no-op)'),
+  model_name: z.string().max(200).optional().describe('recorded with the operation; every rollout worker serves every run'),
+  engine_urls: z.array(z.string().max(2000)).max(MAX_REPLICAS).optional().describe('external engines: not supported yet (only local workers)'),
+  timeout_secs: timeoutSecs,
+}).strict();
+
+const ScaleInBody = z.object({
+  num_replicas: z.number().int().min(0).max(MAX_REPLICAS).optional().describe('the number of rollout engines to keep (absolute); LIFO'),
+  engine_ids: z.array(z.string().min(1).max(300)).min(1).max(MAX_REPLICAS).optional().describe('the engines to remove, by engine_id (GET /rollout/engines)'),
+  engine_urls: z.array(z.string().max(2000)).max(MAX_REPLICAS).optional().describe('external engines: not supported yet'),
+  force: z.boolean().optional().describe('allow removing engines the stack started with'),
+  dry_run: z.boolean().optional().describe('say what would be removed, remove nothing'),
+  timeout_secs: timeoutSecs,
+}).strict();
+
+/** An operation in the API's shape (snake_case, as Relax's). */
+export function operationBody(op: ScalingOperationState) {
+  return {
+    request_id: op.requestId,
+    kind: op.kind,
+    status: op.status,
+    execution: op.execution,
+    from_replicas: op.fromReplicas ?? null,
+    num_replicas: op.targetReplicas ?? null,
+    engines: op.engines,
+    transitions: op.transitions,
+    ...(op.weights ? { weights: op.weights } : {}),
+    ...(op.dryRun ? { dry_run: true } : {}),
+    ...(op.message ? { message: op.message } : {}),
+    request: op.request,
+  };
+}
+
+function noExternalEngines(urls: string[] | undefined): void {
+  if (urls?.length) {
+    throw new ApiError(400, 'unsupported', 'engine_urls: external engines are not supported yet; scale local rollout workers with num_replicas (scale_out) or num_replicas / engine_ids (scale_in)');
+  }
+}
+
+export function registerRolloutRoutes(base: FastifyInstance, client: RelaxClient): void {
+  const app = base.withTypeProvider<ZodTypeProvider>();
+  const rollout = client.rollout;
+
+  app.post('/rollout/scale_out', { schema: { tags: ['rollout'], summary: 'scale rollout out to num_replicas engines', body: ScaleOutBody, security: SECURED } }, async (req, reply) => {
+    noExternalEngines(req.body.engine_urls);
+    const { engine_urls: _ignored, ...request } = req.body;
+    const op = await rollout.scaleOut(request);
+    return reply.code(202).send({ request_id: op.requestId, status: op.status });
+  });
+
+  app.post('/rollout/scale_in', { schema: { tags: ['rollout'], summary: 'scale rollout in: drain engines (newest first)', body: ScaleInBody, security: SECURED } }, async (req, reply) => {
+    noExternalEngines(req.body.engine_urls);
+    const { engine_urls: _ignored, ...request } = req.body;
+    if (request.num_replicas === undefined && !request.engine_ids) throw new ApiError(400, 'invalid_request', 'scale_in: give num_replicas (engines to keep) or engine_ids (engines to remove)');
+    if (request.num_replicas !== undefined && request.engine_ids) throw new ApiError(400, 'invalid_request', 'scale_in: give num_replicas or engine_ids, not both');
+    const op = await rollout.scaleIn(request);
+    return reply.code(202).send({ request_id: op.requestId, status: op.status });
+  });
+
+  for (const kind of ['scale_out', 'scale_in'] as const) {
+    app.get(`/rollout/${kind}`, { schema: { tags: ['rollout'], summary: `${kind} operations, newest first`, querystring: z.object({ limit: z.coerce.number().int().min(1).max(100).default(20) }) } }, async (req) => ({
+      operations: (await rollout.list(kind, req.query.limit)).map(operationBody),
+    }));
+    app.get(`/rollout/${kind}/:request_id`, { schema: { tags: ['rollout'], summary: `one ${kind} operation`, params: RequestId } }, async (req) => operationBody(await rollout.operation(req.params.request_id, kind)));
+    app.post(`/rollout/${kind}/:request_id/cancel`, { schema: { tags: ['rollout'], summary: `cancel a running ${kind} (what it started is drained)`, params: RequestId, security: SECURED } }, async (req, reply) => {
+      await rollout.operation(req.params.request_id, kind);
+      const op = await rollout.cancel(req.params.request_id);
+      return reply.code(202).send({ request_id: op.requestId, status: op.status, requested: 'cancel' });
+    });
+  }
+
+  app.get('/rollout/engines', { schema: { tags: ['rollout'], summary: 'the rollout engines', querystring: z.object({ include_removed: z.enum(['true', 'false']).default('false') }) } }, async (req) => ({
+    engines: (await rollout.engines({ includeRemoved: req.query.include_removed === 'true' })).map((e) => ({
+      engine_id: e.engineId,
+      kind: e.kind,
+      host: e.host,
+      pid: e.pid,
+      identity: e.identity,
+      url: e.url,
+      state: e.state,
+      initial: e.initial,
+      created_at: e.createdAt.toISOString(),
+      updated_at: e.updatedAt.toISOString(),
+      detail: e.detail,
+    })),
+  }));
+}

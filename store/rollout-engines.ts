@@ -1,0 +1,98 @@
+// The rollout engines a capacity provider started (rollout_engines): which exist, their state, and
+// which of them the stack started with (protected from scale-in unless forced). Written by the
+// provider (workers/local-capacity.ts), read by the control API and the scaling workflows.
+import type { Pool } from 'pg';
+
+export const ENGINE_STATES = ['starting', 'active', 'draining', 'removed', 'failed'] as const;
+export type EngineState = (typeof ENGINE_STATES)[number];
+
+export interface RolloutEngineRecord {
+  engineId: string;
+  /** 'local': a rollout worker process this stack's supervisor started. */
+  kind: 'local';
+  host: string;
+  pid: number | null;
+  /** The worker's Temporal identity (what its pollers and its samples' `engine` say). */
+  identity: string | null;
+  url: string | null;
+  state: EngineState;
+  /** Started with the stack: scale-in leaves it unless forced. */
+  initial: boolean;
+  detail: Record<string, unknown>;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+type Row = {
+  engine_id: string;
+  kind: 'local';
+  host: string;
+  pid: number | null;
+  identity: string | null;
+  url: string | null;
+  state: EngineState;
+  initial: boolean;
+  detail: Record<string, unknown>;
+  created_at: Date;
+  updated_at: Date;
+};
+
+const fromRow = (r: Row): RolloutEngineRecord => ({
+  engineId: r.engine_id,
+  kind: r.kind,
+  host: r.host,
+  pid: r.pid,
+  identity: r.identity,
+  url: r.url,
+  state: r.state,
+  initial: r.initial,
+  detail: r.detail,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
+export interface EngineUpsert {
+  engineId: string;
+  kind: 'local';
+  host: string;
+  pid?: number | null;
+  identity?: string | null;
+  url?: string | null;
+  state: EngineState;
+  initial?: boolean;
+  detail?: Record<string, unknown>;
+}
+
+/** Inserts or updates one engine's row (identity, pid and url are kept when the update omits them). */
+export async function upsertRolloutEngine(pool: Pool, e: EngineUpsert): Promise<void> {
+  await pool.query(
+    `INSERT INTO rollout_engines (engine_id, kind, host, pid, identity, url, state, initial, detail)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
+     ON CONFLICT (engine_id) DO UPDATE SET
+       pid = COALESCE(EXCLUDED.pid, rollout_engines.pid),
+       identity = COALESCE(EXCLUDED.identity, rollout_engines.identity),
+       url = COALESCE(EXCLUDED.url, rollout_engines.url),
+       state = EXCLUDED.state,
+       detail = rollout_engines.detail || EXCLUDED.detail,
+       updated_at = now()`,
+    [e.engineId, e.kind, e.host, e.pid ?? null, e.identity ?? null, e.url ?? null, e.state, e.initial ?? false, JSON.stringify(e.detail ?? {})],
+  );
+}
+
+/** Engines, oldest first; by default only those not removed. */
+export async function listRolloutEngines(pool: Pool, options: { includeRemoved?: boolean } = {}): Promise<RolloutEngineRecord[]> {
+  const { rows } = await pool.query<Row>(
+    `SELECT * FROM rollout_engines ${options.includeRemoved ? '' : `WHERE state <> 'removed'`} ORDER BY created_at, engine_id`,
+  );
+  return rows.map(fromRow);
+}
+
+/** Marks every engine of a host that is not removed as removed (a stack starting afresh: its old children are gone). */
+export async function retireHostEngines(pool: Pool, host: string, reason: string): Promise<number> {
+  const { rowCount } = await pool.query(
+    `UPDATE rollout_engines SET state = 'removed', detail = detail || jsonb_build_object('removed_because', $2::text), updated_at = now()
+      WHERE host = $1 AND state <> 'removed'`,
+    [host, reason],
+  );
+  return rowCount ?? 0;
+}

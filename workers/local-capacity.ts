@@ -1,0 +1,99 @@
+// Local rollout capacity: `relax dev`'s supervisor as the capacity provider of scaling operations.
+// An engine is one rollout worker slot of the stack ("<host>/rollout#<index>"); scale-out starts
+// new supervised worker processes, scale-in drains the newest (LIFO). The engines are recorded in
+// Postgres (rollout_engines) for the control API. A Temporal worker on the capacity queue, inside
+// the relax dev process, runs the capacity activities (activities/capacity.ts).
+import os from 'node:os';
+import { Connection } from '@temporalio/client';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { createCapacityActivities, type CapacityProvider } from '../activities/capacity';
+import { CAPACITY_TASK_QUEUE } from '../config/task-queues';
+import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
+import { openStore } from '../store/db';
+import { listRolloutEngines, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
+import type { LocalStack, StackWorker } from './local-stack';
+
+export interface LocalCapacityOptions {
+  stack: LocalStack;
+  namespace?: string;
+  security: TemporalConnectionOptions;
+  /** Names this stack's engines; default the host name and the stack's Temporal port. */
+  host?: string;
+}
+
+export interface LocalCapacity {
+  host: string;
+  provider: CapacityProvider;
+  stop(): Promise<void>;
+}
+
+/** Starts the capacity worker of a local stack and records its rollout workers as the initial engines. */
+export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<LocalCapacity> {
+  const { stack } = opts;
+  const namespace = opts.namespace ?? 'default';
+  const host = opts.host ?? `${os.hostname()}:${stack.temporalAddress.split(':').pop()}`;
+  const pool = await openStore({ url: stack.databaseUrl, maxConnections: 2 });
+  const client = await Connection.connect({ address: stack.temporalAddress, ...sdkConnectionOptions(opts.security) });
+  const engineId = (w: Pick<StackWorker, 'index'>) => `${host}/rollout#${w.index}`;
+  const record = (w: StackWorker, state: RolloutEngineRecord['state']) =>
+    upsertRolloutEngine(pool, { engineId: engineId(w), kind: 'local', host, pid: w.pid, identity: w.identity ?? null, state, initial: w.initial });
+
+  // A restarted stack's earlier children are gone: its rows say so before the new ones are written.
+  await retireHostEngines(pool, host, 'the stack restarted');
+  for (const w of stack.workers('rollout')) await record(w, 'active');
+
+  const mine = async () => (await listRolloutEngines(pool)).filter((e) => e.host === host);
+  const provider: CapacityProvider = {
+    async engines() {
+      // A supervised restart gives a slot a new pid and identity: refresh before answering.
+      for (const w of stack.workers('rollout')) {
+        const known = (await mine()).find((e) => e.engineId === engineId(w));
+        if (known && (known.pid !== w.pid || known.identity !== (w.identity ?? null))) await record(w, known.state);
+      }
+      return mine();
+    },
+    async startEngines(count) {
+      const added = await stack.addWorkers('rollout', count);
+      for (const w of added) await record(w, 'starting');
+      const ids = new Set(added.map(engineId));
+      return (await mine()).filter((e) => ids.has(e.engineId));
+    },
+    async drainEngine(id, timeoutMs) {
+      const e = (await mine()).find((x) => x.engineId === id);
+      if (!e || e.pid === null) return;
+      await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: 'draining', detail: { drain_started_at: new Date().toISOString() } });
+      await stack.drainWorker(e.pid, timeoutMs);
+    },
+    async removeEngine(id) {
+      await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: 'removed', detail: { removed_at: new Date().toISOString() } });
+    },
+    async markActive(ids) {
+      for (const id of ids) await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: 'active' });
+    },
+    async pollerIdentities(taskQueue) {
+      const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: taskQueue }, taskQueueType: 2 /* activity */ });
+      return (pollers ?? []).map((p) => p.identity ?? '').filter(Boolean);
+    },
+  };
+
+  const connection = await NativeConnection.connect({ address: stack.temporalAddress, ...sdkConnectionOptions(opts.security) });
+  const worker = await Worker.create({
+    connection,
+    namespace,
+    taskQueue: CAPACITY_TASK_QUEUE,
+    identity: `capacity/${host}`,
+    activities: createCapacityActivities(provider),
+  });
+  const running = worker.run();
+  return {
+    host,
+    provider,
+    async stop() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await running.catch(() => undefined);
+      await connection.close().catch(() => undefined);
+      await client.close().catch(() => undefined);
+      await pool.end().catch(() => undefined);
+    },
+  };
+}
