@@ -19,15 +19,18 @@ const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 
 
 // The PostgreSQL pass of .ci/run (`npm test -- --database-suites`) runs the suites that reach the
 // database (their source names a database helper, a stack or DATABASE_URL), except the
-// presentation suites (the browser, the CLI's output, the client example): those reach Postgres
-// only through the code the other suites cover, and the embedded pass runs them.
+// presentation suites (the browser, the CLI's output, the client example) and the learning suites
+// (they assert that accuracy rises over many steps, through the same transfer-queue and registry
+// SQL that training-run, fault-injection, chaos and rollout-scaling check step by step): those
+// reach Postgres only through code the other suites cover, and the embedded pass runs them.
 const PRESENTATION_SUITES = ['web-ui', 'cli', 'client-example'];
+const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run'];
 const DATABASE_PATTERN = /freshDatabase|startWorkerStack|startWorkerProcess|\.pool\b|openStore|new Pool|MultimodalStack|spawnRelax|startLocalStack|startEphemeralStack|DATABASE_URL/;
 function databaseSuites() {
   const dir = path.join(root, 'dist', 'test');
   return fs
     .readdirSync(dir)
-    .filter((f) => f.endsWith('.test.js') && !PRESENTATION_SUITES.includes(f.slice(0, -'.test.js'.length)))
+    .filter((f) => f.endsWith('.test.js') && ![...PRESENTATION_SUITES, ...LEARNING_SUITES].includes(f.slice(0, -'.test.js'.length)))
     .filter((f) => DATABASE_PATTERN.test(fs.readFileSync(path.join(dir, f), 'utf8')))
     .map((f) => path.join('dist', 'test', f));
 }

@@ -13,7 +13,7 @@ import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { MULTIMODAL_RECIPES, type MultimodalBenchTask } from '../training/recipes';
-import { loadOrTrainWarmStart, type WarmStart } from '../training/warm-start';
+import { loadOrTrainWarmStart, type SftRecipe, type WarmStart } from '../training/warm-start';
 import type { TrainingResult } from '../workflows/training-run';
 import { freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, type TestDatabase, type TestProcess } from './helpers';
 
@@ -32,8 +32,8 @@ export class MultimodalStack {
     private readonly workers: TestProcess[],
   ) {}
 
-  /** Starts the workers and computes (or loads) the warm starts of `tasks`. */
-  static async start(tasks: MultimodalBenchTask[]): Promise<MultimodalStack> {
+  /** Starts the workers and computes (or loads) the warm starts of `tasks` (the bench recipes', with `sft` changes per task). */
+  static async start(tasks: MultimodalBenchTask[], sft: Partial<Record<MultimodalBenchTask, Partial<SftRecipe>>> = {}): Promise<MultimodalStack> {
     const db = await freshDatabase();
     const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-mm-'));
     await loadTfjsBackend({ kind: 'cpu' });
@@ -43,7 +43,7 @@ export class MultimodalStack {
     const stack = new MultimodalStack(db, home, await temporalClient(), workers);
     for (const task of tasks) {
       const recipe = MULTIMODAL_RECIPES[task];
-      stack.warm.set(task, await loadOrTrainWarmStart(parseRunConfig(recipe.config), recipe.sft, relaxEnvironment().warmStartCache));
+      stack.warm.set(task, await loadOrTrainWarmStart(parseRunConfig(recipe.config), { ...recipe.sft, ...sft[task] }, relaxEnvironment().warmStartCache));
     }
     return stack;
   }
