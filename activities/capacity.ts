@@ -17,6 +17,23 @@ export interface EngineSummary {
   createdAt: string;
 }
 
+/** What the autoscaler sees at one moment (workflows/autoscaler.ts). */
+export interface RolloutObservation {
+  at: string;
+  /** Rollout tasks waiting for a worker (Temporal's approximate backlog of the rollout queue). */
+  backlog: number;
+  /** How long the oldest of them has waited, seconds. */
+  backlogAgeSecs: number;
+  /** Engines the provider runs (not removed). */
+  engines: number;
+  /** Workers polling the rollout queue (any host). */
+  pollers: number;
+  /** Share of the window the engines spent generating (stage spans), when any ran. */
+  rolloutBusy: number | null;
+  /** Share of the window the trainer was not training (waiting for samples), when it trained at all. */
+  trainerWait: number | null;
+}
+
 /** What owns rollout capacity: starts and stops engines, and says who polls a task queue. */
 export interface CapacityProvider {
   /** Engines not removed, oldest first. */
@@ -31,6 +48,8 @@ export interface CapacityProvider {
   markActive(engineIds: string[]): Promise<void>;
   /** The identities of the workers polling a task queue now (Temporal's DescribeTaskQueue). */
   pollerIdentities(taskQueue: string): Promise<string[]>;
+  /** The rollout queue's backlog and the stages' busy time over the last `windowSecs`. */
+  observe(windowSecs: number): Promise<RolloutObservation>;
 }
 
 export const summarizeEngine = (e: RolloutEngineRecord): EngineSummary => ({
@@ -94,6 +113,10 @@ export function createCapacityActivities(provider: CapacityProvider) {
 
     async markRolloutEnginesActive({ engineIds }: { engineIds: string[] }): Promise<void> {
       await provider.markActive(engineIds);
+    },
+
+    async observeRollout({ windowSecs }: { windowSecs: number }): Promise<RolloutObservation> {
+      return provider.observe(windowSecs);
     },
   };
 }

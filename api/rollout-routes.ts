@@ -90,6 +90,25 @@ export function registerRolloutRoutes(base: FastifyInstance, client: RelaxClient
     });
   }
 
+  app.post('/autoscaler', {
+    schema: {
+      tags: ['autoscaler'],
+      summary: 'start the rollout autoscaler (off by default)',
+      description: 'Body: {min_engines, max_engines, interval_secs, scale_out: {backlog_per_engine, sustain_secs, step}, scale_in: {...}, cooldown: {scale_out_secs, scale_in_secs}} (docs/control-api.md); 409 if it runs.',
+      body: z.record(z.string(), z.unknown()),
+      security: SECURED,
+    },
+  }, async (req, reply) => reply.code(201).send(await rollout.startAutoscaler(req.body)));
+  app.post('/autoscaler/stop', { schema: { tags: ['autoscaler'], summary: 'stop the autoscaler', security: SECURED } }, async (_req, reply) => {
+    await rollout.stopAutoscaler();
+    return reply.code(202).send({ requested: 'stop' });
+  });
+  app.get('/autoscaler/status', { schema: { tags: ['autoscaler'], summary: 'its config, last observation, window means and cooldown times' } }, async () => {
+    const { decisions, ...status } = await rollout.autoscaler();
+    return { ...status, last_decision: decisions[decisions.length - 1] ?? null };
+  });
+  app.get('/autoscaler/history', { schema: { tags: ['autoscaler'], summary: 'its recorded decisions with their reasons, oldest first' } }, async () => ({ decisions: (await rollout.autoscaler()).decisions }));
+
   app.get('/rollout/engines', { schema: { tags: ['rollout'], summary: 'the rollout engines', querystring: z.object({ include_removed: z.enum(['true', 'false']).default('false') }) } }, async (req) => ({
     engines: (await rollout.engines({ includeRemoved: req.query.include_removed === 'true' })).map((e) => ({
       engine_id: e.engineId,

@@ -8,6 +8,7 @@ import swagger from '@fastify/swagger';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { RelaxClient } from '../client';
 import { NoCapacityProviderError, ScalingConflictError, UnknownOperationError } from '../client/scaling';
+import { AutoscalerConfigError } from '../config/autoscaler';
 import { RunConfigError } from '../config/run-config';
 import { ApiError } from './errors';
 import { registerRolloutRoutes } from './rollout-routes';
@@ -37,6 +38,7 @@ const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 function errorReply(err: unknown): { status: number; type: string; message: string } {
   if (err instanceof ApiError) return { status: err.statusCode, type: err.type, message: err.message };
   if (err instanceof RunConfigError) return { status: 400, type: 'invalid_run_config', message: err.message };
+  if (err instanceof AutoscalerConfigError) return { status: 400, type: 'invalid_autoscaler_config', message: err.message };
   if (err instanceof ScalingConflictError) return { status: 409, type: 'conflict', message: err.message };
   if (err instanceof UnknownOperationError) return { status: 404, type: 'not_found', message: err.message };
   if (err instanceof NoCapacityProviderError) return { status: 503, type: 'no_capacity_provider', message: err.message };

@@ -2,11 +2,15 @@
 // of the scaling workflow, under one workflow id so two never run at once), read them back, cancel
 // them, and list the engines. The control API's /rollout routes call these.
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowExecutionDescription } from '@temporalio/client';
-import { CAPACITY_TASK_QUEUE, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
+import { parseAutoscalerConfig } from '../config/autoscaler';
+import { CAPACITY_TASK_QUEUE, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
+import type { AutoscalerStatus } from '../workflows/autoscaler';
 import type { ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/rollout-scaling';
 import type { RolloutEngineInfo, RunDatabase } from './database';
 
 export type { ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/rollout-scaling';
+export type { AutoscalerDecision, AutoscalerStatus } from '../workflows/autoscaler';
+export type { AutoscalerConfig, AutoscalerConfigInput } from '../config/autoscaler';
 
 /** A scaling operation and where it stands. `requestId` is its Temporal run id. */
 export interface ScalingOperationState extends ScalingOperation {
@@ -105,6 +109,47 @@ export class RelaxRollout {
   /** The rollout engines (the provider's records in Postgres). */
   engines(options: { includeRemoved?: boolean } = {}): Promise<RolloutEngineInfo[]> {
     return this.database.rolloutEngines(options.includeRemoved);
+  }
+
+  /**
+   * Starts the autoscaler (workflows/autoscaler.ts) with this config (config/autoscaler.ts; an
+   * invalid one throws AutoscalerConfigError naming the field); a running one is a conflict.
+   */
+  async startAutoscaler(config: unknown): Promise<{ workflowId: string; runId: string }> {
+    const parsed = parseAutoscalerConfig(config);
+    await this.requireProvider();
+    try {
+      const handle = await this.client.workflow.start('rolloutAutoscaler', {
+        taskQueue: roleTaskQueue('control'),
+        workflowId: ROLLOUT_AUTOSCALER_WORKFLOW_ID,
+        workflowIdConflictPolicy: 'FAIL',
+        workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+        args: [parsed],
+      });
+      return { workflowId: handle.workflowId, runId: handle.firstExecutionRunId };
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) throw new ScalingConflictError('the autoscaler is already running: stop it first to change its config');
+      throw err;
+    }
+  }
+
+  /** The autoscaler's state and its recorded decisions (the latest execution, running or not). */
+  async autoscaler(): Promise<AutoscalerStatus & { execution: string }> {
+    const handle = this.client.workflow.getHandle(ROLLOUT_AUTOSCALER_WORKFLOW_ID);
+    let execution: string;
+    try {
+      execution = (await handle.describe()).status.name;
+    } catch {
+      throw new UnknownOperationError('the autoscaler has never run: start it with POST /autoscaler (docs/control-api.md)');
+    }
+    return { ...(await handle.query<AutoscalerStatus>('autoscalerStatus')), execution };
+  }
+
+  /** Asks the autoscaler to stop after its current observation (an operation it started finishes). */
+  async stopAutoscaler(): Promise<void> {
+    const status = await this.autoscaler();
+    if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the autoscaler is not running (${status.execution})`);
+    await this.client.workflow.getHandle(ROLLOUT_AUTOSCALER_WORKFLOW_ID).signal('stopAutoscaler');
   }
 
   /** Refuses early when nothing serves the capacity queue (the operation would wait forever). */

@@ -32,3 +32,6 @@ export const CAPACITY_TASK_QUEUE = 'relax-capacity';
  * the operation's request_id.
  */
 export const ROLLOUT_SCALING_WORKFLOW_ID = 'relax-rollout-scaling';
+
+/** The rollout autoscaler's one workflow id (workflows/autoscaler.ts): at most one runs. */
+export const ROLLOUT_AUTOSCALER_WORKFLOW_ID = 'relax-rollout-autoscaler';

@@ -7,8 +7,9 @@ import os from 'node:os';
 import { Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createCapacityActivities, type CapacityProvider } from '../activities/capacity';
-import { CAPACITY_TASK_QUEUE } from '../config/task-queues';
+import { CAPACITY_TASK_QUEUE, roleTaskQueue } from '../config/task-queues';
 import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
+import type { Pool } from 'pg';
 import { openStore } from '../store/db';
 import { listRolloutEngines, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
 import type { LocalStack, StackWorker } from './local-stack';
@@ -25,6 +26,18 @@ export interface LocalCapacity {
   host: string;
   provider: CapacityProvider;
   stop(): Promise<void>;
+}
+
+/** Seconds each stage (generate, train) was busy within the last `windowSecs`, from stage_spans. */
+async function stageBusySeconds(pool: Pool, windowSecs: number): Promise<{ generate?: number; train?: number }> {
+  const { rows } = await pool.query<{ stage: 'generate' | 'train'; busy: number }>(
+    `SELECT stage, sum(extract(epoch FROM least(ended_at, now()) - greatest(started_at, now() - make_interval(secs => $1))))::float8 AS busy
+       FROM stage_spans
+      WHERE stage IN ('generate', 'train') AND ended_at > now() - make_interval(secs => $1)
+      GROUP BY stage`,
+    [windowSecs],
+  );
+  return Object.fromEntries(rows.map((r) => [r.stage, Number(r.busy)]));
 }
 
 /** Starts the capacity worker of a local stack and records its rollout workers as the initial engines. */
@@ -73,6 +86,24 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
     async pollerIdentities(taskQueue) {
       const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: taskQueue }, taskQueueType: 2 /* activity */ });
       return (pollers ?? []).map((p) => p.identity ?? '').filter(Boolean);
+    },
+    async observe(windowSecs) {
+      const [described, engines, busy] = await Promise.all([
+        client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue('rollout') }, taskQueueType: 2, reportStats: true }),
+        mine(),
+        stageBusySeconds(pool, windowSecs),
+      ]);
+      const age = described.stats?.approximateBacklogAge;
+      const active = engines.filter((e) => e.state === 'active' || e.state === 'starting').length;
+      return {
+        at: new Date().toISOString(),
+        backlog: Number(described.stats?.approximateBacklogCount ?? 0),
+        backlogAgeSecs: age ? Number(age.seconds ?? 0) + (age.nanos ?? 0) / 1e9 : 0,
+        engines: active,
+        pollers: described.pollers?.length ?? 0,
+        rolloutBusy: busy.generate === undefined ? null : Math.min(1, busy.generate / (windowSecs * Math.max(1, active))),
+        trainerWait: busy.train === undefined ? null : Math.max(0, 1 - busy.train / windowSecs),
+      };
     },
   };
 

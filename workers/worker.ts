@@ -46,6 +46,20 @@ export interface RunningWorker {
  */
 const ROLLOUT_POLLER = { type: 'simple-maximum', maximum: 1 } as const;
 
+/**
+ * RELAX_ROLLOUT_MAX_CONCURRENT: rollout activities one rollout worker runs at once (default: the
+ * SDK's, 100). A device's engine gains little from running many generate activities side by side;
+ * bounding them makes work beyond the fleet's capacity wait in the queue, where the autoscaler (and
+ * Temporal's task-queue statistics) see it as backlog.
+ */
+function rolloutConcurrency(): { maxConcurrentActivityTaskExecutions?: number } {
+  const raw = process.env.RELAX_ROLLOUT_MAX_CONCURRENT;
+  if (raw === undefined || raw === '') return {};
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ROLLOUT_MAX_CONCURRENT must be an integer >= 1, got "${raw}"`);
+  return { maxConcurrentActivityTaskExecutions: n };
+}
+
 export const workflowsPath = require.resolve('../workflows');
 
 export function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
@@ -110,7 +124,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     const workflowBundle = opts.workflowBundle ?? (await bundleWorkflows());
     workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle }));
   } else {
-    const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER } : {};
+    const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER, ...rolloutConcurrency() } : {};
     workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
     workers.push(await Worker.create({ ...common, ...polling, taskQueue: instanceQueue }));
   }
