@@ -3,7 +3,9 @@
 // POST /rollout/scale_out to 3 reaches ACTIVE and the next steps' samples come from all three
 // engines; scale_in to 1 drains two with no sample lost or duplicated and no activity retried.
 // Also: every mutation without the token is 401, the OpenAPI document validates, a second operation
-// while one runs is 409, an absolute target already met is a no-op, initial capacity is protected.
+// while one runs is 409, an absolute target already met is a no-op, initial capacity is protected,
+// and a rollout worker of "another host" (its own process and data directory, the same Temporal and
+// database) takes rollout work without any registration.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -22,6 +24,7 @@ let dev: TestProcess;
 let api: string;
 let token: string;
 let temporal: { client: Client; close(): Promise<void> };
+let temporalAddress: string;
 
 async function call(method: string, url: string, body?: unknown, auth = true): Promise<{ status: number; json: any }> {
   const res = await fetch(`${api}${url}`, {
@@ -45,7 +48,8 @@ before(async () => {
   await dev.waitForLine(/Press Ctrl-C/, 60_000);
   token = fs.readFileSync(path.join(home, 'api-token'), 'utf8').trim();
   assert.equal(fs.statSync(path.join(home, 'api-token')).mode & 0o777, 0o600);
-  const connection = await Connection.connect({ address: `127.0.0.1:${temporalPort}` });
+  temporalAddress = `127.0.0.1:${temporalPort}`;
+  const connection = await Connection.connect({ address: temporalAddress });
   temporal = { client: new Client({ connection }), close: () => connection.close() };
 });
 
@@ -244,4 +248,23 @@ test('sync mode: scale out to 3 during a run, samples from all three, scale in t
 
 test('async mode: the same scale-out and drain while rollout runs ahead of training', async () => {
   await scaleDuringRun('async');
+});
+
+test('a rollout worker started outside the stack, with its own data directory, takes rollout work for a run', async () => {
+  const otherHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-other-host-'));
+  const outside = spawnRelax(['worker', '--role', 'rollout', '--device', 'cpu'], { RELAX_HOME: otherHome, TEMPORAL_ADDRESS: temporalAddress, DATABASE_URL: db.url });
+  try {
+    const identity = (await outside.waitForLine(/^relax worker ready: /, 60_000)).split(/\s+/)[3];
+    assert.match(identity, /^rollout\//);
+    const runId = uniqueId('outside');
+    const started = await call('POST', '/runs', { ...runConfig(runId, 'sync'), train: { steps: 6, eval_every: 1000, keep_consumed_steps: 1000 } });
+    assert.equal(started.status, 201);
+    await temporal.client.workflow.getHandle(runId).result();
+    const engines = await enginesOf(runId, 0);
+    assert.ok(engines.includes(identity), `the outside worker produced samples: ${engines.join(', ')}`);
+    assert.ok(!((await call('GET', '/rollout/engines')).json.engines as Array<{ identity: string }>).some((e) => e.identity === identity), 'it is not an engine the local capacity provider manages');
+  } finally {
+    await outside.stop('SIGTERM');
+    fs.rmSync(otherHome, { recursive: true, force: true });
+  }
 });
