@@ -10,6 +10,7 @@ import { evaluateGreedy } from '../rollout/evaluate';
 import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
 import { PolicyEngine } from '../rollout/policy-engine';
 import { rolloutSlice, type AgentEndpoint, type RolloutSlice } from '../rollout/producers';
+import { CheckpointPrunedError, latestCheckpoint } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
@@ -126,21 +127,23 @@ export interface LoadedVersion {
  * load is reported, not thrown: the engine still loads versions on demand per generate activity.
  */
 async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> {
-  const { rows } = await ctx.pool.query<{ run_id: string; policy_version: number; sha256: string }>(
-    `SELECT DISTINCT ON (c.run_id) c.run_id, c.policy_version, c.sha256
-       FROM checkpoints c JOIN runs r USING (run_id)
-      WHERE r.status = 'running'
-      ORDER BY c.run_id, c.policy_version DESC`,
-  );
+  const { rows: running } = await ctx.pool.query<{ run_id: string }>(`SELECT run_id FROM runs WHERE status = 'running' ORDER BY run_id`);
   const loaded: LoadedVersion[] = [];
-  for (const r of rows) {
-    try {
-      const run = await runContext(ctx, r.run_id);
-      await policyAt(ctx, run, r.policy_version);
-      loaded.push({ runId: r.run_id, policyVersion: r.policy_version, sha256: r.sha256 });
-    } catch (err) {
-      loaded.push({ runId: r.run_id, policyVersion: r.policy_version, error: shortened((err as Error).message, 300) });
+  for (const { run_id: runId } of running) {
+    let last: LoadedVersion | undefined;
+    // A version is pruned by retention once newer ones are published: take the newest again.
+    for (let attempt = 0; attempt < 3 && !last?.sha256; attempt++) {
+      const newest = await latestCheckpoint(ctx.pool, runId);
+      if (!newest) break;
+      try {
+        await (await policyOf(ctx, await runContext(ctx, runId))).atVersion(newest.policyVersion);
+        last = { runId, policyVersion: newest.policyVersion, sha256: newest.sha256 };
+      } catch (err) {
+        last = { runId, policyVersion: newest.policyVersion, error: shortened((err as Error).message, 300) };
+        if (!(err instanceof CheckpointPrunedError)) break;
+      }
     }
+    if (last) loaded.push(last);
   }
   return loaded;
 }

@@ -150,7 +150,7 @@ async function scaleDuringRun(mode: 'sync' | 'async'): Promise<void> {
   assert.equal(scaledOut.status, 'ACTIVE', JSON.stringify(scaledOut));
   assert.deepEqual(scaledOut.transitions.map((t: { status: string }) => t.status), ['PENDING', 'CREATING', 'HEALTH_CHECKING', 'WEIGHT_SYNCING', 'READY', 'ACTIVE']);
   assert.equal(scaledOut.engines.length, 2);
-  for (const id of scaledOut.engines) assert.ok(scaledOut.weights[id].some((w: { runId: string; sha256?: string }) => w.runId === runId && w.sha256), `${id} loaded the run's newest version`);
+  for (const id of scaledOut.engines) assert.ok(scaledOut.weights[id].some((w: { runId: string; sha256?: string }) => w.runId === runId && w.sha256), `${id} loaded the run's newest version: ${JSON.stringify(scaledOut.weights)}`);
   const engines = (await call('GET', '/rollout/engines')).json.engines as Array<{ engine_id: string; identity: string; state: string; initial: boolean; pid: number }>;
   assert.deepEqual(engines.map((e) => e.state), ['active', 'active', 'active']);
   assert.deepEqual(engines.map((e) => e.initial), [true, false, false]);
