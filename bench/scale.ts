@@ -19,6 +19,9 @@ import { startLocalStack } from '../workers/local-stack';
 import { freePort } from '../workers/ports';
 import type { Bench } from './index';
 
+/** Rollout workers the bench runs against the embedded PGlite at most (it caps connections at 64; each worker holds a few). */
+const EMBEDDED_MAX_WORKERS = 16;
+
 interface Interval { start: number; end: number }
 
 /** Total length of the union of intervals. */
@@ -64,6 +67,9 @@ async function stepBreakdown(pool: Pool, runId: string): Promise<{ stepMs: numbe
 export const scaleBench: Bench = async (ctx) => {
   const sizes = (ctx.options.workers ?? '1,2,4,8,16,32').split(',').map(Number);
   if (sizes.some((n, i) => !Number.isInteger(n) || n < 1 || (i > 0 && n <= sizes[i - 1]))) throw new Error(`--set workers=${ctx.options.workers}: give increasing worker counts, e.g. 1,2,4,8`);
+  if (!process.env.DATABASE_URL && sizes[sizes.length - 1] > EMBEDDED_MAX_WORKERS) {
+    throw new Error(`--set workers=${sizes.join(',')}: the embedded database (PGlite) serves too few connections for ${sizes[sizes.length - 1]} worker processes; set DATABASE_URL to a PostgreSQL server, or stop at ${EMBEDDED_MAX_WORKERS} workers`);
+  }
   const steps = Number(ctx.options.steps ?? 8);
   const promptsPerStep = Number(ctx.options.prompts ?? 64);
   const groupSize = 4;
@@ -78,6 +84,8 @@ export const scaleBench: Bench = async (ctx) => {
     workers: { control: 1, rollout: 1, train: 1, reference: 0 },
     device: 'cpu',
     log: () => undefined,
+    // A worker that dies and its restarts are worth seeing: they would distort the figures.
+    notice: (line) => ctx.log(line),
   });
   const fraction: Record<string, number> = {};
   const overhead: Record<string, number> = {};
@@ -96,7 +104,7 @@ export const scaleBench: Bench = async (ctx) => {
         algorithm: { group_size: groupSize },
         rollout: { prompts_per_step: promptsPerStep, max_new_tokens: 4, parallelism: n },
         train: { steps, eval_every: 1000 },
-        checkpoint: { dir: path.join(home, 'checkpoints') },
+        checkpoint: { dir: path.join(home, 'checkpoints', runId) },
       });
       await handle.result();
       const b = await stepBreakdown(pool, runId);
