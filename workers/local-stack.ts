@@ -202,9 +202,9 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       });
       const managed: ManagedWorker = { role, index, child, ready, initial, startedAt: new Date() };
       forwardLines(child, (line) => {
-        const ready = /^relax worker ready: (\S+)/.exec(line);
-        if (ready) {
-          managed.identity = ready[1];
+        const readyLine = /^relax worker ready: (\S+)/.exec(line);
+        if (readyLine) {
+          managed.identity = readyLine[1];
           markReady();
         }
         opts.log(`${tag} ${line}`);
@@ -260,7 +260,17 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         const added = Array.from({ length: count }, (_, k) => launch(role, next + k, false));
         workers.push(...added);
         changed();
-        await Promise.all(added.map((w) => w.ready));
+        try {
+          await Promise.all(added.map((w) => w.ready));
+        } catch (err) {
+          // All or none: a worker that died before it was ready takes the others of the batch down
+          // too, so a retried scale-out does not leave extra workers behind.
+          for (const w of added) w.draining = true;
+          await Promise.all(added.map((w) => stopChild(w.child, 5_000)));
+          workers.splice(0, workers.length, ...workers.filter((w) => !added.includes(w)));
+          changed();
+          throw err;
+        }
         return added.map((w) => ({ role, index: w.index, pid: w.child.pid!, initial: false, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) }));
       },
       drainWorker: async (pid, timeoutMs) => {
