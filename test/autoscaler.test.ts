@@ -97,7 +97,11 @@ test('a backlog from a slow reward scales rollout out; an empty queue scales it 
     const r = await call('GET', `/runs/${runId}`);
     return r.json.workflowStatus === 'RUNNING' ? undefined : r.json;
   }, 300_000, 1000);
-  await waitFor('a scale-in back to 1 engine', async () => ((await engines()) === 1 ? true : undefined), 120_000, 500);
+  // The engines drop to 1 as the last scale-in removes one; its decision is recorded when the operation returns.
+  await waitFor('a recorded scale-in back to 1 engine', async () => {
+    const decisions = (await call('GET', '/autoscaler/history')).json.decisions as AutoscalerDecision[];
+    return decisions.some((d) => d.action === 'scale_in' && d.target === 1 && d.outcome) && (await engines()) === 1 ? true : undefined;
+  }, 120_000, 500);
 
   const history = (await call('GET', '/autoscaler/history')).json.decisions as AutoscalerDecision[];
   const shown = JSON.stringify(history.map((d) => `${d.at} ${d.action} ${d.engines}->${d.target ?? ''} ${d.reason} ${d.outcome ?? ''}`), null, 1);
