@@ -62,7 +62,11 @@ export const summarizeEngine = (e: RolloutEngineRecord): EngineSummary => ({
   createdAt: e.createdAt.toISOString(),
 });
 
-/** Heartbeats every second while `work` runs, and gives up when the operation is cancelled. */
+/**
+ * Heartbeats every second while `work` runs, and gives up when the operation is cancelled (a wait
+ * for processes must stop at once). Not activities/context.ts withHeartbeats: that module brings the
+ * trainer's engines, which the relax dev process serving these activities should not load.
+ */
 async function heartbeating<T>(work: Promise<T>): Promise<T> {
   const ctx = Context.current();
   ctx.heartbeat();

@@ -84,8 +84,7 @@ export function registerRolloutRoutes(base: FastifyInstance, client: RelaxClient
     }));
     app.get(`/rollout/${kind}/:request_id`, { schema: { tags: ['rollout'], summary: `one ${kind} operation`, params: RequestId } }, async (req) => operationBody(await rollout.operation(req.params.request_id, kind)));
     app.post(`/rollout/${kind}/:request_id/cancel`, { schema: { tags: ['rollout'], summary: `cancel a running ${kind} (what it started is drained)`, params: RequestId, security: SECURED } }, async (req, reply) => {
-      await rollout.operation(req.params.request_id, kind);
-      const op = await rollout.cancel(req.params.request_id);
+      const op = await rollout.cancel(req.params.request_id, kind);
       return reply.code(202).send({ request_id: op.requestId, status: op.status, requested: 'cancel' });
     });
   }

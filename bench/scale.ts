@@ -15,8 +15,7 @@ import path from 'node:path';
 import { Pool } from 'pg';
 import { RelaxClient } from '../client';
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
-import { startLocalStack } from '../workers/local-stack';
-import { freePort } from '../workers/ports';
+import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 
 /** Rollout workers the bench runs against the embedded PGlite at most (it caps connections at 64; each worker holds a few). */
@@ -75,18 +74,8 @@ export const scaleBench: Bench = async (ctx) => {
   const groupSize = 4;
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-scale-'));
   ctx.log(`[bench] starting a local stack (not timed); then ${sizes.join(', ')} rollout workers, ${steps} sync steps of ${promptsPerStep * groupSize} samples at each`);
-  const stack = await startLocalStack({
-    home,
-    temporalPort: await freePort(),
-    uiPort: 0,
-    dbPort: 0,
-    databaseUrl: process.env.DATABASE_URL || undefined,
-    workers: { control: 1, rollout: 1, train: 1, reference: 0 },
-    device: 'cpu',
-    log: () => undefined,
-    // A worker that dies and its restarts are worth seeing: they would distort the figures.
-    notice: (line) => ctx.log(line),
-  });
+  // A worker that dies and its restarts are worth seeing: they would distort the figures.
+  const stack = await startEphemeralStack(home, { workers: { control: 1, rollout: 1, train: 1, reference: 0 }, notice: (line) => ctx.log(line) });
   const fraction: Record<string, number> = {};
   const overhead: Record<string, number> = {};
   const stepMs: Record<string, number> = {};

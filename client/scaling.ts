@@ -99,8 +99,8 @@ export class RelaxRollout {
   }
 
   /** Cancels a running operation: what it started is drained and removed, and it ends CANCELLED. */
-  async cancel(requestId: string): Promise<ScalingOperationState> {
-    const op = await this.operation(requestId);
+  async cancel(requestId: string, kind?: keyof typeof TYPES): Promise<ScalingOperationState> {
+    const op = await this.operation(requestId, kind);
     if (op.execution !== 'RUNNING') throw new ScalingConflictError(`request_id ${requestId} is not running (${op.status})`);
     await this.client.workflow.getHandle(ROLLOUT_SCALING_WORKFLOW_ID, requestId).cancel();
     return op;

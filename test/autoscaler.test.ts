@@ -4,14 +4,11 @@
 // queue, the autoscaler scales out, and once the run ends and the backlog empties it scales back in,
 // every decision recorded with its reason and no two scalings of a kind closer than their cooldown.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { parseAutoscalerConfig } from '../config/autoscaler';
 import { decideScaling, windowMean, type AutoscalerDecision } from '../workflows/autoscaler';
-import { freePort } from '../workers/ports';
-import { freshDatabase, spawnRelax, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
+import { startDevStack, uniqueId, waitFor, type DevStack } from './helpers';
 
 const SLOW_REWARD = path.resolve(__dirname, '../../test/fixtures/slow-reward.cjs');
 
@@ -35,35 +32,15 @@ test('the decision: sustained backlog scales out, a sustained empty queue scales
   assert.throws(() => parseAutoscalerConfig({ scale_in: { backlog_per_engine: 2 } }), /scale_in\.backlog_per_engine: must be below scale_out\.backlog_per_engine/);
 });
 
-let db: TestDatabase;
-let home: string;
-let dev: TestProcess;
-let api: string;
-let token: string;
-
-async function call(method: string, url: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${api}${url}`, { method, headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) }, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : undefined };
-}
+let stack: DevStack;
+const call = (method: string, url: string, body?: unknown) => stack.call(method, url, body);
 
 before(async () => {
-  db = await freshDatabase();
-  home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-autoscaler-'));
-  const [temporalPort, apiPort] = [await freePort(), await freePort()];
-  dev = spawnRelax(
-    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', String(apiPort), '--reference-workers', '0', '--quiet'],
-    { RELAX_HOME: home, DATABASE_URL: db.url, TEMPORAL_ADDRESS: '', RELAX_ROLLOUT_MAX_CONCURRENT: '1' },
-  );
-  api = (await dev.waitForLine(/^\s+API:\s+http/, 120_000)).trim().split(/\s+/)[1];
-  await dev.waitForLine(/Press Ctrl-C/, 60_000);
-  token = fs.readFileSync(path.join(home, 'api-token'), 'utf8').trim();
+  stack = await startDevStack([], { RELAX_ROLLOUT_MAX_CONCURRENT: '1' });
 });
 
 after(async () => {
-  await dev?.stop('SIGTERM');
-  await db?.close();
-  fs.rmSync(home, { recursive: true, force: true });
+  await stack?.close();
 });
 
 test('a backlog from a slow reward scales rollout out; an empty queue scales it back in, within the cooldowns', async () => {

@@ -16,6 +16,7 @@ import { openStore } from '../store/db';
 import { verifyPolicyVersion } from '../training/policy-versions';
 import { startEmbeddedPostgres } from '../store/embedded';
 import { RELAX_BIN } from '../workers/local-stack';
+import { freePort } from '../workers/ports';
 import { forwardLines } from '../workers/temporal-server';
 
 export function sharedTemporalAddress(): string {
@@ -198,4 +199,54 @@ export async function checkCheckpointRegistry(pool: Pool, runId: string, latest:
   }
   for (const v of keep) assert.ok(retained.includes(v), `retention keeps v${v} but it was pruned`);
   return { retained, pruned };
+}
+
+/** A real `relax dev` (its own Temporal dev server) on a fresh database, with its control API. */
+export interface DevStack {
+  db: TestDatabase;
+  home: string;
+  dev: TestProcess;
+  /** The control API's base URL and its bearer token (from <home>/api-token). */
+  api: string;
+  token: string;
+  temporalAddress: string;
+  /** One API request (with the token unless `auth` is false); the body parsed as JSON. */
+  call(method: string, url: string, body?: unknown, auth?: boolean): Promise<{ status: number; json: any }>;
+  close(): Promise<void>;
+}
+
+/** Starts `relax dev` with a free Temporal and API port and no reference worker, plus `args` and `env`. */
+export async function startDevStack(args: string[] = [], env: Record<string, string> = {}): Promise<DevStack> {
+  const db = await freshDatabase();
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-dev-stack-'));
+  const [temporalPort, apiPort] = [await freePort(), await freePort()];
+  const dev = spawnRelax(
+    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', String(apiPort), '--reference-workers', '0', '--quiet', ...args],
+    { RELAX_HOME: home, DATABASE_URL: db.url, TEMPORAL_ADDRESS: '', ...env },
+  );
+  const api = (await dev.waitForLine(/^\s+API:\s+http/, 120_000)).trim().split(/\s+/)[1];
+  await dev.waitForLine(/Press Ctrl-C/, 60_000);
+  const token = fs.readFileSync(path.join(home, 'api-token'), 'utf8').trim();
+  return {
+    db,
+    home,
+    dev,
+    api,
+    token,
+    temporalAddress: `127.0.0.1:${temporalPort}`,
+    async call(method, url, body, auth = true) {
+      const res = await fetch(`${api}${url}`, {
+        method,
+        headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...(auth ? { authorization: `Bearer ${token}` } : {}) },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await res.text();
+      return { status: res.status, json: text ? JSON.parse(text) : undefined };
+    },
+    async close() {
+      await dev.stop('SIGTERM');
+      await db.close();
+      fs.rmSync(home, { recursive: true, force: true });
+    },
+  };
 }

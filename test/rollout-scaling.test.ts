@@ -15,49 +15,26 @@ import SwaggerParser from '@apidevtools/swagger-parser';
 import { Client, Connection } from '@temporalio/client';
 import { chooseScaleInVictims } from '../workflows/rollout-scaling';
 import type { EngineSummary } from '../activities/capacity';
-import { freePort } from '../workers/ports';
-import { freshDatabase, spawnRelax, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
+import { spawnRelax, startDevStack, uniqueId, waitFor, type DevStack, type TestDatabase } from './helpers';
 
+let stack: DevStack;
 let db: TestDatabase;
-let home: string;
-let dev: TestProcess;
 let api: string;
-let token: string;
 let temporal: { client: Client; close(): Promise<void> };
 let temporalAddress: string;
-
-async function call(method: string, url: string, body?: unknown, auth = true): Promise<{ status: number; json: any }> {
-  const res = await fetch(`${api}${url}`, {
-    method,
-    headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...(auth ? { authorization: `Bearer ${token}` } : {}) },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, json: text ? JSON.parse(text) : undefined };
-}
+const call = (method: string, url: string, body?: unknown, auth = true) => stack.call(method, url, body, auth);
 
 before(async () => {
-  db = await freshDatabase();
-  home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-scaling-'));
-  const [temporalPort, apiPort] = [await freePort(), await freePort()];
-  dev = spawnRelax(
-    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', String(apiPort), '--train-workers', '1', '--reference-workers', '0', '--quiet'],
-    { RELAX_HOME: home, DATABASE_URL: db.url, TEMPORAL_ADDRESS: '' },
-  );
-  api = (await dev.waitForLine(/^\s+API:\s+http/, 120_000)).trim().split(/\s+/)[1];
-  await dev.waitForLine(/Press Ctrl-C/, 60_000);
-  token = fs.readFileSync(path.join(home, 'api-token'), 'utf8').trim();
-  assert.equal(fs.statSync(path.join(home, 'api-token')).mode & 0o777, 0o600);
-  temporalAddress = `127.0.0.1:${temporalPort}`;
+  stack = await startDevStack(['--train-workers', '1']);
+  ({ db, api, temporalAddress } = stack);
+  assert.equal(fs.statSync(path.join(stack.home, 'api-token')).mode & 0o777, 0o600);
   const connection = await Connection.connect({ address: temporalAddress });
   temporal = { client: new Client({ connection }), close: () => connection.close() };
 });
 
 after(async () => {
   await temporal?.close();
-  await dev?.stop('SIGTERM');
-  await db?.close();
-  fs.rmSync(home, { recursive: true, force: true });
+  await stack?.close();
 });
 
 const engine = (id: string, initial: boolean, createdAt: string): EngineSummary => ({ engineId: id, kind: 'local', pid: 1, identity: `rollout/${id}`, state: 'active', initial, createdAt });

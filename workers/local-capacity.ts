@@ -59,11 +59,13 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
   const provider: CapacityProvider = {
     async engines() {
       // A supervised restart gives a slot a new pid and identity: refresh before answering.
-      for (const w of stack.workers('rollout')) {
-        const known = (await mine()).find((e) => e.engineId === engineId(w));
-        if (known && (known.pid !== w.pid || known.identity !== (w.identity ?? null))) await record(w, known.state);
-      }
-      return mine();
+      const known = new Map((await mine()).map((e) => [e.engineId, e]));
+      const stale = stack.workers('rollout').filter((w) => {
+        const e = known.get(engineId(w));
+        return e && (e.pid !== w.pid || e.identity !== (w.identity ?? null));
+      });
+      for (const w of stale) await record(w, known.get(engineId(w))!.state);
+      return stale.length ? mine() : [...known.values()];
     },
     async startEngines(count) {
       const added = await stack.addWorkers('rollout', count);

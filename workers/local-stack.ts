@@ -101,6 +101,8 @@ interface ManagedWorker {
   draining?: boolean;
 }
 
+const asStackWorker = (w: ManagedWorker): StackWorker => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) });
+
 /** Thrown before anything starts when a port the stack needs is held by another process. */
 export class PortInUseError extends Error {}
 
@@ -251,9 +253,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       temporalPid: () => temporal?.pid,
       childPids,
       workers: (role) =>
-        workers
-          .filter((w) => (!role || w.role === role) && !w.draining && w.child.exitCode === null && w.child.signalCode === null && w.child.pid)
-          .map((w) => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) })),
+        workers.filter((w) => (!role || w.role === role) && !w.draining && w.child.exitCode === null && w.child.signalCode === null && w.child.pid).map(asStackWorker),
       addWorkers: async (role, count) => {
         if (stopping) throw new Error('the stack is stopping');
         const next = Math.max(-1, ...workers.filter((w) => w.role === role).map((w) => w.index)) + 1;
@@ -271,7 +271,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
           changed();
           throw err;
         }
-        return added.map((w) => ({ role, index: w.index, pid: w.child.pid!, initial: false, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) }));
+        return added.map(asStackWorker);
       },
       drainWorker: async (pid, timeoutMs) => {
         const w = workers.find((x) => x.child.pid === pid);
@@ -322,11 +322,10 @@ function supervisor(notice: (line: string) => void, stopping: () => boolean, sta
 
 /**
  * A throwaway stack for one job (quickstart, benchmarks, recording histories): free ports, headless,
- * one worker per role, quiet; the database is DATABASE_URL when set, else embedded PGlite in `home`.
+ * one worker per role unless `extra.workers` says otherwise, quiet; the database is DATABASE_URL when set, else embedded PGlite in `home`.
  */
-export async function startEphemeralStack(home: string, extra: Pick<LocalStackOptions, 'cpuAffinity'> = {}): Promise<LocalStack> {
+export async function startEphemeralStack(home: string, extra: Partial<Pick<LocalStackOptions, 'cpuAffinity' | 'workers' | 'notice'>> = {}): Promise<LocalStack> {
   return startLocalStack({
-    ...extra,
     home,
     temporalPort: await freePort(),
     uiPort: 0,
@@ -335,5 +334,6 @@ export async function startEphemeralStack(home: string, extra: Pick<LocalStackOp
     workers: { control: 1, rollout: 1, train: 1, reference: 1 },
     device: 'cpu',
     log: () => undefined,
+    ...extra,
   });
 }
