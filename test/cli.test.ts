@@ -139,17 +139,19 @@ test('relax train without a TTY prints a line per step up to the last; status, l
 
 test('Ctrl-C while following detaches with how to re-attach (exit 130); relax watch re-attaches to the end', async () => {
   const id = uniqueId('cli-detach');
-  const p = spawnRelax(['train', '--id', id, '--json', JSON.stringify({ ...TINY, train: { steps: 6, eval_every: 3 } })], env);
-  await p.waitForLine(/^\[train\] step \d+\/6 /, 120_000);
+  // Enough steps that the run is still going when the signal lands (a tiny step takes ~0.25 s on CI;
+  // with 6 steps the run once ended first and SIGINT met no handler).
+  const p = spawnRelax(['train', '--id', id, '--json', JSON.stringify({ ...TINY, train: { steps: 40, eval_every: 20 } })], env);
+  const first = await p.waitForLine(/^\[train\] step \d+\/40 /, 120_000);
   p.child.kill('SIGINT');
-  assert.equal(await p.exited, 130);
+  assert.equal(await p.exited, 130, `the CLI was still following (first line: ${first})`);
   await new Promise((r) => setImmediate(r));
   assert.ok(p.output.includes(`[relax] detached: run ${id} continues; re-attach with \`relax watch ${id}\`, stop it with \`relax stop ${id}\``), p.output.join('\n'));
 
   const w = await relax(['watch', id]);
   assert.equal(w.code, 0, w.out);
-  assert.match(w.lines.filter((l) => l.startsWith('[train] step ')).at(-1) ?? '', /^\[train\] step 6\/6 · v6 · .* · completed$/);
-  assert.deepEqual((JSON.parse(w.lines[w.lines.length - 1]) as { steps: number }).steps, 6);
+  assert.match(w.lines.filter((l) => l.startsWith('[train] step ')).at(-1) ?? '', /^\[train\] step 40\/40 · v40 · .* · completed$/);
+  assert.deepEqual((JSON.parse(w.lines[w.lines.length - 1]) as { steps: number }).steps, 40);
 });
 
 test('relax set changes hyperparameters through the Update and prints the validator message on a bad value; relax cancel ends the run cancelled', async () => {
