@@ -4,12 +4,14 @@
 // queue, drain engines (the worker stops polling, finishes its activities, exits), remove them. Each
 // waits with heartbeats, so a cancelled operation stops waiting at once.
 import { ApplicationFailure, Context } from '@temporalio/activity';
-import type { RolloutEngineRecord } from '../store/rollout-engines';
+import type { EngineKind, RolloutEngineRecord } from '../store/rollout-engines';
 
 /** An engine as the scaling workflow sees it (dates as ISO strings: workflow payloads are JSON). */
 export interface EngineSummary {
   engineId: string;
-  kind: 'local';
+  kind: EngineKind;
+  /** An external engine's URL. */
+  url: string | null;
   pid: number | null;
   identity: string | null;
   state: RolloutEngineRecord['state'];
@@ -36,14 +38,17 @@ export interface RolloutObservation {
 
 /** What owns rollout capacity: starts and stops engines, and says who polls a task queue. */
 export interface CapacityProvider {
-  /** Engines not removed, oldest first. */
+  /** Engines not removed (failed ones included: they take no work but their worker is still there), oldest first. */
   engines(): Promise<RolloutEngineRecord[]>;
-  /** Starts `count` engines; resolves once each is up (its worker says it is ready). */
-  startEngines(count: number): Promise<RolloutEngineRecord[]>;
+  /**
+   * Starts `count` engines, or with `engineUrls` one rollout worker per URL that drives that
+   * external engine; resolves once each is up (its worker says it is ready).
+   */
+  startEngines(count: number, options?: { engineUrls?: string[] }): Promise<RolloutEngineRecord[]>;
   /** Graceful: the engine stops taking work, finishes what it runs, exits; resolves when it has exited. */
   drainEngine(engineId: string, timeoutMs: number): Promise<void>;
-  /** Forgets a drained engine (state removed). */
-  removeEngine(engineId: string): Promise<void>;
+  /** Forgets a drained engine (state removed); with keepFailed a failed one stays listed as failed. */
+  removeEngine(engineId: string, options?: { keepFailed?: boolean }): Promise<void>;
   /** Marks engines active (they passed the health check and the weight sync). */
   markActive(engineIds: string[]): Promise<void>;
   /** The identities of the workers polling a task queue now (Temporal's DescribeTaskQueue). */
@@ -55,6 +60,7 @@ export interface CapacityProvider {
 export const summarizeEngine = (e: RolloutEngineRecord): EngineSummary => ({
   engineId: e.engineId,
   kind: e.kind,
+  url: e.url,
   pid: e.pid,
   identity: e.identity,
   state: e.state,
@@ -86,8 +92,8 @@ export function createCapacityActivities(provider: CapacityProvider) {
       return (await provider.engines()).map(summarizeEngine);
     },
 
-    async startRolloutEngines({ count }: { count: number }): Promise<EngineSummary[]> {
-      return (await heartbeating(provider.startEngines(count))).map(summarizeEngine);
+    async startRolloutEngines({ count, engineUrls }: { count: number; engineUrls?: string[] }): Promise<EngineSummary[]> {
+      return (await heartbeating(provider.startEngines(count, engineUrls?.length ? { engineUrls } : {}))).map(summarizeEngine);
     },
 
     /** Health check: waits until every identity polls `taskQueue`; fails naming the ones that never did. */
@@ -111,8 +117,8 @@ export function createCapacityActivities(provider: CapacityProvider) {
       await heartbeating(Promise.all(engineIds.map((id) => provider.drainEngine(id, timeoutMs))));
     },
 
-    async removeRolloutEngines({ engineIds }: { engineIds: string[] }): Promise<void> {
-      for (const id of engineIds) await provider.removeEngine(id);
+    async removeRolloutEngines({ engineIds, keepFailed }: { engineIds: string[]; keepFailed?: boolean }): Promise<void> {
+      for (const id of engineIds) await provider.removeEngine(id, { keepFailed });
     },
 
     async markRolloutEnginesActive({ engineIds }: { engineIds: string[] }): Promise<void> {

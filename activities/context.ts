@@ -10,6 +10,7 @@ import { RUN_MEMORY_SETTING } from '../config/run-bounds';
 import { RunConfigError } from '../config/run-config';
 import { CheckpointOverwriteError } from '../engines/checkpoint';
 import { NonFiniteUpdateError } from '../engines/trainer';
+import type { CheckpointServer } from '../rollout/remote-engine';
 import { NotAllowedError } from '../envs/module-policy';
 import { UserModuleError } from '../envs/user-modules';
 import { CheckpointConflictError, CheckpointPrunedError, MissingPolicyVersionError } from '../store/checkpoint-registry';
@@ -32,6 +33,18 @@ export interface WorkerContext {
   identity: string;
   /** The queue only this process polls (stateful work is pinned here). */
   instanceQueue: string;
+  /** A rollout worker driving an external engine (RELAX_ENGINE_URL): generation goes there. */
+  externalEngine?: ExternalEngineHandle;
+}
+
+/** What a rollout worker that drives an external engine holds (workers/worker.ts sets it up). */
+export interface ExternalEngineHandle {
+  url: string;
+  /** The engine's token for its version-load call (RELAX_ENGINE_TOKEN). */
+  token?: string;
+  checkpoints: CheckpointServer;
+  /** Marks the engine failed (with why) and stops this worker taking work. */
+  unhealthy(reason: string): Promise<void>;
 }
 
 /** Returned by each role's `workerInfo` activity: where to pin work that needs this process's state. */

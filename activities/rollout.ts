@@ -8,14 +8,16 @@ import { withHyperparameters, type Hyperparameters } from '../config/hyperparame
 import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
+import type { GenerationEngine } from '../engines/rollout';
 import { PolicyEngine } from '../rollout/policy-engine';
+import { EngineUnconfirmedError, RemoteRolloutEngine } from '../rollout/remote-engine';
 import { rolloutSlice, type AgentEndpoint, type RolloutSlice } from '../rollout/producers';
 import { CheckpointPrunedError, latestCheckpoint } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer } from '../training/sample-buffer';
-import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type ExternalEngineHandle, type WorkerContext } from './context';
 
 export interface GenerateActivityInput extends RolloutSlice {
   runId: string;
@@ -49,10 +51,37 @@ function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
   return policy;
 }
 
-async function policyAt(ctx: WorkerContext, run: RunContext, version: number): Promise<PolicyEngine> {
+/** The run's policy at `version`: the local engine, or the external one this worker drives. */
+async function policyAt(ctx: WorkerContext, run: RunContext, version: number): Promise<Pick<PolicyEngine, 'followNewVersions'> & { engine: GenerationEngine }> {
+  if (ctx.externalEngine) return { engine: await externalAt(ctx, ctx.externalEngine, run, version), followNewVersions: () => ({ followUpdates: true }) };
   const policy = await policyOf(ctx, run);
   await failuresMapped(() => policy.atVersion(version));
   return policy;
+}
+
+// An external engine's view of each run, in a worker started with RELAX_ENGINE_URL.
+const remotes = new Map<string, RemoteRolloutEngine>();
+
+/**
+ * The external engine told to load `version` and confirmed; one that cannot confirm is marked
+ * failed, this worker stops taking work, and the activity fails retryably (type EngineUnhealthy)
+ * so that another worker takes it: never a sample from a stale engine.
+ */
+async function externalAt(ctx: WorkerContext, ext: ExternalEngineHandle, run: RunContext, version: number): Promise<RemoteRolloutEngine> {
+  let remote = remotes.get(run.runId);
+  if (!remote) remotes.set(run.runId, (remote = new RemoteRolloutEngine(ctx.pool, run.runId, run.model, run.config, { url: ext.url, token: ext.token, checkpoints: ext.checkpoints })));
+  try {
+    return await remote.atVersion(version);
+  } catch (err) {
+    throw await asEngineFailure(ext, err);
+  }
+}
+
+/** EngineUnconfirmedError: the engine is marked failed and the failure is EngineUnhealthy; anything else is mapped as usual. */
+async function asEngineFailure(ext: ExternalEngineHandle | undefined, err: unknown): Promise<unknown> {
+  if (!(ext && err instanceof EngineUnconfirmedError)) return asActivityFailure(err);
+  await ext.unhealthy(err.message);
+  return ApplicationFailure.create({ message: shortened(err.message, FAILURE_MESSAGE_MAX_CHARS), type: 'EngineUnhealthy' });
 }
 
 // One OpenAI-compatible endpoint per rollout worker process, started the first time a run uses
@@ -91,7 +120,8 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
       ...(run.config.rollout.in_flight === 'continue' ? { followUpdates: policy.followNewVersions() } : {}),
     },
     input,
-  ).catch((err: Error) => {
+  ).catch(async (err: Error) => {
+    if (err instanceof EngineUnconfirmedError) throw await asEngineFailure(ctx.externalEngine, err);
     const mapped = asActivityFailure(err);
     if (mapped !== err) throw mapped;
     throw ApplicationFailure.create({ message: shortened(`rollout failed: ${err.message}`, FAILURE_MESSAGE_MAX_CHARS), type: 'RolloutFailed' });
@@ -136,11 +166,14 @@ async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> 
       const newest = await latestCheckpoint(ctx.pool, runId);
       if (!newest) break;
       try {
-        await (await policyOf(ctx, await runContext(ctx, runId))).atVersion(newest.policyVersion);
+        const run = await runContext(ctx, runId);
+        await (ctx.externalEngine ? externalAt(ctx, ctx.externalEngine, run, newest.policyVersion) : (await policyOf(ctx, run)).atVersion(newest.policyVersion));
         last = { runId, policyVersion: newest.policyVersion, sha256: newest.sha256 };
       } catch (err) {
+        // An external engine that cannot confirm fails the weight sync (and is marked failed).
+        if (err instanceof ApplicationFailure && err.type === 'EngineUnhealthy') throw err;
         last = { runId, policyVersion: newest.policyVersion, error: shortened((err as Error).message, 300) };
-        if (!(err instanceof CheckpointPrunedError)) break;
+        if (!(err instanceof CheckpointPrunedError || (err instanceof ApplicationFailure && err.type === 'PrunedPolicyVersion'))) break;
       }
     }
     if (last) loaded.push(last);

@@ -18,17 +18,24 @@ const RequestId = z.object({ request_id: z.string().min(1).max(100) });
 const SECURED = [{ bearer: [] }];
 const timeoutSecs = z.number().int().min(1).max(3600).optional().describe('per step; default 300');
 
+const EngineUrl = z
+  .string()
+  .max(2000)
+  .url()
+  .refine((u) => /^https?:\/\/[^/?#]+\/?$/.test(u), 'an engine base URL: http(s)://host:port, no path (the engine serves /v1/...)')
+  .transform((u) => u.replace(/\/$/, ''));
+
 const ScaleOutBody = z.object({
-  num_replicas: z.number().int().min(1).max(MAX_REPLICAS).describe('the number of rollout engines wanted (absolute: a target already met is a no-op)'),
+  num_replicas: z.number().int().min(1).max(MAX_REPLICAS).optional().describe('the number of rollout engines wanted (absolute: a target already met is a no-op); or give engine_urls'),
   model_name: z.string().max(200).optional().describe('recorded with the operation; every rollout worker serves every run'),
-  engine_urls: z.array(z.string().max(2000)).max(MAX_REPLICAS).optional().describe('external engines: not supported yet (only local workers)'),
+  engine_urls: z.array(EngineUrl).min(1).max(MAX_REPLICAS).optional().describe('external OpenAI-compatible engines to add (`relax serve --engine`), one engine each, driven by a rollout worker of this stack'),
   timeout_secs: timeoutSecs,
 }).strict();
 
 const ScaleInBody = z.object({
   num_replicas: z.number().int().min(0).max(MAX_REPLICAS).optional().describe('the number of rollout engines to keep (absolute); LIFO'),
   engine_ids: z.array(z.string().min(1).max(300)).min(1).max(MAX_REPLICAS).optional().describe('the engines to remove, by engine_id (GET /rollout/engines)'),
-  engine_urls: z.array(z.string().max(2000)).max(MAX_REPLICAS).optional().describe('external engines: not supported yet'),
+  engine_urls: z.array(EngineUrl).min(1).max(MAX_REPLICAS).optional().describe('the external engines to remove, by URL'),
   force: z.boolean().optional().describe('allow removing engines the stack started with'),
   dry_run: z.boolean().optional().describe('say what would be removed, remove nothing'),
   timeout_secs: timeoutSecs,
@@ -52,28 +59,24 @@ export function operationBody(op: ScalingOperationState) {
   };
 }
 
-function noExternalEngines(urls: string[] | undefined): void {
-  if (urls?.length) {
-    throw new ApiError(400, 'unsupported', 'engine_urls: external engines are not supported yet; scale local rollout workers with num_replicas (scale_out) or num_replicas / engine_ids (scale_in)');
-  }
-}
-
 export function registerRolloutRoutes(base: FastifyInstance, client: RelaxClient): void {
   const app = base.withTypeProvider<ZodTypeProvider>();
   const rollout = client.rollout;
 
   app.post('/rollout/scale_out', { schema: { tags: ['rollout'], summary: 'scale rollout out to num_replicas engines', body: ScaleOutBody, security: SECURED } }, async (req, reply) => {
-    noExternalEngines(req.body.engine_urls);
-    const { engine_urls: _ignored, ...request } = req.body;
-    const op = await rollout.scaleOut(request);
+    const { num_replicas, engine_urls, ...rest } = req.body;
+    if ((num_replicas === undefined) === (engine_urls === undefined)) {
+      throw new ApiError(400, 'invalid_request', 'scale_out: give num_replicas (local rollout workers, absolute) or engine_urls (external engines to add), one of the two');
+    }
+    if (engine_urls && new Set(engine_urls).size !== engine_urls.length) throw new ApiError(400, 'invalid_request', 'engine_urls: the same URL twice');
+    const op = await rollout.scaleOut(engine_urls ? { ...rest, num_replicas: 0, engine_urls } : { ...rest, num_replicas: num_replicas! });
     return reply.code(202).send({ request_id: op.requestId, status: op.status });
   });
 
   app.post('/rollout/scale_in', { schema: { tags: ['rollout'], summary: 'scale rollout in: drain engines (newest first)', body: ScaleInBody, security: SECURED } }, async (req, reply) => {
-    noExternalEngines(req.body.engine_urls);
-    const { engine_urls: _ignored, ...request } = req.body;
-    if (request.num_replicas === undefined && !request.engine_ids) throw new ApiError(400, 'invalid_request', 'scale_in: give num_replicas (engines to keep) or engine_ids (engines to remove)');
-    if (request.num_replicas !== undefined && request.engine_ids) throw new ApiError(400, 'invalid_request', 'scale_in: give num_replicas or engine_ids, not both');
+    const request = req.body;
+    const given = [request.num_replicas !== undefined, request.engine_ids !== undefined, request.engine_urls !== undefined].filter(Boolean).length;
+    if (given !== 1) throw new ApiError(400, 'invalid_request', 'scale_in: give one of num_replicas (engines to keep), engine_ids or engine_urls (engines to remove)');
     const op = await rollout.scaleIn(request);
     return reply.code(202).send({ request_id: op.requestId, status: op.status });
   });

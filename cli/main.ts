@@ -163,6 +163,16 @@ export function buildProgram(): Command {
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
       console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}`);
       await worker.done;
+      const unhealthy = worker.unhealthy();
+      if (unhealthy !== undefined) {
+        // It stopped taking work because its external engine could not confirm a version. Exiting
+        // would have the supervisor start it again: it idles until it is drained (SIGTERM).
+        console.error(`[relax] ${worker.identity} takes no work (its engine is marked failed); waiting to be drained`);
+        await new Promise<void>((resolve) => {
+          for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => resolve());
+          process.once('disconnect', () => resolve());
+        });
+      }
       // Native handles of the SDK can outlive the workers; the process has nothing left to do.
       process.exit(0);
     });
@@ -230,7 +240,9 @@ export function buildProgram(): Command {
 
   addServeLimitOptions(program.command('serve'))
     .description("serve a run's policy on an OpenAI-compatible endpoint (/v1/completions, /v1/chat/completions; docs/openai-endpoint.md)")
-    .requiredOption('--run <runId>', 'the run whose policy to serve: model "<run_id>" is its newest version, "<run_id>@<n>" version n')
+    .option('--run <runId>', 'the run whose policy to serve: model "<run_id>" is its newest version, "<run_id>@<n>" version n')
+    .option('--engine', 'serve as an external rollout engine: hold no run until a Relax stack that registered this URL tells it which version to load (needs RELAX_ENGINE_TOKEN)')
+    .option('--max-checkpoint-mb <n>', 'with --engine: the largest checkpoint it fetches, MiB (default 8192)', (v) => Number(v))
     .option('--port <n>', 'port', (v) => Number(v), 8000)
     .option('--host <host>', 'interface to listen on', '127.0.0.1')
     .option('--device <device>', 'cpu or cuda:N')

@@ -5,6 +5,10 @@
 // (sessions held, timeouts, connections, body size) are flags (addServeLimitOptions).
 import { Option, type Command } from 'commander';
 import type { Pool } from 'pg';
+import { tokenFromEnv } from '../config/bearer-token';
+import { parseRunConfig } from '../config/run-config';
+import { startEngineServer } from '../rollout/engine-server';
+import { loadRunPolicy } from '../training/policy-model';
 import { loadRunContext } from '../training/run-context';
 import { resolveAddresses } from '../client';
 import { DEFAULT_HTTP_LIMITS, startOpenAIServer, type HttpLimits, type OpenAIServer } from '../rollout/openai-server';
@@ -14,7 +18,11 @@ import { openStore, redactUrl } from '../store/db';
 import { loadPolicyWeights } from '../training/policy-versions';
 
 export interface ServeCommandOptions {
-  run: string;
+  /** The run to serve from this stack's database; or `engine`. */
+  run?: string;
+  /** An external rollout engine: no database, versions loaded when a stack says (rollout/engine-server.ts). */
+  engine?: boolean;
+  maxCheckpointMb?: number;
   port: number;
   host: string;
   /** "cpu" (default) or "cuda:N". */
@@ -86,7 +94,7 @@ export interface RunServer {
 }
 
 /** Serves one run's policy versions on the OpenAI-compatible endpoint. The pool stays the caller's. */
-export async function startRunServer(pool: Pool, options: ServeCommandOptions & Omit<PolicyEngineOptions, 'loadWeights'>): Promise<RunServer> {
+export async function startRunServer(pool: Pool, options: ServeCommandOptions & { run: string } & Omit<PolicyEngineOptions, 'loadWeights'>): Promise<RunServer> {
   const run = await loadRunContext(pool, options.run);
   const policy = await PolicyEngine.create(pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { ...options, loadWeights: (v) => loadPolicyWeights(pool, run, v) });
   let server: OpenAIServer;
@@ -123,28 +131,65 @@ function untilSignal(): Promise<NodeJS.Signals> {
  * database comes from DATABASE_URL or a running `relax dev` (.relax/stack.json).
  */
 export async function serveCommandAction(options: ServeCommandOptions): Promise<void> {
+  if (options.engine && options.run) throw new Error('--run and --engine exclude each other: --run serves a run of this stack, --engine serves whatever a registering stack tells it to load');
+  if (options.engine) return engineCommandAction(options);
+  if (!options.run) throw new Error('say what to serve: --run <run_id> (a run of this stack) or --engine (an external rollout engine for another stack)');
+  const run = options.run;
   const { databaseUrl } = resolveAddresses();
   if (!databaseUrl) throw new Error('no database to read the run from: start `relax dev` (other commands find it through .relax/stack.json) or set DATABASE_URL');
   const pool = await openStore({ url: databaseUrl, maxConnections: 2 });
   let handle: RunServer;
   try {
-    handle = await startRunServer(pool, options);
+    handle = await startRunServer(pool, { ...options, run });
   } catch (err) {
     await pool.end();
-    throw new Error(`cannot serve run ${options.run} (database ${redactUrl(databaseUrl)}): ${(err as Error).message}`);
+    throw new Error(`cannot serve run ${run} (database ${redactUrl(databaseUrl)}): ${(err as Error).message}`);
   }
   const { server } = handle;
-  console.log(`serving run ${options.run} at ${server.baseURL}`);
-  console.log(`  models: "${options.run}" (newest policy version), "${options.run}@<n>" (version n); GET ${server.baseURL}/models lists them`);
+  console.log(`serving run ${run} at ${server.baseURL}`);
+  console.log(`  models: "${run}" (newest policy version), "${run}@<n>" (version n); GET ${server.baseURL}/models lists them`);
+  printLimits(server, options);
+  const signal = await untilSignal();
+  const stats = server.stats();
+  console.log(`${signal}: stopping (sessions held ${stats.sessions.sessions}, evicted ${JSON.stringify(stats.sessions.evicted)}, connections refused ${stats.refusedConnections})`);
+  await handle.close();
+  await pool.end();
+}
+
+function printLimits(server: OpenAIServer, options: ServeCommandOptions): void {
   const l = server.limits;
   console.log(
     `  limits: ${l.maxConnections} connections, ${l.bodyLimit / MiB} MiB bodies, headers within ${l.headersTimeoutMs / 1000} s, requests within ${l.requestTimeoutMs / 1000} s; ` +
       `sessions: ${options.maxSessions ?? DEFAULT_MAX_SESSIONS} held at most, forgotten after ${options.sessionIdleS ?? DEFAULT_SESSION_IDLE_MS / 1000} s idle (relax serve --help lists the flags)`,
   );
   console.log('  Ctrl-C stops');
+}
+
+/**
+ * `relax serve --engine`: an external rollout engine (rollout/engine-server.ts). No database: the
+ * registering stack sends each version's checkpoint URL, sha256 and run config. The load call needs
+ * RELAX_ENGINE_TOKEN (or the file RELAX_ENGINE_TOKEN_FILE names), the same value the stack has.
+ */
+async function engineCommandAction(options: ServeCommandOptions): Promise<void> {
+  const token = tokenFromEnv('RELAX_ENGINE_TOKEN');
+  if (!token) throw new Error('relax serve --engine needs a token for its version-load call: set RELAX_ENGINE_TOKEN (or RELAX_ENGINE_TOKEN_FILE) here and the same value on the Relax stack that registers this engine');
+  const mb = options.maxCheckpointMb;
+  if (mb !== undefined && !(Number.isFinite(mb) && mb > 0)) throw new Error(`--max-checkpoint-mb is ${mb}: pass a positive number of MiB`);
+  const handle = await startEngineServer({
+    token: token.token,
+    resolvePolicy: async (config) => {
+      const policy = await loadRunPolicy(parseRunConfig(config, { memoryLimitBytes: Infinity }));
+      return { model: policy.model, tokenizer: policy.task.tokenizer() };
+    },
+    host: options.host,
+    port: options.port,
+    ...(options.device ? { device: options.device } : {}),
+    ...(mb !== undefined ? { maxCheckpointBytes: Math.round(mb * MiB) } : {}),
+    openai: serveLimits(options),
+  });
+  console.log(`relax engine serving at ${handle.server.baseURL} (holds no run yet; version loads need the token from ${token.source})`);
+  printLimits(handle.server, options);
   const signal = await untilSignal();
-  const stats = server.stats();
-  console.log(`${signal}: stopping (sessions held ${stats.sessions.sessions}, evicted ${JSON.stringify(stats.sessions.evicted)}, connections refused ${stats.refusedConnections})`);
+  console.log(`${signal}: stopping (held ${JSON.stringify(handle.held())})`);
   await handle.close();
-  await pool.end();
 }

@@ -46,6 +46,11 @@ export const RETRYABLE_FAILURE_TYPES = [
   'NoSamples',
   /** Generation failed for another reason than the ones above (a worker problem may pass). */
   'RolloutFailed',
+  /**
+   * An external engine could not confirm the policy version it was told to load: it is marked
+   * failed and its worker stops taking work; another worker retries the activity.
+   */
+  'EngineUnhealthy',
 ] as const;
 
 export type NonRetryableFailureType = (typeof NON_RETRYABLE_FAILURE_TYPES)[number];

@@ -148,10 +148,23 @@ export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions
   }
   const mismatch = options.model && modelConfigDifference(config.model, options.model);
   if (mismatch) throw new Error(`checkpoint ${dir}: ${mismatch} by the caller's model config`);
-  const parsed = decodeSafetensors(bytes, file);
-  const stored = parsed.metadata[MODEL_CONFIG_METADATA_KEY];
-  const inner = stored === undefined ? undefined : modelConfigDifference(parseModelConfig(JSON.parse(stored)), config.model);
+  const decoded = decodeCheckpointWeights(bytes, `checkpoint ${file}`);
+  const inner = modelConfigDifference(decoded.model, config.model);
   if (inner) throw new Error(`checkpoint ${dir}: the model config inside ${config.weightsFile} differs from ${CONFIG_FILE}: ${inner}`);
+  const weights = decoded.weights;
+  return { info: { ...config, dir }, weights };
+}
+
+/**
+ * A weights file's bytes (encodeCheckpointWeights) back to its model config and weights, every
+ * tensor's shape checked against that config: what an engine that received the file over the
+ * network (rollout/engine-server.ts) loads. `source` names the file in errors.
+ */
+export function decodeCheckpointWeights(bytes: Uint8Array, source: string): { model: ModelConfig; weights: PolicyWeights } {
+  const parsed = decodeSafetensors(bytes, source);
+  const stored = parsed.metadata[MODEL_CONFIG_METADATA_KEY];
+  if (stored === undefined) throw new Error(`${source}: no ${MODEL_CONFIG_METADATA_KEY} in its metadata (not a Relax policy checkpoint)`);
+  const model = parseModelConfig(JSON.parse(stored));
   const weights: PolicyWeights = {};
   const shapes: Record<string, number[]> = {};
   for (const [name, t] of parsed.tensors) {
@@ -159,11 +172,11 @@ export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions
     shapes[name] = t.shape;
   }
   try {
-    checkWeights(config.model, weights, shapes, 'trainable');
+    checkWeights(model, weights, shapes, 'trainable');
   } catch (err) {
-    throw new Error(`checkpoint ${file}: ${(err as Error).message}`);
+    throw new Error(`${source}: ${(err as Error).message}`);
   }
-  return { info: { ...config, dir }, weights };
+  return { model, weights };
 }
 
 /** Policy versions published under `root`, ascending. */

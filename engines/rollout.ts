@@ -115,6 +115,12 @@ function selectRows(t: ort.Tensor, keep: number[]): ort.Tensor {
   return new ort.Tensor('float32', out, [keep.length, ...dims.slice(1)]);
 }
 
+/**
+ * What rollout code needs of an engine: its model, the version it holds, and generate. RolloutEngine
+ * is the local one; rollout/remote-engine.ts drives an external OpenAI-compatible server.
+ */
+export type GenerationEngine = Pick<RolloutEngine, 'model' | 'policyVersion' | 'generate'>;
+
 export class RolloutEngine {
   private policy: LoadedPolicy | undefined;
   /** LoRA: the frozen base weights every version shares (setFrozenWeights). */

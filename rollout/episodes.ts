@@ -7,7 +7,7 @@
 // episode's context: every turn is conditioned on all of them, their placeholder positions carry
 // loss mask 0 like any observation token, and the sample keeps their ids in order.
 import { episodeTurnSeed } from '../config/seeds';
-import type { RolloutEngine, SamplingParams } from '../engines/rollout';
+import type { GenerationEngine, SamplingParams } from '../engines/rollout';
 import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { SequenceMedia } from '../engines/media/model-inputs';
 import type { Environment, InteractionSpec, Observation, StepResult } from '../envs/interaction';
@@ -106,7 +106,7 @@ export function turnStopIds(tokenizer: Tokenizer, spec: InteractionSpec): number
  * Rolls out one episode per prompt (repeat prompts for groups). `sampling.maxNewTokens` is
  * replaced per turn by the task's maxTurnTokens; `sampling.seed` is varied per turn.
  */
-export async function rolloutEpisodes(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], sampling: SamplingParams, options: EpisodeOptions): Promise<Episode[]> {
+export async function rolloutEpisodes(engine: GenerationEngine, task: Task, prompts: readonly TaskPrompt[], sampling: SamplingParams, options: EpisodeOptions): Promise<Episode[]> {
   const spec = task.interaction;
   if (!spec) throw new Error(`task ${task.name} is single-turn: it has no interaction environment`);
   const tokenizer = task.tokenizer();
@@ -234,7 +234,7 @@ export interface EpisodeEvaluation {
 }
 
 /** Greedy episodes on held-out prompts. */
-export async function evaluateEpisodes(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], options: Omit<EpisodeOptions, 'envSeed'> & { envSeed?: number }): Promise<EpisodeEvaluation> {
+export async function evaluateEpisodes(engine: GenerationEngine, task: Task, prompts: readonly TaskPrompt[], options: Omit<EpisodeOptions, 'envSeed'> & { envSeed?: number }): Promise<EpisodeEvaluation> {
   const episodes = await rolloutEpisodes(engine, task, prompts, { maxNewTokens: 1, greedy: true }, { envSeed: 0, ...options });
   const sums: Record<string, number> = {};
   for (const e of episodes) for (const [k, v] of Object.entries(e.info)) if (typeof v === 'number' && Number.isFinite(v)) sums[k] = (sums[k] ?? 0) + v;

@@ -1,6 +1,6 @@
 // Held-out evaluation: greedy decoding on the rollout engine, scored by the task's reward; for
 // multi-turn tasks, greedy episodes against the task's environment.
-import type { RolloutEngine } from '../engines/rollout';
+import type { GenerationEngine } from '../engines/rollout';
 import { stopTokens } from '../engines/tokenizers/tokenizer';
 import type { Task, TaskPrompt } from '../envs/task';
 import { evaluateEpisodes } from './episodes';
@@ -18,7 +18,7 @@ export interface EvalResult {
 /** Per environment call in evaluation episodes. */
 const EVAL_ENV_TIMEOUT_MS = 10_000;
 
-export async function evaluateGreedy(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], maxNewTokens: number): Promise<EvalResult> {
+export async function evaluateGreedy(engine: GenerationEngine, task: Task, prompts: readonly TaskPrompt[], maxNewTokens: number): Promise<EvalResult> {
   if (task.interaction) {
     const r = await evaluateEpisodes(engine, task, prompts, { timeoutMs: EVAL_ENV_TIMEOUT_MS });
     return { accuracy: r.accuracy, responses: r.episodes.map((e) => e.text), metrics: r.metrics };

@@ -109,6 +109,17 @@ export function textPrompt(resolved: ResolvedModel, text: string, promptParam: s
   return { tokens, sessionMedia: [] };
 }
 
+/** A token-id prompt (vLLM's form), used as it is: ids must be in the vocabulary, no placeholder, room left in the context. */
+export function tokenPrompt(resolved: ResolvedModel, tokens: number[], promptParam: string): PromptInput {
+  const V = resolved.engine.model.vocabSize;
+  const bad = tokens.findIndex((t) => t >= V);
+  if (bad >= 0) throw badParam(promptParam, `${promptParam}[${bad}] is token ${tokens[bad]}, but this model's vocabulary has ${V} tokens (ids 0..${V - 1})`);
+  checkPlaceholders(resolved, tokens, [], promptParam);
+  const C = resolved.engine.model.contextLength;
+  if (tokens.length >= C) throw badParam(promptParam, `the prompt is ${tokens.length} tokens, but this model's context is ${C} tokens and generation needs room for at least one more`, 'context_length_exceeded');
+  return { tokens, sessionMedia: [] };
+}
+
 /** A media part's failure as the 400 (or 500) it is answered with, naming the part. */
 function mediaPartError(err: unknown, part: ChatMediaPart): OpenAIError {
   if (!(err instanceof MediaError)) return new OpenAIError(500, `${part.param}: processing the ${part.type === 'image' ? 'image' : 'clip'} failed: ${describeError(err)}`, part.param, 'media_processing_failed');

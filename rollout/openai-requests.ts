@@ -134,7 +134,8 @@ const IGNORED: Array<{ name: string; ok: (v: unknown) => boolean; expect: string
 /** Parameters this endpoint implements, per endpoint (vLLM's top_k and include_stop_str_in_output included). */
 const HONOURED_COMMON = ['model', 'max_tokens', 'temperature', 'top_p', 'top_k', 'n', 'seed', 'stop', 'include_stop_str_in_output', 'user', 'logprobs'];
 const HONOURED = {
-  completions: new Set([...HONOURED_COMMON, 'prompt']),
+  // vLLM's extensions for token-level clients (Relax's external-engine rollout: rollout/remote-engine.ts).
+  completions: new Set([...HONOURED_COMMON, 'prompt', 'stop_token_ids', 'return_tokens_as_token_ids']),
   chat: new Set([...HONOURED_COMMON, 'messages', 'max_completion_tokens', 'top_logprobs']),
 };
 
@@ -212,24 +213,48 @@ function commonRequest(body: Body, maxTokensField: string, endpoint: Endpoint): 
 }
 
 export interface CompletionRequest extends CommonRequest {
+  /** The prompt text; for a token-id prompt, empty (promptTokens holds it). */
   prompt: string;
+  /** A token-id prompt (OpenAI's array-of-integers form), used as it is: no bos added, nothing encoded. */
+  promptTokens?: number[];
+  /** vLLM's extension: token ids that also end a choice (besides eos and `stop`). */
+  stopTokenIds: number[];
+  /** vLLM's extension: log-prob tokens as "token_id:<id>" instead of their text. */
+  tokensAsIds: boolean;
 }
+
+/** A token-id prompt or stop list: integers >= 0, at most `max` of them (checked against the vocabulary later). */
+function tokenIds(v: unknown, param: string, max: number): number[] {
+  if (!Array.isArray(v) || v.length > max || !v.every((t) => Number.isSafeInteger(t) && (t as number) >= 0)) {
+    throw badParam(param, `\`${param}\` must be an array of at most ${max} token ids (integers >= 0), got ${describe(v)}`, 'invalid_type');
+  }
+  return v as number[];
+}
+
+/** The longest token-id prompt accepted (the model's context length bounds it further). */
+const MAX_PROMPT_TOKENS = 1 << 20;
 
 /** POST /v1/completions */
 export function parseCompletionRequest(raw: unknown): CompletionRequest {
   const body = requestBody(raw);
   const common = commonRequest(body, 'max_tokens', 'completions');
+  const stopTokenIds = present(body, 'stop_token_ids') ? tokenIds(body.stop_token_ids, 'stop_token_ids', 64) : [];
+  const tokensAsIds = optionalBoolean(body, 'return_tokens_as_token_ids') ?? false;
   let prompt = body.prompt;
-  if (Array.isArray(prompt)) {
+  let promptTokens: number[] | undefined;
+  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === 'number')) {
+    promptTokens = tokenIds(prompt, 'prompt', MAX_PROMPT_TOKENS);
+    prompt = '';
+  } else if (Array.isArray(prompt)) {
     if (prompt.length !== 1 || typeof prompt[0] !== 'string') {
-      throw badParam('prompt', `\`prompt\` must be a string or an array of exactly one string (token-id prompts and batches of prompts are not supported: send one request per prompt, and n for several completions), got ${describe(prompt)}`);
+      throw badParam('prompt', `\`prompt\` must be a string, an array of exactly one string, or one prompt of token ids (batches of prompts are not supported: send one request per prompt, and n for several completions), got ${describe(prompt)}`);
     }
     prompt = prompt[0];
   }
   if (typeof prompt !== 'string') throw badParam('prompt', `\`prompt\` is required and must be a string, got ${describe(prompt)}`, present(body, 'prompt') ? 'invalid_type' : 'missing_required_parameter');
   // OpenAI's legacy logprobs: an integer, the number of top alternatives (0 = only the chosen token).
   const logprobs = optionalNumber(body, 'logprobs', { min: 0, max: 5, integer: true });
-  return { ...common, prompt, logprobs: logprobs !== undefined };
+  return { ...common, prompt, ...(promptTokens ? { promptTokens } : {}), stopTokenIds, tokensAsIds, logprobs: logprobs !== undefined };
 }
 
 /** A medium in a chat message, validated for shape only (decoded against the model by the server). */

@@ -29,7 +29,7 @@ import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { MediaPrompts } from './media-prompts';
 import { applySocketLimits, fastifyLimitOptions, registerJsonParser, resolveHttpLimits, shortMessage, type HttpLimits } from './openai-http';
-import { describeError, mediaPrompt, textPrompt, type PromptInput } from './openai-prompts';
+import { describeError, mediaPrompt, textPrompt, tokenPrompt, type PromptInput } from './openai-prompts';
 import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
 import { SessionError, SessionRecorder, type SessionCall, type SessionRecorderOptions, type SessionStats } from './sessions';
 
@@ -57,6 +57,13 @@ export interface OpenAIServerOptions {
   /** Throw modelNotFound(model) (a 404) for names it does not serve. */
   resolveModel(model: string): Promise<ResolvedModel>;
   listModels(): Promise<string[]>;
+  /** Extra fields of a listed model's object (e.g. the policy version and sha256 an engine holds). */
+  modelInfo?(id: string): Record<string, unknown> | undefined;
+  /**
+   * More routes on the same server (e.g. `relax serve --engine`'s version-load call); `serially`
+   * runs work in the one queue generation runs in, so a version switch never races a request.
+   */
+  routes?(app: FastifyInstance, serially: <T>(task: () => Promise<T>) => Promise<T>): void;
   /** Default 127.0.0.1. */
   host?: string;
   /** Default 0: a free port. */
@@ -206,6 +213,10 @@ interface GenerateRequest {
   text: string;
   /** Chat messages with media: the rendered prompt as text and media parts (`text` is then its text only). */
   parts?: ChatPart[];
+  /** A token-id prompt (completions only): used instead of `text`. */
+  promptTokens?: number[];
+  /** Token ids that also end a choice (vLLM's stop_token_ids). */
+  stopTokenIds?: number[];
   /** The request field the prompt came from, named in errors. */
   promptParam: string;
   sessionId: string | undefined;
@@ -218,7 +229,13 @@ async function generate(options: OpenAIServerOptions, sessions: SessionRecorder,
   const { req } = r;
   const resolved = await resolve(options, req.model);
   const { engine, tokenizer } = resolved;
-  const prompt = r.parts ? await mediaPrompt(resolved, req.model, r.parts, r.promptParam) : textPrompt(resolved, r.text, r.promptParam);
+  const prompt = r.parts
+    ? await mediaPrompt(resolved, req.model, r.parts, r.promptParam)
+    : r.promptTokens
+      ? tokenPrompt(resolved, r.promptTokens, r.promptParam)
+      : textPrompt(resolved, r.text, r.promptParam);
+  const outside = (r.stopTokenIds ?? []).find((t) => t >= engine.model.vocabSize);
+  if (outside !== undefined) throw badParam('stop_token_ids', `stop_token_ids has token ${outside}, but this model's vocabulary has ${engine.model.vocabSize} tokens`);
   const promptTokens = prompt.tokens;
   // A completion stops where the context ends (finish_reason "length"), whatever max_tokens says.
   const room = engine.model.contextLength - promptTokens.length;
@@ -227,7 +244,7 @@ async function generate(options: OpenAIServerOptions, sessions: SessionRecorder,
     temperature: req.temperature,
     topP: req.topP,
     topK: req.topK,
-    stopTokens: stopTokens(tokenizer, req.stop),
+    stopTokens: [...stopTokens(tokenizer, req.stop), ...(r.stopTokenIds ?? [])],
     // Without a seed every request samples afresh, as OpenAI's endpoint does.
     seed: req.seed ?? randomInt(0, 2 ** 31),
   };
@@ -259,15 +276,18 @@ function usage(g: Generation) {
   return { prompt_tokens: g.promptTokens.length, completion_tokens: completion, total_tokens: g.promptTokens.length + completion };
 }
 
-/** Legacy completions logprobs; text_offset counts from the start of the prompt text, as OpenAI's does. */
-function legacyLogprobs(c: Choice, promptText: string) {
+/**
+ * Legacy completions logprobs; text_offset counts from the start of the prompt text, as OpenAI's
+ * does. `tokensAsIds` (vLLM's return_tokens_as_token_ids): each token as "token_id:<id>".
+ */
+function legacyLogprobs(c: Choice, promptText: string, tokensAsIds = false) {
   const offsets: number[] = [];
   let at = promptText.length;
   for (const piece of c.pieces) {
     offsets.push(at);
     at += piece.length;
   }
-  return { tokens: c.pieces, token_logprobs: c.shownLogprobs, text_offset: offsets, top_logprobs: null };
+  return { tokens: tokensAsIds ? c.shown.map((t) => `token_id:${t}`) : c.pieces, token_logprobs: c.shownLogprobs, text_offset: offsets, top_logprobs: null };
 }
 
 function chatLogprobs(c: Choice) {
@@ -279,9 +299,10 @@ function chatLogprobs(c: Choice) {
 
 function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sessions: SessionRecorder): void {
   const serially = serialQueue();
+  options.routes?.(app, serially);
   const created = Math.floor(Date.now() / 1000);
   const ownedBy = options.ownedBy ?? 'relax';
-  const modelObject = (id: string) => ({ id, object: 'model', created, owned_by: ownedBy });
+  const modelObject = (id: string) => ({ id, object: 'model', created, owned_by: ownedBy, ...options.modelInfo?.(id) });
 
   app.get('/v1/models', async () => ({ object: 'list', data: (await options.listModels()).map(modelObject) }));
 
@@ -293,14 +314,24 @@ function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sess
   app.post('/v1/completions', async (request) => {
     const req = parseCompletionRequest(request.body);
     const sessionId = sessionIdOf(request, req);
-    const g = await serially(() => generate(options, sessions, { req, text: req.prompt, promptParam: 'prompt', sessionId, defaultMaxTokens: COMPLETIONS_DEFAULT_MAX_TOKENS }));
+    const g = await serially(() =>
+      generate(options, sessions, {
+        req,
+        text: req.prompt,
+        ...(req.promptTokens ? { promptTokens: req.promptTokens } : {}),
+        stopTokenIds: req.stopTokenIds,
+        promptParam: 'prompt',
+        sessionId,
+        defaultMaxTokens: COMPLETIONS_DEFAULT_MAX_TOKENS,
+      }),
+    );
     return {
       id: `cmpl-${randomUUID()}`,
       object: 'text_completion',
       created: Math.floor(Date.now() / 1000),
       model: g.model,
       system_fingerprint: `relax-policy-v${g.policyVersion}`,
-      choices: g.choices.map((c, index) => ({ index, text: c.text, logprobs: req.logprobs ? legacyLogprobs(c, req.prompt) : null, finish_reason: c.sample.finishReason })),
+      choices: g.choices.map((c, index) => ({ index, text: c.text, logprobs: req.logprobs ? legacyLogprobs(c, req.prompt, req.tokensAsIds) : null, finish_reason: c.sample.finishReason })),
       usage: usage(g),
     };
   });

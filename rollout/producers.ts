@@ -5,7 +5,7 @@
 // The rollout activity and the in-process loop both call rolloutSlice, with the same seeds.
 import type { RunConfig } from '../config/run-config';
 import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
-import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
+import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
 import { stopTokens, withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
 import { checkAgentCommandAllowed } from '../envs/module-policy';
@@ -49,7 +49,7 @@ export interface RolloutContext {
   config: RunConfig;
   task: Task;
   /** The policy, at the version this slice is generated with. */
-  engine: RolloutEngine;
+  engine: GenerationEngine;
   /** rollout.agent: the OpenAI-compatible endpoint the agent programs talk to. */
   agentEndpoint?: () => Promise<AgentEndpoint>;
   /** rollout.in_flight "continue": switches the engine to newer versions between decode steps. */
@@ -103,7 +103,7 @@ export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Pr
 }
 
 /** Generates groupSize responses per prompt (groups adjacent), without scoring them. */
-async function generateGroups(engine: RolloutEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams, media?: MediaPrompts) {
+async function generateGroups(engine: GenerationEngine, task: Task, prompts: readonly TaskPrompt[], groupSize: number, sampling: SamplingParams, media?: MediaPrompts) {
   const tokenizer = task.tokenizer();
   const inputs = await Promise.all(prompts.map((p) => (media && p.media?.length ? media.prompt(tokenizer, p) : { tokens: promptTokens(tokenizer, p) })));
   const repeat = <T>(xs: T[]): T[] => xs.flatMap((x) => Array.from({ length: groupSize }, () => x));
@@ -155,7 +155,7 @@ export type GenerateFunction = (input: GenerateFunctionInput) => GeneratedTrajec
 export interface RowsContext {
   config: RunConfig;
   task: Task;
-  engine: RolloutEngine;
+  engine: GenerationEngine;
   sampling: SamplingParams;
   /** Seeds environments and user generate functions (differs per iteration and slice). */
   seed: number;

@@ -5,11 +5,15 @@ import type { Pool } from 'pg';
 
 export const ENGINE_STATES = ['starting', 'active', 'draining', 'removed', 'failed'] as const;
 export type EngineState = (typeof ENGINE_STATES)[number];
+export type EngineKind = 'local' | 'external';
 
 export interface RolloutEngineRecord {
   engineId: string;
-  /** 'local': a rollout worker process this stack's supervisor started. */
-  kind: 'local';
+  /**
+   * 'local': a rollout worker process this stack's supervisor started; 'external': one such
+   * process driving an OpenAI-compatible server at `url` (rollout/remote-engine.ts).
+   */
+  kind: EngineKind;
   host: string;
   pid: number | null;
   /** The worker's Temporal identity (what its pollers and its samples' `engine` say). */
@@ -25,7 +29,7 @@ export interface RolloutEngineRecord {
 
 type Row = {
   engine_id: string;
-  kind: 'local';
+  kind: EngineKind;
   host: string;
   pid: number | null;
   identity: string | null;
@@ -53,7 +57,7 @@ const fromRow = (r: Row): RolloutEngineRecord => ({
 
 export interface EngineUpsert {
   engineId: string;
-  kind: 'local';
+  kind: EngineKind;
   host: string;
   pid?: number | null;
   identity?: string | null;
@@ -63,7 +67,10 @@ export interface EngineUpsert {
   detail?: Record<string, unknown>;
 }
 
-/** Inserts or updates one engine's row (identity, pid and url are kept when the update omits them). */
+/**
+ * Inserts or updates one engine's row (identity, pid and url are kept when the update omits them).
+ * A failed engine stays failed until it is removed.
+ */
 export async function upsertRolloutEngine(pool: Pool, e: EngineUpsert): Promise<void> {
   await pool.query(
     `INSERT INTO rollout_engines (engine_id, kind, host, pid, identity, url, state, initial, detail)
@@ -72,7 +79,7 @@ export async function upsertRolloutEngine(pool: Pool, e: EngineUpsert): Promise<
        pid = COALESCE(EXCLUDED.pid, rollout_engines.pid),
        identity = COALESCE(EXCLUDED.identity, rollout_engines.identity),
        url = COALESCE(EXCLUDED.url, rollout_engines.url),
-       state = EXCLUDED.state,
+       state = CASE WHEN rollout_engines.state = 'failed' AND EXCLUDED.state <> 'removed' THEN 'failed' ELSE EXCLUDED.state END,
        detail = rollout_engines.detail || EXCLUDED.detail,
        updated_at = now()`,
     [e.engineId, e.kind, e.host, e.pid ?? null, e.identity ?? null, e.url ?? null, e.state, e.initial ?? false, JSON.stringify(e.detail ?? {})],
@@ -85,6 +92,19 @@ export async function listRolloutEngines(pool: Pool, options: { includeRemoved?:
     `SELECT * FROM rollout_engines ${options.includeRemoved ? '' : `WHERE state <> 'removed'`} ORDER BY created_at, engine_id`,
   );
   return rows.map(fromRow);
+}
+
+/**
+ * Marks the engine whose worker has this identity failed, with why: it gets no more work (its
+ * worker stops polling). Returns whether a row was marked.
+ */
+export async function markRolloutEngineFailed(pool: Pool, identity: string, reason: string): Promise<boolean> {
+  const { rowCount } = await pool.query(
+    `UPDATE rollout_engines SET state = 'failed', detail = detail || jsonb_build_object('failed_because', $2::text, 'failed_at', now()), updated_at = now()
+      WHERE identity = $1 AND state <> 'removed'`,
+    [identity, reason],
+  );
+  return (rowCount ?? 0) > 0;
 }
 
 /** Marks every engine of a host that is not removed as removed (a stack starting afresh: its old children are gone). */

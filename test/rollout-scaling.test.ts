@@ -37,7 +37,7 @@ after(async () => {
   await stack?.close();
 });
 
-const engine = (id: string, initial: boolean, createdAt: string): EngineSummary => ({ engineId: id, kind: 'local', pid: 1, identity: `rollout/${id}`, state: 'active', initial, createdAt });
+const engine = (id: string, initial: boolean, createdAt: string): EngineSummary => ({ engineId: id, kind: 'local', url: null, pid: 1, identity: `rollout/${id}`, state: 'active', initial, createdAt });
 
 test('scale-in picks the newest engines first and protects the initial ones unless forced', () => {
   const engines = [engine('a', true, '2026-01-01T00:00:00Z'), engine('b', false, '2026-01-01T00:01:00Z'), engine('c', false, '2026-01-01T00:02:00Z')];

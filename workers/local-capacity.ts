@@ -49,7 +49,7 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
   const client = await Connection.connect({ address: stack.temporalAddress, ...sdkConnectionOptions(opts.security) });
   const engineId = (w: Pick<StackWorker, 'index'>) => `${host}/rollout#${w.index}`;
   const record = (w: StackWorker, state: RolloutEngineRecord['state']) =>
-    upsertRolloutEngine(pool, { engineId: engineId(w), kind: 'local', host, pid: w.pid, identity: w.identity ?? null, state, initial: w.initial });
+    upsertRolloutEngine(pool, { engineId: engineId(w), kind: w.engineUrl ? 'external' : 'local', host, pid: w.pid, identity: w.identity ?? null, url: w.engineUrl ?? null, state, initial: w.initial });
 
   // A restarted stack's earlier children are gone: its rows say so before the new ones are written.
   await retireHostEngines(pool, host, 'the stack restarted');
@@ -67,20 +67,22 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
       for (const w of stale) await record(w, known.get(engineId(w))!.state);
       return stale.length ? mine() : [...known.values()];
     },
-    async startEngines(count) {
-      const added = await stack.addWorkers('rollout', count);
+    async startEngines(count, options = {}) {
+      const added = await stack.addWorkers('rollout', options.engineUrls?.length ?? count, options);
       for (const w of added) await record(w, 'starting');
       const ids = new Set(added.map(engineId));
       return (await mine()).filter((e) => ids.has(e.engineId));
     },
     async drainEngine(id, timeoutMs) {
+      // A failed engine's process is drained too (it idles, taking no work, until then).
       const e = (await mine()).find((x) => x.engineId === id);
       if (!e || e.pid === null) return;
       await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: 'draining', detail: { drain_started_at: new Date().toISOString() } });
       await stack.drainWorker(e.pid, timeoutMs);
     },
-    async removeEngine(id) {
-      await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: 'removed', detail: { removed_at: new Date().toISOString() } });
+    async removeEngine(id, options = {}) {
+      const failed = options.keepFailed && (await mine()).some((e) => e.engineId === id && e.state === 'failed');
+      await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: failed ? 'failed' : 'removed', detail: { removed_at: new Date().toISOString() } });
     },
     async markActive(ids) {
       for (const id of ids) await upsertRolloutEngine(pool, { engineId: id, kind: 'local', host, state: 'active' });

@@ -58,6 +58,8 @@ export interface StackWorker {
   /** Started with the stack (not by addWorkers). */
   initial: boolean;
   startedAt: Date;
+  /** An external engine's URL this worker drives (RELAX_ENGINE_URL), if any. */
+  engineUrl?: string;
 }
 
 export interface LocalStack {
@@ -71,8 +73,11 @@ export interface LocalStack {
   childPids(): StackPids;
   /** The live worker processes (of one role), oldest first. */
   workers(role?: Role): StackWorker[];
-  /** Starts `count` more supervised workers of a role; resolves when each says it is ready. */
-  addWorkers(role: Role, count: number): Promise<StackWorker[]>;
+  /**
+   * Starts `count` more supervised workers of a role; resolves when each says it is ready.
+   * `engineUrls`: rollout workers that drive these external engines instead (one each, in order).
+   */
+  addWorkers(role: Role, count: number, options?: { engineUrls?: string[] }): Promise<StackWorker[]>;
   /**
    * Drains one worker: SIGTERM, so it stops polling, finishes its running activities (rollout
    * workers have ROLLOUT_DRAIN_GRACE_MS for that) and exits; it is not restarted. SIGKILL after
@@ -97,11 +102,12 @@ interface ManagedWorker {
   identity?: string;
   initial: boolean;
   startedAt: Date;
+  engineUrl?: string;
   /** Asked to drain: its exit is expected, not restarted. */
   draining?: boolean;
 }
 
-const asStackWorker = (w: ManagedWorker): StackWorker => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}) });
+const asStackWorker = (w: ManagedWorker): StackWorker => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}), ...(w.engineUrl ? { engineUrl: w.engineUrl } : {}) });
 
 /** Thrown before anything starts when a port the stack needs is held by another process. */
 export class PortInUseError extends Error {}
@@ -183,14 +189,14 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     const env = { ...withoutTemporalConnectionEnv(process.env), TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl, [SUPERVISED_ENV]: '1' };
     const backoffs = new Map<string, ReturnType<typeof supervisor>>();
 
-    const launch = (role: Role, index: number, initial: boolean): ManagedWorker => {
+    const launch = (role: Role, index: number, initial: boolean, engineUrl?: string): ManagedWorker => {
       const args = [RELAX_BIN, 'worker', '--role', role];
       if (role !== 'control') args.push('--device', opts.device);
       const cpus = opts.cpuAffinity?.[role];
       // An IPC channel: the worker exits when it closes (this process died). taskset execs node in
       // place, so the child's pid is the worker's and the channel reaches it.
       const stdio: Array<'ignore' | 'pipe' | 'ipc'> = ['ignore', 'pipe', 'pipe', 'ipc'];
-      const roleEnv = role === 'rollout' ? { ...env, RELAX_WORKER_SHUTDOWN_GRACE_MS: String(ROLLOUT_DRAIN_GRACE_MS) } : env;
+      const roleEnv = role === 'rollout' ? { ...env, RELAX_WORKER_SHUTDOWN_GRACE_MS: String(ROLLOUT_DRAIN_GRACE_MS), ...(engineUrl ? { RELAX_ENGINE_URL: engineUrl } : {}) } : env;
       const child = cpus
         ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env: roleEnv, stdio })
         : spawn(process.execPath, args, { env: roleEnv, stdio });
@@ -202,7 +208,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         markReady = resolve;
         markFailed = reject;
       });
-      const managed: ManagedWorker = { role, index, child, ready, initial, startedAt: new Date() };
+      const managed: ManagedWorker = { role, index, child, ready, initial, startedAt: new Date(), ...(engineUrl ? { engineUrl } : {}) };
       forwardLines(child, (line) => {
         const readyLine = /^relax worker ready: (\S+)/.exec(line);
         if (readyLine) {
@@ -221,7 +227,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
           restart = supervisor(notice, () => stopping, async () => {
             const slot = workers.findIndex((w) => w.role === role && w.index === index);
             if (slot < 0 || workers[slot].draining) return;
-            const replacement = launch(role, index, initial);
+            const replacement = launch(role, index, initial, engineUrl);
             if (slot >= 0) workers[slot] = replacement;
             changed();
             // Not awaiting ready: a replacement that dies early comes back through its own exit.
@@ -254,10 +260,10 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       childPids,
       workers: (role) =>
         workers.filter((w) => (!role || w.role === role) && !w.draining && w.child.exitCode === null && w.child.signalCode === null && w.child.pid).map(asStackWorker),
-      addWorkers: async (role, count) => {
+      addWorkers: async (role, count, options = {}) => {
         if (stopping) throw new Error('the stack is stopping');
         const next = Math.max(-1, ...workers.filter((w) => w.role === role).map((w) => w.index)) + 1;
-        const added = Array.from({ length: count }, (_, k) => launch(role, next + k, false));
+        const added = Array.from({ length: count }, (_, k) => launch(role, next + k, false, options.engineUrls?.[k]));
         workers.push(...added);
         changed();
         try {

@@ -8,7 +8,10 @@ import type { WorkerContext } from '../activities/context';
 import { DEVICE_ROLES, instanceTaskQueue, roleTaskQueue, type Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { deviceLabel, pinProcessToDevice, type Device } from '../engines/device';
+import { tokenFromEnv } from '../config/bearer-token';
+import { CheckpointServer, probeEngine } from '../rollout/remote-engine';
 import { openStore, redactUrl } from '../store/db';
+import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { SUPERVISED_ENV } from './supervisor';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
@@ -35,6 +38,26 @@ export interface RunningWorker {
   /** Resolves when the worker has stopped (after shutdown() or a fatal error). */
   done: Promise<void>;
   shutdown(): void;
+  /** Why the external engine it drove was marked failed (it stopped taking work), if it was. */
+  unhealthy(): string | undefined;
+}
+
+/**
+ * RELAX_ENGINE_URL on a rollout worker: it drives that external OpenAI-compatible engine
+ * (rollout/remote-engine.ts) instead of a local one. It serves the checkpoints the engine is told to
+ * load (RELAX_CHECKPOINT_HOST / RELAX_CHECKPOINT_URL) and probes the engine before it polls.
+ */
+async function externalEngineSetup(role: Role): Promise<{ url: string; token?: string; checkpoints: CheckpointServer } | undefined> {
+  const raw = process.env.RELAX_ENGINE_URL;
+  if (!raw) return undefined;
+  if (role !== 'rollout') throw new Error(`RELAX_ENGINE_URL is set, but only rollout workers drive external engines (this is a ${role} worker): unset it`);
+  if (!/^https?:\/\/[^/?#]+\/?$/.test(raw)) throw new Error(`RELAX_ENGINE_URL is ${JSON.stringify(raw)}: give the engine's base URL, http(s)://host:port (it serves /v1/...)`);
+  const url = raw.replace(/\/$/, '');
+  const problem = await probeEngine(url);
+  if (problem) throw new Error(`the external engine at ${url} does not answer (${problem}): start it (\`relax serve --engine\`) or fix RELAX_ENGINE_URL`);
+  const token = tokenFromEnv('RELAX_ENGINE_TOKEN')?.token;
+  const checkpoints = await CheckpointServer.start({ host: process.env.RELAX_CHECKPOINT_HOST || '127.0.0.1', ...(process.env.RELAX_CHECKPOINT_URL ? { advertisedUrl: process.env.RELAX_CHECKPOINT_URL } : {}) });
+  return { url, ...(token ? { token } : {}), checkpoints };
 }
 
 /**
@@ -108,7 +131,37 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   let tfjsBackend: string | undefined;
   if (opts.role === 'train' || opts.role === 'reference') tfjsBackend = (await loadTfjsBackend(opts.device)).backend;
 
-  const ctx: WorkerContext = { pool, role: opts.role, device: label, identity, instanceQueue };
+  let external: Awaited<ReturnType<typeof externalEngineSetup>>;
+  try {
+    external = await externalEngineSetup(opts.role);
+  } catch (err) {
+    await connection.close().catch(() => undefined);
+    await pool.end();
+    throw err;
+  }
+  let unhealthy: string | undefined;
+  let stopPolling = () => undefined as void;
+  const ctx: WorkerContext = {
+    pool,
+    role: opts.role,
+    device: label,
+    identity,
+    instanceQueue,
+    ...(external
+      ? {
+          externalEngine: {
+            ...external,
+            unhealthy: async (reason: string) => {
+              if (unhealthy !== undefined) return;
+              unhealthy = reason;
+              console.error(`[${identity}] the external engine ${external!.url} is marked failed and this worker takes no more work: ${reason}`);
+              await markRolloutEngineFailed(pool!, identity, reason).catch((err: Error) => console.error(`[${identity}] could not record the failure: ${err.message}`));
+              stopPolling();
+            },
+          },
+        }
+      : {}),
+  };
   const activities = activitiesForRole(opts.role, ctx);
   const common = {
     connection,
@@ -136,7 +189,11 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       throw err;
     },
   );
+  stopPolling = () => {
+    for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+  };
   const closed = done.finally(async () => {
+    await external?.checkpoints.close().catch(() => undefined);
     await connection.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
   });
@@ -149,6 +206,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     shutdown: () => {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
+    unhealthy: () => unhealthy,
   };
   exitWithSupervisor(running);
   return running;

@@ -7,7 +7,7 @@
 // (activities/capacity.ts); runs need not know: a worker that polls the rollout queue takes work, one
 // that drains stops taking it and finishes what it has. The `scalingOperation` query answers the
 // operation's state, open or closed.
-import { ApplicationFailure, CancellationScope, defineQuery, isCancellation, proxyActivities, setHandler } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, CancellationScope, defineQuery, isCancellation, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { CapacityActivities, EngineSummary } from '../activities/capacity';
 import type { LoadedVersion, RolloutActivities } from '../activities/rollout';
 import { CAPACITY_TASK_QUEUE, instanceTaskQueue, roleTaskQueue } from '../config/task-queues';
@@ -16,8 +16,13 @@ export type ScaleOutStatus = 'PENDING' | 'CREATING' | 'HEALTH_CHECKING' | 'WEIGH
 export type ScaleInStatus = 'PENDING' | 'DRAINING' | 'REMOVING' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
 
 export interface ScaleOutRequest {
-  /** The number of rollout engines wanted (absolute). */
+  /** The number of rollout engines wanted (absolute); ignored with `engine_urls`. */
   num_replicas: number;
+  /**
+   * External OpenAI-compatible engines to add, one engine each (a rollout worker that drives it:
+   * rollout/remote-engine.ts); they are added whatever the count already is.
+   */
+  engine_urls?: string[];
   /** Recorded with the operation; every rollout worker serves every run. */
   model_name?: string;
   /** Per step (create, health check, weight sync); default 300. */
@@ -28,6 +33,8 @@ export interface ScaleInRequest {
   /** The number of rollout engines to keep (absolute); or name them with `engine_ids`. */
   num_replicas?: number;
   engine_ids?: string[];
+  /** Or name external engines by their URL. */
+  engine_urls?: string[];
   /** Allow removing engines the stack started with. */
   force?: boolean;
   /** Say what would be removed, remove nothing. */
@@ -95,7 +102,8 @@ function engineQueue(e: EngineSummary): string {
 /** Ends a failed or cancelled operation: records it, undoes what it started, rethrows. */
 async function windDown(op: ScalingOperation, err: unknown, undo: () => Promise<void>): Promise<never> {
   const cancelled = isCancellation(err);
-  op.message = cancelled ? 'cancelled' : (err as Error).message;
+  // An activity's failure says "Activity task failed": its cause says why.
+  op.message = cancelled ? 'cancelled' : err instanceof ActivityFailure && err.cause ? err.cause.message : (err as Error).message;
   await CancellationScope.nonCancellable(undo);
   enter(op, cancelled ? 'CANCELLED' : 'FAILED');
   if (cancelled) throw err;
@@ -108,16 +116,18 @@ export async function rolloutScaleOut(request: ScaleOutRequest): Promise<Scaling
   const act = capacity(timeoutSecs);
   let created: EngineSummary[] = [];
   try {
-    const engines = await act.listRolloutEngines();
+    // A failed engine (an external one that could not confirm a version) takes no work: not counted.
+    const engines = (await act.listRolloutEngines()).filter((e) => e.state !== 'failed');
+    const urls = request.engine_urls ?? [];
     op.fromReplicas = engines.length;
-    op.targetReplicas = request.num_replicas;
-    if (engines.length >= request.num_replicas) {
+    op.targetReplicas = urls.length ? engines.length + urls.length : request.num_replicas;
+    if (!urls.length && engines.length >= request.num_replicas) {
       op.message = `${engines.length} rollout engines already (target ${request.num_replicas}): nothing to do`;
       enter(op, 'ACTIVE');
       return op;
     }
     enter(op, 'CREATING');
-    created = await act.startRolloutEngines({ count: request.num_replicas - engines.length });
+    created = await act.startRolloutEngines(urls.length ? { count: urls.length, engineUrls: urls } : { count: request.num_replicas - engines.length });
     op.engines = created.map((e) => e.engineId);
     enter(op, 'HEALTH_CHECKING');
     await act.awaitPollers({ taskQueue: roleTaskQueue('rollout'), identities: created.map((e) => e.identity ?? e.engineId), timeoutMs: timeoutSecs * 1000 });
@@ -132,7 +142,8 @@ export async function rolloutScaleOut(request: ScaleOutRequest): Promise<Scaling
     return windDown(op, err, async () => {
       if (!created.length) return;
       await act.drainRolloutEngines({ engineIds: op.engines, timeoutMs: timeoutSecs * 1000 });
-      await act.removeRolloutEngines({ engineIds: op.engines });
+      // An engine marked failed stays listed so (with why) until a scale-in names it.
+      await act.removeRolloutEngines({ engineIds: op.engines, keepFailed: true });
     });
   }
 }
@@ -142,6 +153,11 @@ export async function rolloutScaleOut(request: ScaleOutRequest): Promise<Scaling
  * Engines the stack started with are kept unless `force`; the operation fails naming them.
  */
 export function chooseScaleInVictims(engines: EngineSummary[], request: ScaleInRequest): EngineSummary[] {
+  if (request.engine_urls?.length) {
+    const unknown = request.engine_urls.filter((u) => !engines.some((e) => e.url === u));
+    if (unknown.length) throw ApplicationFailure.nonRetryable(`engine_urls: no engine registered at ${unknown.join(', ')} (external engines: ${engines.filter((e) => e.url).map((e) => e.url).join(', ') || 'none'})`, 'InvalidScalingRequest');
+    return engines.filter((e) => e.url !== null && request.engine_urls!.includes(e.url));
+  }
   if (request.engine_ids?.length) {
     const unknown = request.engine_ids.filter((id) => !engines.some((e) => e.engineId === id));
     if (unknown.length) throw ApplicationFailure.nonRetryable(`engine_ids: no such engine ${unknown.join(', ')} (engines: ${engines.map((e) => e.engineId).join(', ')})`, 'InvalidScalingRequest');
@@ -150,13 +166,15 @@ export function chooseScaleInVictims(engines: EngineSummary[], request: ScaleInR
     if (initial.length && !request.force) throw ApplicationFailure.nonRetryable(`engine_ids: ${initial.map((e) => e.engineId).join(', ')} started with the stack (initial capacity); pass force: true to remove them`, 'InitialCapacityProtected');
     return victims;
   }
-  const keep = request.num_replicas ?? engines.length;
-  const excess = engines.length - keep;
+  // By count: among the engines that work (failed ones are removed by id or URL).
+  const working = engines.filter((e) => e.state !== 'failed');
+  const keep = request.num_replicas ?? working.length;
+  const excess = working.length - keep;
   if (excess <= 0) return [];
-  const newestFirst = [...engines].sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
+  const newestFirst = [...working].sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
   const removable = request.force ? newestFirst : newestFirst.filter((e) => !e.initial);
   if (removable.length < excess) {
-    throw ApplicationFailure.nonRetryable(`num_replicas ${keep}: only ${removable.length} of ${engines.length} engines were added after the stack started (initial capacity ${engines.length - removable.length}); pass force: true to go below it`, 'InitialCapacityProtected');
+    throw ApplicationFailure.nonRetryable(`num_replicas ${keep}: only ${removable.length} of ${working.length} engines were added after the stack started (initial capacity ${working.length - removable.length}); pass force: true to go below it`, 'InitialCapacityProtected');
   }
   return removable.slice(0, excess);
 }

@@ -1,0 +1,271 @@
+// An external OpenAI-compatible engine as a rollout engine (docs/control-api.md "External engines"):
+// a rollout worker started with RELAX_ENGINE_URL generates through it. Before it generates for a
+// policy version it tells the engine to load that version (the version-load call of
+// `relax serve --engine`: a checkpoint URL this process serves, with the registry's sha256) and
+// confirms it through GET /v1/models/<run> (the version and the sha256 the engine says it holds).
+// An engine that cannot confirm is never used stale: EngineUnconfirmedError, and the worker marks
+// it failed and stops taking work (activities/rollout.ts).
+//
+// Generation goes through POST /v1/completions with vLLM's token-level extensions: the prompt as
+// token ids, stop_token_ids, include_stop_str_in_output and return_tokens_as_token_ids, so tokens
+// and their log-probs come back exactly. The log-probs are the engine's (a Relax engine reports the
+// policy's at temperature 1; the sampling distribution's are not sent, so samplingLogprobs repeats
+// them). Text prompts only: media and followUpdates (partial rollout) need a local engine.
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
+import { WEIGHTS_FILE } from '../engines/checkpoint';
+import type { ModelConfig } from '../engines/model';
+import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
+import type { SequenceMedia } from '../engines/media/model-inputs';
+import { requireRetainedCheckpoint } from '../store/checkpoint-registry';
+import type { Queryable } from '../store/transfer-queue';
+import { LOAD_VERSION_PATH } from './engine-server';
+
+/** The engine could not load, or could not confirm it holds, the version asked for: it must get no work. */
+export class EngineUnconfirmedError extends Error {
+  override readonly name = 'EngineUnconfirmedError';
+}
+
+/** A generation request the engine refused or could not serve (retryable: another worker may serve it). */
+export class RemoteEngineError extends Error {
+  override readonly name = 'RemoteEngineError';
+}
+
+/**
+ * Serves checkpoint weights files to engines over HTTP, each behind a random capability URL that
+ * expires: an engine can fetch what it was told to load and nothing else. Listens on
+ * RELAX_CHECKPOINT_HOST (default 127.0.0.1); RELAX_CHECKPOINT_URL names the base URL engines reach it
+ * by when that differs (another host, a proxy).
+ */
+export class CheckpointServer {
+  private readonly offers = new Map<string, { file: string; expires: number }>();
+
+  private constructor(
+    private readonly server: http.Server,
+    readonly baseUrl: string,
+  ) {}
+
+  static async start(options: { host?: string; port?: number; advertisedUrl?: string } = {}): Promise<CheckpointServer> {
+    let self: CheckpointServer | undefined;
+    const server = http.createServer((req, res) => void self?.handle(req, res));
+    server.headersTimeout = 10_000;
+    server.requestTimeout = 600_000;
+    const host = options.host ?? '127.0.0.1';
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, host, () => resolve());
+    });
+    const address = server.address();
+    if (address === null || typeof address === 'string') throw new Error(`the checkpoint server listens on ${String(address)}, not a TCP port`);
+    const shownHost = host === '0.0.0.0' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+    self = new CheckpointServer(server, (options.advertisedUrl ?? `http://${shownHost}:${address.port}`).replace(/\/+$/, ''));
+    return self;
+  }
+
+  /** A URL that serves `file` until `ttlMs` from now. */
+  offer(file: string, ttlMs = 15 * 60_000): string {
+    const now = Date.now();
+    for (const [k, o] of this.offers) if (o.expires < now) this.offers.delete(k);
+    const token = randomBytes(24).toString('hex');
+    this.offers.set(token, { file, expires: now + ttlMs });
+    return `${this.baseUrl}/checkpoints/${token}`;
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const token = /^\/checkpoints\/([0-9a-f]{48})$/.exec(req.url ?? '')?.[1];
+    const offer = token ? this.offers.get(token) : undefined;
+    if (req.method !== 'GET' || !offer || offer.expires < Date.now()) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('no such checkpoint offer (expired, or never made)\n');
+      return;
+    }
+    try {
+      const { size } = await stat(offer.file);
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': size });
+      createReadStream(offer.file).on('error', () => res.destroy()).pipe(res);
+    } catch {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('the checkpoint file is gone (pruned)\n');
+    }
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      this.server.closeAllConnections();
+      this.server.close(() => resolve());
+    });
+  }
+}
+
+export interface RemoteEngineOptions {
+  /** The engine's base URL (http://host:port, without /v1). */
+  url: string;
+  /** Its bearer token for the version-load call (RELAX_ENGINE_TOKEN). */
+  token?: string;
+  checkpoints: CheckpointServer;
+  /** Per HTTP call. Default 120 s. */
+  timeoutMs?: number;
+}
+
+interface CompletionChoice {
+  index: number;
+  finish_reason: 'stop' | 'length';
+  logprobs: { tokens: string[]; token_logprobs: number[] } | null;
+}
+
+const describe = (err: unknown) => (err as Error)?.message ?? String(err);
+
+/** A short reason from an engine's error answer (OpenAI's {error: {message}} or the text). */
+async function answerReason(res: Response): Promise<string> {
+  const text = await res.text().catch(() => '');
+  try {
+    const message = (JSON.parse(text) as { error?: { message?: string } }).error?.message;
+    if (message) return `HTTP ${res.status}: ${message.slice(0, 400)}`;
+  } catch {
+    // not JSON
+  }
+  return `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`;
+}
+
+/** Probes an engine (GET /v1/models): undefined when it answers, else why not. */
+export async function probeEngine(url: string, timeoutMs = 10_000): Promise<string | undefined> {
+  try {
+    const res = await fetch(`${url}/v1/models`, { redirect: 'error', signal: AbortSignal.timeout(timeoutMs) });
+    await res.body?.cancel().catch(() => undefined);
+    return res.ok ? undefined : `GET /v1/models answered HTTP ${res.status}`;
+  } catch (err) {
+    return `GET /v1/models failed: ${describe(err)}`;
+  }
+}
+
+/** One run's policy on an external engine: the version it was told to load and confirmed. */
+export class RemoteRolloutEngine implements GenerationEngine {
+  private confirmed: number | undefined;
+
+  constructor(
+    private readonly db: Queryable,
+    readonly runId: string,
+    readonly model: ModelConfig,
+    private readonly runConfig: unknown,
+    private readonly options: RemoteEngineOptions,
+  ) {}
+
+  get policyVersion(): number | undefined {
+    return this.confirmed;
+  }
+
+  get url(): string {
+    return this.options.url;
+  }
+
+  private async call(pathname: string, init: RequestInit = {}): Promise<Response> {
+    return fetch(`${this.options.url}${pathname}`, { ...init, redirect: 'error', signal: AbortSignal.timeout(this.options.timeoutMs ?? 120_000) });
+  }
+
+  /**
+   * Tells the engine to load `version` and confirms it holds it (version and sha256). Throws
+   * EngineUnconfirmedError when either fails; the registry's own errors (a version not published
+   * yet, or pruned) pass through as they are.
+   */
+  async atVersion(version: number): Promise<this> {
+    if (this.confirmed === version) return this;
+    const checkpoint = await requireRetainedCheckpoint(this.db, this.runId, version);
+    const name = `${this.runId}@${version}`;
+    const unconfirmed = (why: string) => new EngineUnconfirmedError(`engine ${this.options.url} cannot confirm ${name}: ${why}`);
+    this.confirmed = undefined;
+    let res: Response;
+    try {
+      res = await this.call(LOAD_VERSION_PATH, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(this.options.token ? { authorization: `Bearer ${this.options.token}` } : {}) },
+        body: JSON.stringify({ model: this.runId, policy_version: version, checkpoint_url: this.options.checkpoints.offer(path.join(checkpoint.path, WEIGHTS_FILE)), sha256: checkpoint.sha256, run_config: this.runConfig }),
+      });
+    } catch (err) {
+      throw unconfirmed(`the version-load call failed: ${describe(err)}`);
+    }
+    if (!res.ok) throw unconfirmed(`the version-load call ${LOAD_VERSION_PATH} answered ${await answerReason(res)}`);
+    await res.body?.cancel().catch(() => undefined);
+    let held: { relax_policy_version?: unknown; relax_sha256?: unknown };
+    try {
+      const check = await this.call(`/v1/models/${encodeURIComponent(this.runId)}`);
+      if (!check.ok) throw new Error(`answered ${await answerReason(check)}`);
+      held = (await check.json()) as typeof held;
+    } catch (err) {
+      throw unconfirmed(`GET /v1/models/${this.runId} ${describe(err)}`);
+    }
+    if (held.relax_policy_version !== version || held.relax_sha256 !== checkpoint.sha256) {
+      throw unconfirmed(`it says it holds version ${String(held.relax_policy_version)} with sha256 ${String(held.relax_sha256)}, not version ${version} with sha256 ${checkpoint.sha256}`);
+    }
+    this.confirmed = version;
+    return this;
+  }
+
+  /** Generates through POST /v1/completions; consecutive equal prompts go as one request with n. */
+  async generate(prompts: ReadonlyArray<readonly number[]>, params: SamplingParams, media?: ReadonlyArray<SequenceMedia | undefined>): Promise<GeneratedSample[]> {
+    if (media?.some((m) => m !== undefined)) throw new RemoteEngineError('an external engine takes text prompts only: a task with images or audio needs local rollout workers');
+    if (params.followUpdates) throw new RemoteEngineError('rollout.in_flight "continue" (partial rollout) needs local rollout workers: an external engine switches versions between requests only');
+    const version = this.confirmed;
+    if (version === undefined) throw new EngineUnconfirmedError(`engine ${this.options.url} holds no confirmed version of run ${this.runId}`);
+    const out: GeneratedSample[] = [];
+    for (let i = 0; i < prompts.length; ) {
+      let n = 1;
+      while (i + n < prompts.length && sameTokens(prompts[i + n], prompts[i])) n++;
+      out.push(...(await this.complete(prompts[i], n, (params.seed ?? 0) + i, params, version)));
+      i += n;
+    }
+    return out;
+  }
+
+  private async complete(prompt: readonly number[], n: number, seed: number, params: SamplingParams, version: number): Promise<GeneratedSample[]> {
+    const name = `${this.runId}@${version}`;
+    const room = this.model.contextLength - prompt.length;
+    const body = {
+      model: name,
+      prompt,
+      n,
+      seed,
+      max_tokens: Math.max(1, Math.min(params.maxNewTokens, room)),
+      temperature: params.greedy ? 0 : (params.temperature ?? 1),
+      top_p: params.topP ?? 1,
+      top_k: params.topK ?? 0,
+      stop_token_ids: params.stopTokens ?? [],
+      include_stop_str_in_output: true,
+      logprobs: 0,
+      return_tokens_as_token_ids: true,
+    };
+    let res: Response;
+    try {
+      res = await this.call('/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    } catch (err) {
+      throw new RemoteEngineError(`engine ${this.options.url}: POST /v1/completions failed: ${describe(err)}`);
+    }
+    if (res.status === 404) {
+      // The engine no longer holds the version it confirmed (restarted, or told to load another).
+      this.confirmed = undefined;
+      throw new EngineUnconfirmedError(`engine ${this.options.url} no longer serves ${name}: ${await answerReason(res)}`);
+    }
+    if (!res.ok) throw new RemoteEngineError(`engine ${this.options.url}: POST /v1/completions answered ${await answerReason(res)}`);
+    const answer = (await res.json()) as { model?: string; choices?: CompletionChoice[] };
+    if (answer.model !== name) {
+      this.confirmed = undefined;
+      throw new EngineUnconfirmedError(`engine ${this.options.url} answered as ${String(answer.model)}, not ${name}`);
+    }
+    const choices = [...(answer.choices ?? [])].sort((a, b) => a.index - b.index);
+    if (choices.length !== n) throw new RemoteEngineError(`engine ${this.options.url} returned ${choices.length} choices for n = ${n}`);
+    return choices.map((c) => {
+      if (!c.logprobs) throw new RemoteEngineError(`engine ${this.options.url} returned no logprobs (it must honour logprobs and return_tokens_as_token_ids)`);
+      const tokens = c.logprobs.tokens.map((t) => {
+        const id = /^token_id:(\d+)$/.exec(t)?.[1];
+        if (id === undefined) throw new RemoteEngineError(`engine ${this.options.url} returned the token ${JSON.stringify(t)}, not "token_id:<id>" (it must honour return_tokens_as_token_ids)`);
+        return Number(id);
+      });
+      const logprobs = c.logprobs.token_logprobs.map(Number);
+      return { tokens, logprobs, samplingLogprobs: logprobs, finishReason: c.finish_reason === 'stop' ? 'stop' : 'length', policyVersion: version };
+    });
+  }
+}
+
+function sameTokens(a: readonly number[], b: readonly number[]): boolean {
+  return a.length === b.length && a.every((t, i) => t === b[i]);
+}
