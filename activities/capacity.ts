@@ -96,11 +96,20 @@ export function createCapacityActivities(provider: CapacityProvider) {
       return (await heartbeating(provider.startEngines(count, engineUrls?.length ? { engineUrls } : {}))).map(summarizeEngine);
     },
 
-    /** Health check: waits until every identity polls `taskQueue`; fails naming the ones that never did. */
+    /**
+     * Health check: waits until every identity polls `taskQueue`; fails naming the ones that never
+     * did, or at once for an engine marked failed (an external engine that could not confirm the
+     * version its first activity needed: it stopped polling before this saw it).
+     */
     async awaitPollers({ taskQueue, identities, timeoutMs }: { taskQueue: string; identities: string[]; timeoutMs: number }): Promise<string[]> {
       const deadline = Date.now() + timeoutMs;
       const wait = async () => {
         for (;;) {
+          const failed = (await provider.engines()).filter((e) => e.state === 'failed' && e.identity !== null && identities.includes(e.identity));
+          if (failed.length) {
+            const why = failed.map((e) => `${e.engineId}: ${String(e.detail.failed_because ?? 'marked failed')}`).join('; ');
+            throw ApplicationFailure.create({ type: 'EngineUnhealthy', nonRetryable: true, message: why });
+          }
           const polling = new Set(await provider.pollerIdentities(taskQueue));
           const missing = identities.filter((id) => !polling.has(id));
           if (!missing.length) return identities;

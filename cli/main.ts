@@ -163,16 +163,8 @@ export function buildProgram(): Command {
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
       console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}`);
       await worker.done;
-      const unhealthy = worker.unhealthy();
-      if (unhealthy !== undefined) {
-        // It stopped taking work because its external engine could not confirm a version. Exiting
-        // would have the supervisor start it again: it idles until it is drained (SIGTERM).
-        console.error(`[relax] ${worker.identity} takes no work (its engine is marked failed); waiting to be drained`);
-        await new Promise<void>((resolve) => {
-          for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => resolve());
-          process.once('disconnect', () => resolve());
-        });
-      }
+      // (A worker whose external engine was marked failed stopped polling the shared queue only: its
+      // instance queue keeps it alive, taking no rollout work, until it is drained.)
       // Native handles of the SDK can outlive the workers; the process has nothing left to do.
       process.exit(0);
     });

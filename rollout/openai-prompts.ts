@@ -189,3 +189,30 @@ export async function mediaPrompt(resolved: ResolvedModel, requested: string, pa
   }
   return { tokens, media, sessionMedia };
 }
+
+/**
+ * Stop strings to token ids. The engine stops on single tokens, so each stop string must be one
+ * token of the tokenizer, or the text eos decodes to (eos always stops anyway).
+ */
+export function stopTokens(tokenizer: Tokenizer, stops: readonly string[]): number[] {
+  const eosText = tokenizer.decode([tokenizer.eosId]);
+  const ids = new Set<number>([tokenizer.eosId]);
+  for (const s of stops) {
+    if (s === eosText) continue;
+    let encoded: number[];
+    try {
+      encoded = s === '' ? [] : tokenizer.encode(s);
+    } catch (err) {
+      throw badParam('stop', `stop sequence ${JSON.stringify(s)} cannot be encoded by this model's tokenizer: ${(err as Error).message}`);
+    }
+    if (encoded.length !== 1) {
+      throw badParam(
+        'stop',
+        `stop sequence ${JSON.stringify(s)} is ${encoded.length} tokens of this model's tokenizer, but this endpoint only stops on single tokens: ` +
+          `use a stop string that is exactly one token (one character of a character-level model), or ${JSON.stringify(eosText)} for end-of-sequence (which always stops generation)`,
+      );
+    }
+    ids.add(encoded[0]);
+  }
+  return [...ids];
+}

@@ -29,7 +29,7 @@ import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { MediaPrompts } from './media-prompts';
 import { applySocketLimits, fastifyLimitOptions, registerJsonParser, resolveHttpLimits, shortMessage, type HttpLimits } from './openai-http';
-import { describeError, mediaPrompt, textPrompt, tokenPrompt, type PromptInput } from './openai-prompts';
+import { describeError, mediaPrompt, stopTokens, textPrompt, tokenPrompt, type PromptInput } from './openai-prompts';
 import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
 import { SessionError, SessionRecorder, type SessionCall, type SessionRecorderOptions, type SessionStats } from './sessions';
 
@@ -135,33 +135,6 @@ function serialQueue(): <T>(task: () => Promise<T>) => Promise<T> {
   };
 }
 
-
-/**
- * Stop strings to token ids. The engine stops on single tokens, so each stop string must be one
- * token of the tokenizer, or the text eos decodes to (eos always stops anyway).
- */
-function stopTokens(tokenizer: Tokenizer, stops: readonly string[]): number[] {
-  const eosText = tokenizer.decode([tokenizer.eosId]);
-  const ids = new Set<number>([tokenizer.eosId]);
-  for (const s of stops) {
-    if (s === eosText) continue;
-    let encoded: number[];
-    try {
-      encoded = s === '' ? [] : tokenizer.encode(s);
-    } catch (err) {
-      throw badParam('stop', `stop sequence ${JSON.stringify(s)} cannot be encoded by this model's tokenizer: ${(err as Error).message}`);
-    }
-    if (encoded.length !== 1) {
-      throw badParam(
-        'stop',
-        `stop sequence ${JSON.stringify(s)} is ${encoded.length} tokens of this model's tokenizer, but this endpoint only stops on single tokens: ` +
-          `use a stop string that is exactly one token (one character of a character-level model), or ${JSON.stringify(eosText)} for end-of-sequence (which always stops generation)`,
-      );
-    }
-    ids.add(encoded[0]);
-  }
-  return [...ids];
-}
 
 /** The session id of a request: `user` or the header; both given must agree. */
 function sessionIdOf(request: FastifyRequest, req: CommonRequest): string | undefined {

@@ -238,6 +238,12 @@ export class RemoteRolloutEngine implements GenerationEngine {
     try {
       res = await this.call('/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     } catch (err) {
+      // Down (not a slow answer): it cannot serve the version it confirmed, so it must get no more work.
+      const down = await probeEngine(this.options.url);
+      if (down) {
+        this.confirmed = undefined;
+        throw new EngineUnconfirmedError(`engine ${this.options.url} no longer answers (${down}) while serving ${name}`);
+      }
       throw new RemoteEngineError(`engine ${this.options.url}: POST /v1/completions failed: ${describe(err)}`);
     }
     if (res.status === 404) {

@@ -189,7 +189,7 @@ describe('endpoints', () => {
   test("vLLM's token-level extensions: a token-id prompt, stop_token_ids, return_tokens_as_token_ids give exactly the engine's tokens and log-probs", async () => {
     const p = encodePrompt('12+34=');
     const stop = tok.encode('7');
-    const res = await rawPost('/v1/completions', JSON.stringify({ model: 'policy', prompt: p, max_tokens: 6, n: 4, seed: 9, logprobs: 0, stop_token_ids: stop, include_stop_str_in_output: true, return_tokens_as_token_ids: true }));
+    const res = await rawPost('/completions', JSON.stringify({ model: 'policy', prompt: p, max_tokens: 6, n: 4, seed: 9, logprobs: 0, stop_token_ids: stop, include_stop_str_in_output: true, return_tokens_as_token_ids: true }));
     assert.equal(res.status, 200, JSON.stringify(res.json));
     const expected = await engine.generate([p, p, p, p], params(6, 9, { stopTokens: [EOS, ...stop] }));
     res.json.choices.forEach((c: { finish_reason: string; logprobs: { tokens: string[]; token_logprobs: number[] } }, i: number) => {
@@ -198,10 +198,10 @@ describe('endpoints', () => {
       assert.deepEqual(c.logprobs.token_logprobs, expected[i].logprobs);
     });
     assert.equal(res.json.usage.prompt_tokens, p.length, 'the ids are the prompt as they are (no bos added)');
-    const outside = await rawPost('/v1/completions', JSON.stringify({ model: 'policy', prompt: [1, MODEL.vocabSize + 3] }));
+    const outside = await rawPost('/completions', JSON.stringify({ model: 'policy', prompt: [1, MODEL.vocabSize + 3] }));
     assert.equal(outside.status, 400);
     assert.match(outside.json.error.message, /prompt\[1\] is token \d+, but this model's vocabulary has \d+ tokens/);
-    const badStop = await rawPost('/v1/completions', JSON.stringify({ model: 'policy', prompt: 'x', stop_token_ids: [-1] }));
+    const badStop = await rawPost('/completions', JSON.stringify({ model: 'policy', prompt: 'x', stop_token_ids: [-1] }));
     assert.equal(badStop.status, 400);
     assert.equal(badStop.json.error.param, 'stop_token_ids');
   });

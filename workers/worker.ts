@@ -189,8 +189,10 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       throw err;
     },
   );
+  // An engine marked failed: stop taking the shared queue's work. The instance queue still answers,
+  // so a scale-out's weight sync pinned to this worker gets the reason instead of a timeout.
   stopPolling = () => {
-    for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+    for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
   const closed = done.finally(async () => {
     await external?.checkpoints.close().catch(() => undefined);
