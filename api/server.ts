@@ -11,6 +11,7 @@ import { NoCapacityProviderError, ScalingConflictError, UnknownOperationError } 
 import { AutoscalerConfigError } from '../config/autoscaler';
 import { RunConfigError } from '../config/run-config';
 import { ApiError } from './errors';
+import { registerMetricsRoutes } from './metrics-routes';
 import { registerRolloutRoutes } from './rollout-routes';
 import { registerRunRoutes } from './run-routes';
 import { bearerMatches } from './token';
@@ -77,10 +78,11 @@ export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyI
     await reply.code(404).send({ error: { type: 'not_found', message: `no route ${request.method} ${request.url.split('?')[0]}: see GET /openapi.json` } });
   });
 
-  app.get('/health', { schema: { hide: true } }, async () => ({ status: 'ok' }));
+  app.get('/health', { schema: { tags: ['monitoring'], summary: 'liveness: the API process answers' } }, async () => ({ status: 'ok' }));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   registerRunRoutes(app, opts.client);
   registerRolloutRoutes(app, opts.client);
+  registerMetricsRoutes(app, opts.client);
   return app;
 }
 

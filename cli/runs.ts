@@ -189,6 +189,27 @@ export function registerRunCommands(program: Command): void {
     );
 
   program
+    .command('metrics <runId>')
+    .description("a run's metric series from Postgres: a table of the newest values, or every step as --csv (one column per series) or --json ({series: [[step, value], ...]})")
+    .option('--csv', 'every step, one row each, one column per series')
+    .option('--json', 'every series as [[step, value], ...]')
+    .option('--names <a,b>', 'only these series (comma-separated)')
+    .action(async (runId: string, o: { csv?: boolean; json?: boolean; names?: string }) => {
+      if (o.csv && o.json) throw new UsageError('--csv and --json exclude each other');
+      const db = new RunDatabase(resolveAddresses().databaseUrl);
+      try {
+        const series = await db.metrics(runId, o.names ? o.names.split(',').map((n) => n.trim()).filter(Boolean) : undefined);
+        const names = Object.keys(series).sort();
+        if (!names.length) throw new Error(`run ${runId} has no metrics in this database${o.names ? ` named ${o.names}` : ''}: check the run id (relax list) and DATABASE_URL`);
+        if (o.json) console.log(JSON.stringify(series));
+        else if (o.csv) console.log(metricsCsv(series, names));
+        else for (const n of names) console.log(`${n.padEnd(28)} ${String(series[n].at(-1)![1]).padEnd(24)} step ${series[n].at(-1)![0]} (${series[n].length} points)`);
+      } finally {
+        await db.close();
+      }
+    });
+
+  program
     .command('logs <runId>')
     .description("a run's events (run_events in Postgres: each stage's start and end, worker, attempt) in time order")
     .option('--follow', 'keep printing new events until the run ends')
@@ -262,4 +283,12 @@ export function registerRunCommands(program: Command): void {
         console.log(`terminated ${runId}: ${o.reason}`);
       }),
     );
+}
+
+/** Series as CSV: a header `step,<names...>`, then one row per step with a value for each series (empty where it has none). */
+export function metricsCsv(series: Record<string, Array<[number, number]>>, names: string[]): string {
+  const steps = [...new Set(names.flatMap((n) => series[n].map(([step]) => step)))].sort((a, b) => a - b);
+  const byName = names.map((n) => new Map(series[n]));
+  const quote = (n: string) => (/[",\n]/.test(n) ? `"${n.replace(/"/g, '""')}"` : n);
+  return [['step', ...names.map(quote)].join(','), ...steps.map((step) => [step, ...byName.map((m) => m.get(step) ?? '')].join(','))].join('\n');
 }

@@ -99,7 +99,18 @@ export async function startRunServer(pool: Pool, options: ServeCommandOptions & 
   const policy = await PolicyEngine.create(pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { ...options, loadWeights: (v) => loadPolicyWeights(pool, run, v) });
   let server: OpenAIServer;
   try {
-    server = await startOpenAIServer({ resolveModel: (m) => policy.resolveModel(m), listModels: () => policy.listModels(), host: options.host, port: options.port, ...serveLimits(options) });
+    server = await startOpenAIServer({
+      resolveModel: (m) => policy.resolveModel(m),
+      listModels: () => policy.listModels(),
+      // Ready once the run has a version to serve.
+      readiness: async () => {
+        const newest = await policy.newestVersion();
+        return { ready: newest !== undefined, run: run.runId, newest_version: newest ?? null };
+      },
+      host: options.host,
+      port: options.port,
+      ...serveLimits(options),
+    });
   } catch (err) {
     await policy.release();
     throw err;

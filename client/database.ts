@@ -47,6 +47,15 @@ export interface RolloutEngineInfo {
   updatedAt: Date;
 }
 
+/** One series' newest value for one run (latestRunMetrics). */
+export interface LatestRunMetric {
+  runId: string;
+  status: string;
+  name: string;
+  step: number;
+  value: number;
+}
+
 export class RunDatabase {
   private pool?: Pool;
   constructor(private readonly url: string | undefined) {}
@@ -67,6 +76,26 @@ export class RunDatabase {
     const out: MetricSeries = {};
     for (const r of rows) (out[r.name] ??= []).push([r.step, Number(r.value)]);
     return out;
+  }
+
+  /**
+   * The newest value of every series of the runs that are running or changed within `recentSecs`:
+   * what a metrics endpoint exports as gauges (one row per run and series).
+   */
+  async latestRunMetrics(recentSecs = 900): Promise<LatestRunMetric[]> {
+    const { rows } = await this.db().query<{ run_id: string; status: string; name: string; step: number; value: number }>(
+      `SELECT DISTINCT ON (m.run_id, m.name) m.run_id, r.status, m.name, m.step, m.value
+         FROM metrics m JOIN runs r USING (run_id)
+        WHERE r.status = 'running' OR r.updated_at > now() - make_interval(secs => $1)
+        ORDER BY m.run_id, m.name, m.step DESC`,
+      [recentSecs],
+    );
+    return rows.map((r) => ({ runId: r.run_id, status: r.status, name: r.name, step: r.step, value: Number(r.value) }));
+  }
+
+  /** Throws unless the database answers. */
+  async ping(): Promise<void> {
+    await this.db().query('SELECT 1');
   }
 
   /** Rollout engines, oldest first; removed ones only with `includeRemoved`. */

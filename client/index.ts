@@ -11,7 +11,7 @@ import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress
 import { resolveAddresses } from './addresses';
 import { RelaxSchedules } from './schedules';
 import { RelaxRollout } from './scaling';
-import { RunDatabase, type CheckpointVersion, type MetricSeries, type RunEventRecord } from './database';
+import { RunDatabase, type CheckpointVersion, type LatestRunMetric, type MetricSeries, type RunEventRecord } from './database';
 import { describeError, failureChain, formatFailureChain, failureType, RunFailedError, type FailureLink } from './failures';
 import { listQuery, runSummary, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 
@@ -19,7 +19,7 @@ export * from './addresses';
 export * from './schedules';
 export * from './scaling';
 export * from './failures';
-export { RunDatabase, type CheckpointVersion, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
+export { RunDatabase, type CheckpointVersion, type LatestRunMetric, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
 export { listQuery, runState, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 export type { HyperparameterUpdateResult, ProgressQueryOptions, RunStatus, TrainingProgress, TrainingResult } from '../workflows/definitions';
 export type { Hyperparameters, HyperparameterUpdate } from '../config/hyperparameters';
@@ -229,6 +229,18 @@ export class RelaxClient {
   /** The run's metric series from Postgres (all of them, or only `names`). */
   metrics(runId: string, options: { names?: string[] } = {}): Promise<MetricSeries> {
     return this.database.metrics(runId, options.names);
+  }
+
+  /** The newest value of each series of the running (and recently ended) runs: what GET /metrics exports. */
+  latestRunMetrics(recentSecs?: number): Promise<LatestRunMetric[]> {
+    return this.database.latestRunMetrics(recentSecs);
+  }
+
+  /** Readiness: whether Temporal and the database answer; each check's error when not. */
+  async readiness(): Promise<{ temporal: string; database: string }> {
+    const check = (p: Promise<unknown>) => p.then(() => 'ok', (err: Error) => `unreachable: ${err.message}`);
+    const [temporal, database] = await Promise.all([check(this.connection.workflowService.getSystemInfo({})), check(this.database.ping())]);
+    return { temporal, database };
   }
 
   /** The run's published policy versions (the checkpoints registry), oldest first, pruned ones marked. */

@@ -164,6 +164,8 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       return { engine: held.engine, tokenizer: held.policy.tokenizer, policyVersion: held.version, name: `${runId}@${held.version}` };
     },
     listModels: async () => [...runs.entries()].flatMap(([id, r]) => [id, `${id}@${r.version}`]),
+    // Ready to be told what to load from the start; says what it holds.
+    readiness: async () => ({ ready: true, held: Object.fromEntries([...runs.entries()].map(([id, r]) => [id, r.version])) }),
     modelInfo: (id) => {
       const held = runs.get(/^(.*)@\d+$/.exec(id)?.[1] ?? id);
       return held ? { relax_policy_version: held.version, relax_sha256: held.sha256 } : undefined;

@@ -57,12 +57,11 @@ export interface OpenAIServerOptions {
   /** Throw modelNotFound(model) (a 404) for names it does not serve. */
   resolveModel(model: string): Promise<ResolvedModel>;
   listModels(): Promise<string[]>;
-  /** Extra fields of a listed model's object (e.g. the policy version and sha256 an engine holds). */
+  /** GET /ready: whether it can serve now, with detail; default ready. (GET /health is liveness: always ok.) */
+  readiness?(): Promise<{ ready: boolean } & Record<string, unknown>>;
+  /** Extra fields of a listed model's object (e.g. the version and sha256 an engine holds). */
   modelInfo?(id: string): Record<string, unknown> | undefined;
-  /**
-   * More routes on the same server (e.g. `relax serve --engine`'s version-load call); `serially`
-   * runs work in the one queue generation runs in, so a version switch never races a request.
-   */
+  /** More routes (`relax serve --engine`'s load call); `serially` is generation's queue, so a version switch never races a request. */
   routes?(app: FastifyInstance, serially: <T>(task: () => Promise<T>) => Promise<T>): void;
   /** Default 127.0.0.1. */
   host?: string;
@@ -276,6 +275,12 @@ function registerRoutes(app: FastifyInstance, options: OpenAIServerOptions, sess
   const created = Math.floor(Date.now() / 1000);
   const ownedBy = options.ownedBy ?? 'relax';
   const modelObject = (id: string) => ({ id, object: 'model', created, owned_by: ownedBy, ...options.modelInfo?.(id) });
+
+  app.get('/health', async () => ({ status: 'ok' }));
+  app.get('/ready', async (_request, reply) => {
+    const r = (await options.readiness?.()) ?? { ready: true };
+    return reply.code(r.ready ? 200 : 503).send({ status: r.ready ? 'ready' : 'not_ready', ...r });
+  });
 
   app.get('/v1/models', async () => ({ object: 'list', data: (await options.listModels()).map(modelObject) }));
 
