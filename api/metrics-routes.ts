@@ -7,8 +7,8 @@ import type { FastifyInstance } from 'fastify';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { RelaxClient } from '../client';
 
-/** The main series as gauges of their own (name -> [series in the metrics table, help]). */
-export const RUN_GAUGES: Record<string, [string, string]> = {
+/** The main series as gauges of their own (name -> [series in the metrics table, help, scale to the gauge's unit]). */
+export const RUN_GAUGES: Record<string, [string, string, number?]> = {
   relax_run_reward: ['reward_mean', 'mean reward of the step\'s rollout samples'],
   relax_run_accuracy: ['eval_accuracy', 'held-out greedy accuracy at the last evaluation (0..1)'],
   relax_run_loss: ['loss', 'policy loss of the last train step'],
@@ -16,8 +16,8 @@ export const RUN_GAUGES: Record<string, [string, string]> = {
   relax_run_entropy: ['entropy', 'policy entropy at the last train step'],
   relax_run_grad_norm: ['grad_norm', 'gradient norm of the last train step (before clipping)'],
   relax_run_staleness: ['staleness_mean', 'mean policy-version age of the last step\'s samples'],
-  relax_run_rollout_busy_ms: ['rollout_busy_ms', 'wall time of the last step\'s rollout, ms'],
-  relax_run_rollout_wait_ms: ['rollout_wait_ms', 'time the last step waited for rollout (async mode), ms'],
+  relax_run_rollout_busy_seconds: ['rollout_busy_ms', 'wall time of the last step\'s rollout, seconds', 1e-3],
+  relax_run_rollout_wait_seconds: ['rollout_wait_ms', 'time the last step waited for rollout (async mode), seconds', 1e-3],
 };
 
 /** A series name as a Prometheus label value is fine as it is; metric names need [a-zA-Z_:][a-zA-Z0-9_:]*. */
@@ -26,6 +26,9 @@ const SERIES_LABEL = 'series';
 export function registerMetricsRoutes(app: FastifyInstance, client: RelaxClient): void {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'relax_api_' });
+  // prom-client names these gauges "..._total", which Prometheus' conventions keep for counters
+  // (promtool check metrics says so): the rest of its default metrics stay.
+  for (const name of ['active_handles_total', 'active_requests_total', 'active_resources_total']) registry.removeSingleMetric(`relax_api_nodejs_${name}`);
   // One read of Postgres per scrape, shared by every gauge's collect.
   let snapshot: Promise<Awaited<ReturnType<RelaxClient['latestRunMetrics']>>> | undefined;
   const latest = () => (snapshot ??= client.latestRunMetrics().finally(() => setImmediate(() => (snapshot = undefined))));
@@ -43,7 +46,7 @@ export function registerMetricsRoutes(app: FastifyInstance, client: RelaxClient)
     },
   });
   void step;
-  for (const [name, [series, help]] of Object.entries(RUN_GAUGES)) {
+  for (const [name, [series, help, scale = 1]] of Object.entries(RUN_GAUGES)) {
     new Gauge({
       name,
       help: `${help}, per run (metrics series "${series}")`,
@@ -51,7 +54,7 @@ export function registerMetricsRoutes(app: FastifyInstance, client: RelaxClient)
       registers: [registry],
       async collect() {
         this.reset();
-        for (const m of await latest()) if (m.name === series) this.set({ run: m.runId }, m.value);
+        for (const m of await latest()) if (m.name === series) this.set({ run: m.runId }, m.value * scale);
       },
     });
   }

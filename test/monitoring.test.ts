@@ -57,7 +57,7 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
   const accuracy = gauge(first, 'relax_run_accuracy', runId)!;
   assert.ok(reward >= 0 && reward <= 1 && accuracy >= 0 && accuracy <= 1, `${reward} ${accuracy}`);
   assert.match(first, /^relax_api_process_cpu_seconds_total \d/m, 'the API process\'s own metrics');
-  assert.match(first, new RegExp(`^relax_run_series\\{run="${runId}",series="grad_norm"\\} `, 'm'), 'every series, by name');
+  assert.match(first, new RegExp(`^relax_run_series\\{run="${runId}",series="staleness_mean"\\} `, 'm'), 'every series, by name');
   const stepAt = gauge(first, 'relax_run_step', runId)!;
   const later = await waitFor('the step gauge moving', async () => {
     const text = await scrape(`${stack.api}/metrics`);
@@ -78,7 +78,7 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
   const json = spawnRelax(['metrics', runId, '--json'], env);
   assert.equal(await json.exited, 0);
   const series = JSON.parse(json.output.join('')) as Record<string, Array<[number, number]>>;
-  assert.ok(series.reward_mean.length >= 2 && series.loss.length >= 2);
+  assert.ok(series.reward_mean.length >= 2 && series.staleness_mean.length >= 2);
   const none = spawnRelax(['metrics', 'no-such-run'], env);
   assert.equal(await none.exited, 1);
   assert.match(none.output.join('\n'), /run no-such-run has no metrics in this database/);
