@@ -16,6 +16,7 @@ import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
 import { relaxEnvironment } from '../config/environment';
 import { checkPortsFree, startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
+import { freePort } from '../workers/ports';
 import { startWorker } from '../workers/worker';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
@@ -73,6 +74,8 @@ function printStack(stack: LocalStack): void {
   // The password stays in stack.json (mode 0600), where the other commands read it.
   console.log(`  Database:  ${redactUrl(stack.databaseUrl)}${stack.embeddedDatabase ? '  (embedded PGlite)' : ''}`);
   console.log(`  Workers:   ${ROLES.map((r) => `${r} x${stack.workerPids(r).length}`).join(', ')}`);
+  // Each worker's Prometheus endpoints (its own, the Temporal SDK's); stack.json keeps them current.
+  for (const w of stack.workers()) if (w.metricsUrls?.length) console.log(`  Metrics:   ${w.role}#${w.index} ${w.metricsUrls.join(' ')}`);
 }
 
 export function buildProgram(): Command {
@@ -151,7 +154,15 @@ export function buildProgram(): Command {
       const addresses = resolveAddresses();
       if (!addresses.databaseUrl) throw new Error('DATABASE_URL is not set: point it at PostgreSQL, or start `relax dev` (it serves one)');
       // The SDK logs every state change at INFO; a worker of a busy stack should print what matters.
-      Runtime.install({ logger: new DefaultLogger((process.env.RELAX_LOG_LEVEL as LogLevel) || 'WARN') });
+      // The Temporal SDK's own metrics (task slots, poll latencies, schedule-to-start...) on a
+      // loopback Prometheus endpoint of their own (RELAX_SDK_METRICS_PORT, default a free port).
+      const sdkMetricsPort = process.env.RELAX_SDK_METRICS_PORT ? Number(process.env.RELAX_SDK_METRICS_PORT) : await freePort();
+      if (!Number.isInteger(sdkMetricsPort) || sdkMetricsPort <= 0 || sdkMetricsPort > 65535) throw new Error(`RELAX_SDK_METRICS_PORT must be a port number, got "${process.env.RELAX_SDK_METRICS_PORT}"`);
+      Runtime.install({
+        logger: new DefaultLogger((process.env.RELAX_LOG_LEVEL as LogLevel) || 'WARN'),
+        // Prometheus' conventions (promtool checks them): counters end in _total, durations in seconds.
+        telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkMetricsPort}`, countersTotalSuffix: true, unitSuffix: true, useSecondsForDurations: true } } },
+      });
       const worker = await startWorker({
         role: o.role,
         device: parseDevice(o.device),
@@ -161,7 +172,7 @@ export function buildProgram(): Command {
         ...shutdownGrace(),
       });
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
-      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}`);
+      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend} · metrics ${worker.metricsUrl} · sdk-metrics http://127.0.0.1:${sdkMetricsPort}/metrics`);
       await worker.done;
       // (A worker whose external engine was marked failed stopped polling the shared queue only: its
       // instance queue keeps it alive, taking no rollout work, until it is drained.)

@@ -1,9 +1,11 @@
 // Monitoring on a real `relax dev` (its API, worker processes, the test's database): GET /metrics is
 // valid Prometheus exposition (`promtool check metrics`, Debian's prometheus package) and carries a
 // training run's reward and accuracy as gauges labelled by run, moving while it trains; /health and
-// /ready on the API and on `relax serve`; `relax metrics <run>` as a table, --csv and --json.
+// /ready on the API and on `relax serve`; every worker's own and Temporal SDK endpoints pass promtool; `relax metrics <run>` as a table, --csv and --json.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { metricsCsv } from '../cli/runs';
 import { freePort } from '../workers/ports';
@@ -64,6 +66,25 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
     return gauge(text, 'relax_run_step', runId)! >= stepAt + 2 ? text : undefined;
   }, 120_000, 500);
   assert.equal(promtool(later).status, 0);
+
+  // Every worker's endpoints (its own and the Temporal SDK's), as relax dev recorded them: promtool
+  // passes on each; the rollout worker counted and timed its generate activities.
+  const recorded = JSON.parse(fs.readFileSync(path.join(stack.home, 'stack.json'), 'utf8')) as { metrics: Array<{ role: string; urls: string[] }> };
+  assert.deepEqual(recorded.metrics.map((m) => m.role).sort(), ['control', 'rollout', 'train']);
+  for (const m of recorded.metrics) {
+    assert.equal(m.urls.length, 2, JSON.stringify(m));
+    for (const url of m.urls) {
+      const text = await (await fetch(url)).text();
+      const c = promtool(text);
+      assert.equal(c.status, 0, `promtool check metrics ${url} (${m.role}):\n${c.out}`);
+    }
+  }
+  const rollout = await (await fetch(recorded.metrics.find((m) => m.role === 'rollout')!.urls[0])).text();
+  assert.match(rollout, /^relax_activities_total\{activity="generate",outcome="completed",role="rollout"\} [1-9]/m);
+  assert.match(rollout, /^relax_activity_duration_seconds_count\{(?=[^}]*activity="generate")(?=[^}]*role="rollout")[^}]*\} [1-9]/m);
+  assert.match(rollout, /^relax_worker_process_resident_memory_bytes\{role="rollout"\} /m);
+  const sdk = await (await fetch(recorded.metrics.find((m) => m.role === 'rollout')!.urls[1])).text();
+  assert.match(sdk, /^temporal_/m, 'the Temporal SDK\'s own metrics');
   assert.equal((await stack.call('POST', `/runs/${runId}/stop`)).status, 202);
 
   // relax metrics: the newest values, every step as CSV, every series as JSON.

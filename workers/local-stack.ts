@@ -60,6 +60,8 @@ export interface StackWorker {
   startedAt: Date;
   /** An external engine's URL this worker drives (RELAX_ENGINE_URL), if any. */
   engineUrl?: string;
+  /** Its Prometheus endpoints (its own, and the Temporal SDK's), from its ready line. */
+  metricsUrls?: string[];
 }
 
 export interface LocalStack {
@@ -103,11 +105,12 @@ interface ManagedWorker {
   initial: boolean;
   startedAt: Date;
   engineUrl?: string;
+  metricsUrls?: string[];
   /** Asked to drain: its exit is expected, not restarted. */
   draining?: boolean;
 }
 
-const asStackWorker = (w: ManagedWorker): StackWorker => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}), ...(w.engineUrl ? { engineUrl: w.engineUrl } : {}) });
+const asStackWorker = (w: ManagedWorker): StackWorker => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}), ...(w.engineUrl ? { engineUrl: w.engineUrl } : {}), ...(w.metricsUrls ? { metricsUrls: w.metricsUrls } : {}) });
 
 /** Thrown before anything starts when a port the stack needs is held by another process. */
 export class PortInUseError extends Error {}
@@ -213,6 +216,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         const readyLine = /^relax worker ready: (\S+)/.exec(line);
         if (readyLine) {
           managed.identity = readyLine[1];
+          const urls = [...line.matchAll(/\b(?:metrics|sdk-metrics) (http:\/\/\S+)/g)].map((m) => m[1]);
+          if (urls.length) managed.metricsUrls = urls;
           markReady();
         }
         opts.log(`${tag} ${line}`);

@@ -13,6 +13,7 @@ import { CheckpointServer, probeEngine } from '../rollout/remote-engine';
 import { openStore, redactUrl } from '../store/db';
 import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { SUPERVISED_ENV } from './supervisor';
+import { startWorkerMetrics } from './worker-metrics';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
@@ -38,6 +39,8 @@ export interface RunningWorker {
   /** Resolves when the worker has stopped (after shutdown() or a fatal error). */
   done: Promise<void>;
   shutdown(): void;
+  /** Its Prometheus endpoint (workers/worker-metrics.ts). */
+  metricsUrl: string;
   /** Why the external engine it drove was marked failed (it stopped taking work), if it was. */
   unhealthy(): string | undefined;
 }
@@ -81,6 +84,15 @@ function rolloutConcurrency(): { maxConcurrentActivityTaskExecutions?: number } 
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ROLLOUT_MAX_CONCURRENT must be an integer >= 1, got "${raw}"`);
   return { maxConcurrentActivityTaskExecutions: n };
+}
+
+/** RELAX_METRICS_PORT: the port of this worker's Prometheus endpoint (default: a free one, named in its ready line). */
+function metricsPort(): { port?: number } {
+  const raw = process.env.RELAX_METRICS_PORT;
+  if (raw === undefined || raw === '') return {};
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`RELAX_METRICS_PORT must be a port number (0 = any free one), got "${raw}"`);
+  return { port: n };
 }
 
 export const workflowsPath = require.resolve('../workflows');
@@ -163,11 +175,13 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       : {}),
   };
   const activities = activitiesForRole(opts.role, ctx);
+  const metrics = await startWorkerMetrics({ role: opts.role, ...metricsPort() });
   const common = {
     connection,
     namespace: opts.namespace,
     identity,
     activities,
+    interceptors: { activity: [() => ({ inbound: metrics.activityInbound() })] },
     shutdownGraceTime: opts.shutdownGraceMs ?? 5_000,
   };
 
@@ -195,6 +209,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
   const closed = done.finally(async () => {
+    await metrics.close().catch(() => undefined);
     await external?.checkpoints.close().catch(() => undefined);
     await connection.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
@@ -208,6 +223,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     shutdown: () => {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
+    metricsUrl: metrics.url,
     unhealthy: () => unhealthy,
   };
   exitWithSupervisor(running);
