@@ -2,6 +2,7 @@
 import type { Role } from '../config/task-queues';
 import type { WorkerContext } from './context';
 import { createControlActivities } from './control';
+import { createNotifyActivities } from './notify';
 import { createReferenceActivities } from './reference';
 import { createRolloutActivities } from './rollout';
 import { createTrainActivities } from './train';
@@ -9,7 +10,7 @@ import { createTrainActivities } from './train';
 export function activitiesForRole(role: Role, ctx: WorkerContext): object {
   switch (role) {
     case 'control':
-      return createControlActivities(ctx);
+      return { ...createControlActivities(ctx), ...createNotifyActivities(ctx) };
     case 'rollout':
       return createRolloutActivities(ctx);
     case 'reference':

@@ -9,6 +9,7 @@
 import { TRAINABLE_PARTS } from './trainable-parts';
 import { z } from 'zod';
 import { DataConfigSchema } from './data-config';
+import { NotifyConfigSchema } from './notify-config';
 import { checkJsonLimits, RUN_CONFIG_JSON_LIMITS, shortened } from './json-limits';
 import { initConfigProblems, InitConfigSchema } from './init-config';
 import { RECIPE_NAMES, withRecipe } from './recipes';
@@ -265,6 +266,8 @@ export const RunConfigSchema = z
     rollout: RolloutConfigSchema.prefault({}),
     train: TrainConfigSchema.prefault({}),
     checkpoint: CheckpointConfigSchema.prefault({}),
+    /** Notifications of the run's events to webhooks (config/notify-config.ts). */
+    notify: NotifyConfigSchema.optional(),
     reward: RewardConfigSchema.prefault({}),
     env: EnvConfigSchema.prefault({}),
     generate: GenerateConfigSchema.prefault({}),
