@@ -111,7 +111,6 @@ export const RUN_CONFIG_STRING_BOUNDS = {
   'rollout.agent.command[]': PATH_CHARS,
   'checkpoint.dir': PATH_CHARS,
   'checkpoint.init_from': PATH_CHARS,
-  'notify.webhooks[].url': 2048,
   'reward.module': PATH_CHARS,
   'reward.export': NAME_CHARS,
   'env.module': PATH_CHARS,

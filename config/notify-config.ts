@@ -4,7 +4,7 @@
 // it on the control workers (`url_env`): the URL itself then never enters the config, the workflow
 // history or a log. A plain `url` is for receivers without a secret.
 import { z } from 'zod';
-import { boundedNumber as n, boundedString as str } from './run-bounds';
+import { boundedNumber as n } from './run-bounds';
 
 export const NOTIFY_EVENTS = ['started', 'finished', 'failed', 'cancelled', 'stopped', 'digest'] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
@@ -16,7 +16,7 @@ export const WebhookSchema = z
     /** The environment variable holding the URL (on the control workers): for secret URLs. */
     url_env: z.string().regex(/^[A-Z_][A-Z0-9_]{0,127}$/, 'an environment variable name (A-Z, 0-9, _)').optional(),
     /** The URL itself, when it holds no secret (it is stored in the run's config and history). */
-    url: str('notify.webhooks[].url').url().refine((u) => /^https?:\/\//.test(u), 'an http(s) URL').optional(),
+    url: z.string().max(2048).url().refine((u) => /^https?:\/\//.test(u), 'an http(s) URL').optional(),
   })
   .strict()
   .refine((w) => (w.url === undefined) !== (w.url_env === undefined), { message: 'give url_env (the variable holding a secret URL) or url, one of the two' });
