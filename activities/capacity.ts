@@ -4,7 +4,9 @@
 // queue, drain engines (the worker stops polling, finishes its activities, exits), remove them. Each
 // waits with heartbeats, so a cancelled operation stops waiting at once.
 import { ApplicationFailure, Context } from '@temporalio/activity';
+import type { Webhook } from '../config/notify-config';
 import type { EngineKind, RolloutEngineRecord } from '../store/rollout-engines';
+import { postToWebhooks } from './notify';
 
 /** An engine as the scaling workflow sees it (dates as ISO strings: workflow payloads are JSON). */
 export interface EngineSummary {
@@ -36,6 +38,48 @@ export interface RolloutObservation {
   trainerWait: number | null;
 }
 
+/** One role's workers as the health manager sees them. */
+export interface RoleHealth {
+  role: string;
+  /** Worker slots of the role (alive or not). */
+  slots: number;
+  /** Alive and ready. */
+  up: number;
+  /** Slots whose process is gone (pid), or is starting again. */
+  down: number[];
+  /** Ready for over hung_after_secs but not among the queue's pollers (identities). */
+  hung: string[];
+}
+
+/** What the health manager's check found (workflows/health-manager.ts). */
+export interface HealthReport {
+  at: string;
+  roles: RoleHealth[];
+  /** External engines that are active: whether they answer their probe. */
+  engines: Array<{ engineId: string; url: string; ok: boolean; problem?: string }>;
+  /** Running runs with at least two applied steps: time since the last one, the median step time. */
+  runs: Array<{ runId: string; lastStepSecsAgo: number; medianStepSecs: number; stalled: boolean }>;
+  disk: { path: string; freeMb: number; low: boolean } | null;
+}
+
+/** One thing the health manager did or saw, with why (recorded, and sent to its webhooks). */
+export interface HealthAction {
+  at: string;
+  /** restart_workers, workers_recovered, stop_routing, run_stalled, run_recovered, disk_low */
+  action: string;
+  /** The role, engine or run it is about. */
+  target?: string;
+  reason: string;
+  detail?: Record<string, unknown>;
+}
+
+export interface HealthCheckOptions {
+  stallFactor: number;
+  minStallSecs: number;
+  minFreeDiskMb: number;
+  hungAfterSecs: number;
+}
+
 /** What owns rollout capacity: starts and stops engines, and says who polls a task queue. */
 export interface CapacityProvider {
   /** Engines not removed (failed ones included: they take no work but their worker is still there), oldest first. */
@@ -55,6 +99,12 @@ export interface CapacityProvider {
   pollerIdentities(taskQueue: string): Promise<string[]>;
   /** The rollout queue's backlog and the stages' busy time over the last `windowSecs`. */
   observe(windowSecs: number): Promise<RolloutObservation>;
+  /** The health manager's check: workers per role, external engines, runs' step times, disk. */
+  health(options: HealthCheckOptions): Promise<HealthReport>;
+  /** Restarts a role's workers that are down or hung (through the supervisor); says what it did. */
+  restartWorkers(role: string, hung: string[], graceMs: number): Promise<{ relaunched: number[]; killed: number[]; starting: number[] }>;
+  /** Stops routing to an external engine: marked failed with why, its worker drained. */
+  stopRouting(engineId: string, reason: string): Promise<void>;
 }
 
 export const summarizeEngine = (e: RolloutEngineRecord): EngineSummary => ({
@@ -136,6 +186,24 @@ export function createCapacityActivities(provider: CapacityProvider) {
 
     async observeRollout({ windowSecs }: { windowSecs: number }): Promise<RolloutObservation> {
       return provider.observe(windowSecs);
+    },
+
+    async checkHealth(options: HealthCheckOptions): Promise<HealthReport> {
+      return heartbeating(provider.health(options));
+    },
+
+    async restartRoleWorkers({ role, hung, graceMs }: { role: string; hung: string[]; graceMs: number }) {
+      return provider.restartWorkers(role, hung, graceMs);
+    },
+
+    /** A health action to the manager's webhooks (activities/notify.ts shapes). */
+    async notifyHealth({ webhooks, action }: { webhooks: Webhook[]; action: HealthAction }): Promise<number> {
+      const text = `Relax health: ${action.action}${action.target ? ` ${action.target}` : ''}: ${action.reason}`;
+      return postToWebhooks(webhooks, text, { event: 'health', text, ...action });
+    },
+
+    async stopRoutingToEngine({ engineId, reason }: { engineId: string; reason: string }): Promise<void> {
+      await heartbeating(provider.stopRouting(engineId, reason));
     },
   };
 }

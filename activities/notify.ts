@@ -111,11 +111,19 @@ async function notify(ctx: WorkerContext, input: NotifyInput): Promise<{ sent: n
     ...(input.summary ? { summary: input.summary } : {}),
     ...(digest ? { metrics: digest.metrics } : {}),
   };
-  // Every webhook is tried; the first failure (if any) is thrown after, so a retry resends to all.
-  const results = await Promise.allSettled(config.webhooks.map((w, i) => post(w, i, w.kind === 'slack' ? { text } : w.kind === 'discord' ? { content: text } : event)));
+  return { sent: await postToWebhooks(config.webhooks, text, event) };
+}
+
+/**
+ * Posts one event to every webhook, in its kind's shape (`text` for Slack and Discord, `event` for
+ * json). Every webhook is tried; the first failure (if any) is thrown after, so a retry resends to
+ * all (at least once). Returns how many were sent.
+ */
+export async function postToWebhooks(webhooks: readonly Webhook[], text: string, event: Record<string, unknown>): Promise<number> {
+  const results = await Promise.allSettled(webhooks.map((w, i) => post(w, i, w.kind === 'slack' ? { text } : w.kind === 'discord' ? { content: text } : event)));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (failed) throw failed.reason;
-  return { sent: config.webhooks.length };
+  return webhooks.length;
 }
 
 export function createNotifyActivities(ctx: WorkerContext) {

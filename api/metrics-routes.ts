@@ -2,9 +2,12 @@
 //   GET /metrics  Prometheus exposition (prom-client): this process's own metrics, and each running
 //                 (or recently ended) run's training series from Postgres as gauges labelled by run
 //   GET /ready    readiness: Temporal and the database answer (503 naming the one that does not)
+//   POST /health/manager, /health/manager/stop, GET /health/status: the health manager
 // (GET /health, liveness, is in server.ts.) Reads: no token, like every read of this API.
 import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { z } from 'zod';
 import type { RelaxClient } from '../client';
 
 /** The main series as gauges of their own (name -> [series in the metrics table, help, scale to the gauge's unit]). */
@@ -23,7 +26,8 @@ export const RUN_GAUGES: Record<string, [string, string, number?]> = {
 /** A series name as a Prometheus label value is fine as it is; metric names need [a-zA-Z_:][a-zA-Z0-9_:]*. */
 const SERIES_LABEL = 'series';
 
-export function registerMetricsRoutes(app: FastifyInstance, client: RelaxClient): void {
+export function registerMetricsRoutes(base: FastifyInstance, client: RelaxClient): void {
+  const app = base.withTypeProvider<ZodTypeProvider>();
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'relax_api_' });
   // prom-client names these gauges "..._total", which Prometheus' conventions keep for counters
@@ -72,6 +76,25 @@ export function registerMetricsRoutes(app: FastifyInstance, client: RelaxClient)
   app.get('/metrics', { schema: { tags: ['monitoring'], summary: 'Prometheus metrics: this process, and each live run\'s training series as gauges' } }, async (_req, reply) => {
     reply.header('content-type', registry.contentType);
     return registry.metrics();
+  });
+
+  const SECURED = [{ bearer: [] }];
+  app.post('/health/manager', {
+    schema: {
+      tags: ['monitoring'],
+      summary: 'start the health manager',
+      description: 'Body: {interval_secs, stall_factor, min_stall_secs, min_free_disk_mb, restart_workers, hung_after_secs, webhooks: [{kind, url_env | url}]} (docs/monitoring.md); 409 if it runs.',
+      body: z.record(z.string(), z.unknown()),
+      security: SECURED,
+    },
+  }, async (req, reply) => reply.code(201).send(await client.rollout.startHealthManager(req.body)));
+  app.post('/health/manager/stop', { schema: { tags: ['monitoring'], summary: 'stop the health manager', security: SECURED } }, async (_req, reply) => {
+    await client.rollout.stopHealthManager();
+    return reply.code(202).send({ requested: 'stop' });
+  });
+  app.get('/health/status', { schema: { tags: ['monitoring'], summary: "the health manager's last check, open problems and recorded actions" } }, async () => {
+    const { lastReport, ...status } = await client.rollout.healthManager();
+    return { ...status, last_report: lastReport ?? null };
   });
 
   app.get('/ready', { schema: { tags: ['monitoring'], summary: 'readiness: Temporal and the database answer' } }, async (_req, reply) => {

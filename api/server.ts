@@ -3,6 +3,7 @@
 // over the typed client. fastify with zod schemas; the OpenAPI document is generated from them and
 // served at GET /openapi.json. Loopback by default; every mutation needs the bearer token (401
 // otherwise); reads do not. Errors are `{ error: { type, message } }` with 400, 401, 404, 409 or 503.
+import { HealthConfigError } from '../config/health';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -40,6 +41,7 @@ function errorReply(err: unknown): { status: number; type: string; message: stri
   if (err instanceof ApiError) return { status: err.statusCode, type: err.type, message: err.message };
   if (err instanceof RunConfigError) return { status: 400, type: 'invalid_run_config', message: err.message };
   if (err instanceof AutoscalerConfigError) return { status: 400, type: 'invalid_autoscaler_config', message: err.message };
+  if (err instanceof HealthConfigError) return { status: 400, type: 'invalid_health_config', message: err.message };
   if (err instanceof ScalingConflictError) return { status: 409, type: 'conflict', message: err.message };
   if (err instanceof UnknownOperationError) return { status: 404, type: 'not_found', message: err.message };
   if (err instanceof NoCapacityProviderError) return { status: 503, type: 'no_capacity_provider', message: err.message };

@@ -28,6 +28,7 @@ import { exportPolicyVersion } from '../training/export';
 import { registerModelCommands } from './model';
 import { addTemporalFlags, TEMPORAL_COMMANDS } from './temporal-flags';
 import { registerRunCommands, RUN_COMMANDS, UsageError } from './runs';
+import { registerHealthCommand } from './health';
 import { registerScheduleCommands } from './schedule';
 import { writeStackFile } from './stack-file';
 import { DEFAULT_API_PORT, registerApiCommand, startStackControl } from './api';
@@ -270,6 +271,7 @@ export function buildProgram(): Command {
 
   registerModelCommands(program);
   registerScheduleCommands(program);
+  registerHealthCommand(program);
   addTemporalFlags(program, [...new Set([...TEMPORAL_COMMANDS, ...RUN_COMMANDS, 'schedule'])]);
 
   program

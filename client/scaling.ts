@@ -3,7 +3,9 @@
 // them, and list the engines. The control API's /rollout routes call these.
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowExecutionDescription } from '@temporalio/client';
 import { parseAutoscalerConfig } from '../config/autoscaler';
-import { CAPACITY_TASK_QUEUE, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
+import { parseHealthConfig } from '../config/health';
+import type { HealthStatus } from '../workflows/health-manager';
+import { CAPACITY_TASK_QUEUE, HEALTH_MANAGER_WORKFLOW_ID, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
 import type { AutoscalerStatus } from '../workflows/autoscaler';
 import type { ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/rollout-scaling';
 import type { RolloutEngineInfo, RunDatabase } from './database';
@@ -150,6 +152,47 @@ export class RelaxRollout {
     const status = await this.autoscaler();
     if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the autoscaler is not running (${status.execution})`);
     await this.client.workflow.getHandle(ROLLOUT_AUTOSCALER_WORKFLOW_ID).signal('stopAutoscaler');
+  }
+
+  /**
+   * Starts the health manager (workflows/health-manager.ts) with this config (config/health.ts; an
+   * invalid one throws HealthConfigError naming the field); a running one is a conflict.
+   */
+  async startHealthManager(config: unknown): Promise<{ workflowId: string; runId: string }> {
+    const parsed = parseHealthConfig(config);
+    await this.requireProvider();
+    try {
+      const handle = await this.client.workflow.start('healthManager', {
+        taskQueue: roleTaskQueue('control'),
+        workflowId: HEALTH_MANAGER_WORKFLOW_ID,
+        workflowIdConflictPolicy: 'FAIL',
+        workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+        args: [parsed],
+      });
+      return { workflowId: handle.workflowId, runId: handle.firstExecutionRunId };
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) throw new ScalingConflictError('the health manager is already running: stop it first to change its config');
+      throw err;
+    }
+  }
+
+  /** The health manager's last check, open problems and recorded actions (the latest execution). */
+  async healthManager(): Promise<HealthStatus & { execution: string }> {
+    const handle = this.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID);
+    let execution: string;
+    try {
+      execution = (await handle.describe()).status.name;
+    } catch {
+      throw new UnknownOperationError('the health manager has never run: start it with POST /health/manager (docs/monitoring.md)');
+    }
+    return { ...(await handle.query<HealthStatus>('healthStatus')), execution };
+  }
+
+  /** Asks the health manager to stop after its current check. */
+  async stopHealthManager(): Promise<void> {
+    const status = await this.healthManager();
+    if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the health manager is not running (${status.execution})`);
+    await this.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID).signal('stopHealthManager');
   }
 
   /** Refuses early when nothing serves the capacity queue (the operation would wait forever). */

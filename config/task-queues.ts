@@ -35,3 +35,5 @@ export const ROLLOUT_SCALING_WORKFLOW_ID = 'relax-rollout-scaling';
 
 /** The rollout autoscaler's one workflow id (workflows/autoscaler.ts): at most one runs. */
 export const ROLLOUT_AUTOSCALER_WORKFLOW_ID = 'relax-rollout-autoscaler';
+/** The health manager's one workflow id (workflows/health-manager.ts). */
+export const HEALTH_MANAGER_WORKFLOW_ID = 'relax-health-manager';

@@ -22,7 +22,10 @@ import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engin
 import type { SequenceMedia } from '../engines/media/model-inputs';
 import { requireRetainedCheckpoint } from '../store/checkpoint-registry';
 import type { Queryable } from '../store/transfer-queue';
+import { probeEngine } from './engine-probe';
 import { LOAD_VERSION_PATH } from './engine-server';
+
+export { probeEngine } from './engine-probe';
 
 /** The engine could not load, or could not confirm it holds, the version asked for: it must get no work. */
 export class EngineUnconfirmedError extends Error {
@@ -126,17 +129,6 @@ async function answerReason(res: Response): Promise<string> {
     // not JSON
   }
   return `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`;
-}
-
-/** Probes an engine (GET /v1/models): undefined when it answers, else why not. */
-export async function probeEngine(url: string, timeoutMs = 10_000): Promise<string | undefined> {
-  try {
-    const res = await fetch(`${url}/v1/models`, { redirect: 'error', signal: AbortSignal.timeout(timeoutMs) });
-    await res.body?.cancel().catch(() => undefined);
-    return res.ok ? undefined : `GET /v1/models answered HTTP ${res.status}`;
-  } catch (err) {
-    return `GET /v1/models failed: ${describe(err)}`;
-  }
 }
 
 /** One run's policy on an external engine: the version it was told to load and confirmed. */

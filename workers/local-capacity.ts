@@ -6,12 +6,16 @@
 import os from 'node:os';
 import { Connection } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
-import { createCapacityActivities, type CapacityProvider } from '../activities/capacity';
+import fs from 'node:fs';
+import path from 'node:path';
+import { createCapacityActivities, type CapacityProvider, type HealthCheckOptions, type HealthReport, type RoleHealth } from '../activities/capacity';
+import { ROLES, type Role } from '../config/task-queues';
+import { probeEngine } from '../rollout/engine-probe';
 import { CAPACITY_TASK_QUEUE, roleTaskQueue } from '../config/task-queues';
 import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
 import type { Pool } from 'pg';
 import { openStore } from '../store/db';
-import { listRolloutEngines, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
+import { listRolloutEngines, markRolloutEngineFailed, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
 import type { LocalStack, StackWorker } from './local-stack';
 
 export interface LocalCapacityOptions {
@@ -109,7 +113,66 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
         trainerWait: busy.train === undefined ? null : Math.max(0, 1 - busy.train / windowSecs),
       };
     },
+    health: (options) => checkHealth(options),
+    async restartWorkers(role, hung, graceMs) {
+      return stack.restartWorkers(role as Role, hung, graceMs);
+    },
+    async stopRouting(engineId, reason) {
+      const e = (await mine()).find((x) => x.engineId === engineId);
+      if (!e) return;
+      if (e.identity) await markRolloutEngineFailed(pool, e.identity, reason);
+      if (e.pid !== null) await stack.drainWorker(e.pid, 30_000);
+    },
   };
+
+  /** Workers per role (their slots, and who polls the role's queue), external engines' probes, runs' step times, the disk. */
+  async function checkHealth(options: HealthCheckOptions): Promise<HealthReport> {
+    const roles: RoleHealth[] = [];
+    for (const role of ROLES) {
+      const slots = stack.slots(role);
+      if (!slots.length) continue;
+      const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue(role) }, taskQueueType: role === 'control' ? 1 : 2 });
+      const polling = new Set((pollers ?? []).map((p) => p.identity ?? ''));
+      const ready = slots.filter((w) => w.alive && w.identity);
+      roles.push({
+        role,
+        slots: slots.length,
+        up: ready.length,
+        down: slots.filter((w) => !w.alive || !w.identity).map((w) => w.pid),
+        hung: ready.filter((w) => !polling.has(w.identity!) && Date.now() - w.startedAt.getTime() > options.hungAfterSecs * 1000).map((w) => w.identity!),
+      });
+    }
+    const external = (await mine()).filter((e) => e.url && e.state === 'active');
+    const engines = await Promise.all(
+      external.map(async (e) => {
+        const problem = await probeEngine(e.url!, 5_000);
+        return { engineId: e.engineId, url: e.url!, ok: problem === undefined, ...(problem ? { problem } : {}) };
+      }),
+    );
+    const { rows } = await pool.query<{ run_id: string; last_ago: number; median: number | null }>(
+      `WITH recent AS (
+         SELECT s.run_id, s.applied_at, s.applied_at - lag(s.applied_at) OVER (PARTITION BY s.run_id ORDER BY s.step) AS gap,
+                row_number() OVER (PARTITION BY s.run_id ORDER BY s.step DESC) AS k
+           FROM train_steps s JOIN runs r USING (run_id)
+          WHERE r.status = 'running' AND s.applied_at IS NOT NULL)
+       SELECT run_id, extract(epoch FROM now() - max(applied_at))::float8 AS last_ago,
+              percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM gap))::float8 AS median
+         FROM recent WHERE k <= 21 GROUP BY run_id`,
+    );
+    const runs = rows
+      .filter((r) => r.median !== null)
+      .map((r) => ({ runId: r.run_id, lastStepSecsAgo: Number(r.last_ago), medianStepSecs: Number(r.median), stalled: Number(r.last_ago) > Math.max(options.minStallSecs, options.stallFactor * Number(r.median)) }));
+    let disk: HealthReport['disk'] = null;
+    try {
+      const dir = fs.existsSync(path.join(stack.home, 'checkpoints')) ? path.join(stack.home, 'checkpoints') : stack.home;
+      const st = fs.statfsSync(dir);
+      const freeMb = (st.bavail * st.bsize) / 2 ** 20;
+      disk = { path: dir, freeMb: Math.round(freeMb), low: freeMb < options.minFreeDiskMb };
+    } catch {
+      // no such directory yet: nothing to say
+    }
+    return { at: new Date().toISOString(), roles, engines, runs, disk };
+  }
 
   const connection = await NativeConnection.connect({ address: stack.temporalAddress, ...sdkConnectionOptions(opts.security) });
   const worker = await Worker.create({

@@ -75,6 +75,10 @@ export interface LocalStack {
   childPids(): StackPids;
   /** The live worker processes (of one role), oldest first. */
   workers(role?: Role): StackWorker[];
+  /** Every worker slot of a role that is not draining, alive or not (the health manager's view). */
+  slots(role: Role): WorkerSlot[];
+  /** The stack's data directory. */
+  home: string;
   /**
    * Starts `count` more supervised workers of a role; resolves when each says it is ready.
    * `engineUrls`: rollout workers that drive these external engines instead (one each, in order).
@@ -86,7 +90,30 @@ export interface LocalStack {
    * `timeoutMs`. Resolves when it has exited.
    */
   drainWorker(pid: number, timeoutMs: number): Promise<void>;
+  /**
+   * The health manager's restart of a role (never the whole stack): a slot whose process is gone is
+   * relaunched now (not after the supervisor's backoff); one that runs but is among `notPolling`,
+   * ready for over `graceMs`, is killed and comes back through the supervisor. Says what it did.
+   */
+  restartWorkers(role: Role, notPolling: string[], graceMs?: number): Promise<WorkerRestart>;
   stop(): Promise<void>;
+}
+
+/** One worker slot: its process now, whether that is alive and ready (said its ready line). */
+export interface WorkerSlot {
+  index: number;
+  pid: number;
+  alive: boolean;
+  identity?: string;
+  startedAt: Date;
+}
+
+/** What restartWorkers did, by pid. */
+export interface WorkerRestart {
+  relaunched: number[];
+  killed: number[];
+  /** Already starting again (the supervisor relaunched them; not ready yet). */
+  starting: number[];
 }
 
 /**
@@ -231,7 +258,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         if (!restart) {
           restart = supervisor(notice, () => stopping, async () => {
             const slot = workers.findIndex((w) => w.role === role && w.index === index);
-            if (slot < 0 || workers[slot].draining) return;
+            // Gone, draining, or already relaunched (the health manager's restartWorkers).
+            if (slot < 0 || workers[slot].draining || workers[slot].child !== child) return;
             const replacement = launch(role, index, initial, engineUrl);
             if (slot >= 0) workers[slot] = replacement;
             changed();
@@ -292,6 +320,30 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         const slot = workers.indexOf(w);
         if (slot >= 0) workers.splice(slot, 1);
         changed();
+      },
+      home: opts.home,
+      slots: (role) =>
+        workers
+          .filter((w) => w.role === role && !w.draining)
+          .map((w) => ({ index: w.index, pid: w.child.pid!, alive: w.child.exitCode === null && w.child.signalCode === null, ...(w.identity ? { identity: w.identity } : {}), startedAt: w.startedAt })),
+      restartWorkers: async (role, notPolling, graceMs = 30_000) => {
+        const done: WorkerRestart = { relaunched: [], killed: [], starting: [] };
+        for (const [slot, w] of workers.entries()) {
+          if (w.role !== role || w.draining || stopping) continue;
+          const exited = w.child.exitCode !== null || w.child.signalCode !== null;
+          if (exited) {
+            const replacement = launch(role, w.index, w.initial, w.engineUrl);
+            workers[slot] = replacement;
+            replacement.ready.catch(() => undefined);
+            done.relaunched.push(replacement.child.pid!);
+          } else if (!w.identity) done.starting.push(w.child.pid!);
+          else if (notPolling.includes(w.identity) && Date.now() - w.startedAt.getTime() > graceMs) {
+            w.child.kill('SIGKILL');
+            done.killed.push(w.child.pid!);
+          }
+        }
+        if (done.relaunched.length) changed();
+        return done;
       },
       stop: stopAll,
     };

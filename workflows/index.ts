@@ -2,3 +2,4 @@
 export { trainingRun, trainingProgressQuery, pauseSignal, resumeSignal, stopSignal } from './training-run';
 export { rolloutScaleOut, rolloutScaleIn, scalingOperationQuery } from './rollout-scaling';
 export { rolloutAutoscaler, autoscalerStatusQuery, stopAutoscalerSignal } from './autoscaler';
+export { healthManager, healthStatusQuery, stopHealthManagerSignal } from './health-manager';
