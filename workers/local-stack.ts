@@ -90,11 +90,7 @@ export interface LocalStack {
    * `timeoutMs`. Resolves when it has exited.
    */
   drainWorker(pid: number, timeoutMs: number): Promise<void>;
-  /**
-   * The health manager's restart of a role (never the whole stack): a slot whose process is gone is
-   * relaunched now (not after the supervisor's backoff); one that runs but is among `notPolling`,
-   * ready for over `graceMs`, is killed and comes back through the supervisor. Says what it did.
-   */
+  /** The health manager's restart of a role: gone slots relaunched now (not after the backoff), hung `notPolling` ones (ready > graceMs) killed. */
   restartWorkers(role: Role, notPolling: string[], graceMs?: number): Promise<WorkerRestart>;
   stop(): Promise<void>;
 }
