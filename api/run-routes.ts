@@ -82,6 +82,19 @@ export function registerRunRoutes(base: FastifyInstance, client: RelaxClient): v
     }
   });
 
+  app.get('/runs/:run_id/events', {
+    schema: {
+      tags: ['runs'],
+      summary: "a run's events (each stage's start and end, worker, attempt), in order; `after` reads only newer ones",
+      params: RunId,
+      querystring: z.object({ after: z.coerce.number().int().min(0).default(0), limit: z.coerce.number().int().min(1).max(1000).default(200) }),
+    },
+  }, async (req) => ({ run_id: req.params.run_id, events: await client.events(req.params.run_id, { afterId: req.query.after, limit: req.query.limit }) }));
+
+  app.get('/runs/:run_id/spans', {
+    schema: { tags: ['runs'], summary: "a run's newest stage spans (its timeline), oldest first", params: RunId, querystring: z.object({ limit: z.coerce.number().int().min(1).max(2000).default(200) }) },
+  }, async (req) => ({ run_id: req.params.run_id, spans: await client.spans(req.params.run_id, { limit: req.query.limit }) }));
+
   app.get('/runs/:run_id/metrics', {
     schema: {
       tags: ['runs'],

@@ -12,6 +12,7 @@ import { NoCapacityProviderError, ScalingConflictError, UnknownOperationError } 
 import { AutoscalerConfigError } from '../config/autoscaler';
 import { RunConfigError } from '../config/run-config';
 import { ApiError } from './errors';
+import { registerDashboardRoutes } from './dashboard-routes';
 import { registerMetricsRoutes } from './metrics-routes';
 import { registerRolloutRoutes } from './rollout-routes';
 import { registerRunRoutes } from './run-routes';
@@ -85,6 +86,7 @@ export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyI
   registerRunRoutes(app, opts.client);
   registerRolloutRoutes(app, opts.client);
   registerMetricsRoutes(app, opts.client);
+  registerDashboardRoutes(app);
   return app;
 }
 

@@ -47,6 +47,16 @@ export interface RolloutEngineInfo {
   updatedAt: Date;
 }
 
+/** When one stage activity of a run ran (stage_spans). */
+export interface StageSpan {
+  role: string;
+  stage: string;
+  worker: string;
+  step: number | null;
+  startedAt: Date;
+  endedAt: Date;
+}
+
 /** One series' newest value for one run (latestRunMetrics). */
 export interface LatestRunMetric {
   runId: string;
@@ -91,6 +101,15 @@ export class RunDatabase {
       [recentSecs],
     );
     return rows.map((r) => ({ runId: r.run_id, status: r.status, name: r.name, step: r.step, value: Number(r.value) }));
+  }
+
+  /** The run's newest stage spans (when each stage ran, on which worker), oldest first. */
+  async spans(runId: string, limit = 200): Promise<StageSpan[]> {
+    const { rows } = await this.db().query<{ role: string; stage: string; worker: string; step: number | null; started_at: Date; ended_at: Date }>(
+      'SELECT role, stage, worker, step, started_at, ended_at FROM (SELECT * FROM stage_spans WHERE run_id = $1 ORDER BY started_at DESC, id DESC LIMIT $2) s ORDER BY started_at, id',
+      [runId, limit],
+    );
+    return rows.map((r) => ({ role: r.role, stage: r.stage, worker: r.worker, step: r.step, startedAt: r.started_at, endedAt: r.ended_at }));
   }
 
   /** Throws unless the database answers. */

@@ -11,7 +11,7 @@ import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress
 import { resolveAddresses } from './addresses';
 import { RelaxSchedules } from './schedules';
 import { RelaxRollout } from './scaling';
-import { RunDatabase, type CheckpointVersion, type LatestRunMetric, type MetricSeries, type RunEventRecord } from './database';
+import { RunDatabase, type CheckpointVersion, type LatestRunMetric, type StageSpan, type MetricSeries, type RunEventRecord } from './database';
 import { describeError, failureChain, formatFailureChain, failureType, RunFailedError, type FailureLink } from './failures';
 import { listQuery, runSummary, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 
@@ -19,7 +19,7 @@ export * from './addresses';
 export * from './schedules';
 export * from './scaling';
 export * from './failures';
-export { RunDatabase, type CheckpointVersion, type LatestRunMetric, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
+export { RunDatabase, type CheckpointVersion, type LatestRunMetric, type StageSpan, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
 export { listQuery, runState, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 export type { HyperparameterUpdateResult, ProgressQueryOptions, RunStatus, TrainingProgress, TrainingResult } from '../workflows/definitions';
 export type { Hyperparameters, HyperparameterUpdate } from '../config/hyperparameters';
@@ -246,6 +246,11 @@ export class RelaxClient {
   /** The run's published policy versions (the checkpoints registry), oldest first, pruned ones marked. */
   checkpoints(runId: string): Promise<CheckpointVersion[]> {
     return this.database.checkpoints(runId);
+  }
+
+  /** The run's newest stage spans (its timeline), oldest first. */
+  spans(runId: string, options: { limit?: number } = {}): Promise<StageSpan[]> {
+    return this.database.spans(runId, options.limit);
   }
 
   /** The run's run_events in time order; `afterId` reads only newer ones (for following). */

@@ -23,7 +23,7 @@ const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 
 // (they assert that accuracy rises over many steps, through the same transfer-queue and registry
 // SQL that training-run, fault-injection, chaos and rollout-scaling check step by step): those
 // reach Postgres only through code the other suites cover, and the embedded pass runs them.
-const PRESENTATION_SUITES = ['web-ui', 'cli', 'client-example'];
+const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example'];
 const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run'];
 const DATABASE_PATTERN = /freshDatabase|startWorkerStack|startWorkerProcess|\.pool\b|openStore|new Pool|MultimodalStack|spawnRelax|startLocalStack|startEphemeralStack|DATABASE_URL/;
 function databaseSuites() {
