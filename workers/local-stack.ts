@@ -254,8 +254,9 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         if (!restart) {
           restart = supervisor(notice, () => stopping, async () => {
             const slot = workers.findIndex((w) => w.role === role && w.index === index);
-            // Gone, draining, or already relaunched (the health manager's restartWorkers).
-            if (slot < 0 || workers[slot].draining || workers[slot].child !== child) return;
+            // Gone, draining, or already running again (the health manager's restartWorkers relaunched it).
+            const current = workers[slot];
+            if (slot < 0 || current.draining || (current.child.exitCode === null && current.child.signalCode === null)) return;
             const replacement = launch(role, index, initial, engineUrl);
             if (slot >= 0) workers[slot] = replacement;
             changed();
