@@ -30,6 +30,19 @@ export class UnknownOperationError extends Error {}
 
 const TYPES = { scale_out: 'rolloutScaleOut', scale_in: 'rolloutScaleIn' } as const;
 
+/** A long-running workflow of the stack, one execution at a time under its id: started, queried and stopped alike. */
+interface StackService {
+  name: string;
+  workflowType: string;
+  workflowId: string;
+  query: string;
+  stopSignal: string;
+  startedBy: string;
+}
+
+const AUTOSCALER: StackService = { name: 'autoscaler', workflowType: 'rolloutAutoscaler', workflowId: ROLLOUT_AUTOSCALER_WORKFLOW_ID, query: 'autoscalerStatus', stopSignal: 'stopAutoscaler', startedBy: 'POST /autoscaler (docs/control-api.md)' };
+const HEALTH_MANAGER: StackService = { name: 'health manager', workflowType: 'healthManager', workflowId: HEALTH_MANAGER_WORKFLOW_ID, query: 'healthStatus', stopSignal: 'stopHealthManager', startedBy: 'POST /health/manager (docs/monitoring.md)' };
+
 export class RelaxRollout {
   constructor(
     private readonly client: Client,
@@ -117,82 +130,72 @@ export class RelaxRollout {
    * Starts the autoscaler (workflows/autoscaler.ts) with this config (config/autoscaler.ts; an
    * invalid one throws AutoscalerConfigError naming the field); a running one is a conflict.
    */
-  async startAutoscaler(config: unknown): Promise<{ workflowId: string; runId: string }> {
-    const parsed = parseAutoscalerConfig(config);
-    await this.requireProvider();
-    try {
-      const handle = await this.client.workflow.start('rolloutAutoscaler', {
-        taskQueue: roleTaskQueue('control'),
-        workflowId: ROLLOUT_AUTOSCALER_WORKFLOW_ID,
-        workflowIdConflictPolicy: 'FAIL',
-        workflowIdReusePolicy: 'ALLOW_DUPLICATE',
-        args: [parsed],
-      });
-      return { workflowId: handle.workflowId, runId: handle.firstExecutionRunId };
-    } catch (err) {
-      if (err instanceof WorkflowExecutionAlreadyStartedError) throw new ScalingConflictError('the autoscaler is already running: stop it first to change its config');
-      throw err;
-    }
+  startAutoscaler(config: unknown): Promise<{ workflowId: string; runId: string }> {
+    return this.startService(AUTOSCALER, parseAutoscalerConfig(config));
   }
 
   /** The autoscaler's state and its recorded decisions (the latest execution, running or not). */
-  async autoscaler(): Promise<AutoscalerStatus & { execution: string }> {
-    const handle = this.client.workflow.getHandle(ROLLOUT_AUTOSCALER_WORKFLOW_ID);
-    let execution: string;
-    try {
-      execution = (await handle.describe()).status.name;
-    } catch {
-      throw new UnknownOperationError('the autoscaler has never run: start it with POST /autoscaler (docs/control-api.md)');
-    }
-    return { ...(await handle.query<AutoscalerStatus>('autoscalerStatus')), execution };
+  autoscaler(): Promise<AutoscalerStatus & { execution: string }> {
+    return this.serviceStatus<AutoscalerStatus>(AUTOSCALER);
   }
 
   /** Asks the autoscaler to stop after its current observation (an operation it started finishes). */
-  async stopAutoscaler(): Promise<void> {
-    const status = await this.autoscaler();
-    if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the autoscaler is not running (${status.execution})`);
-    await this.client.workflow.getHandle(ROLLOUT_AUTOSCALER_WORKFLOW_ID).signal('stopAutoscaler');
+  stopAutoscaler(): Promise<void> {
+    return this.stopService(AUTOSCALER);
   }
 
   /**
    * Starts the health manager (workflows/health-manager.ts) with this config (config/health.ts; an
    * invalid one throws HealthConfigError naming the field); a running one is a conflict.
    */
-  async startHealthManager(config: unknown): Promise<{ workflowId: string; runId: string }> {
-    const parsed = parseHealthConfig(config);
+  startHealthManager(config: unknown): Promise<{ workflowId: string; runId: string }> {
+    return this.startService(HEALTH_MANAGER, parseHealthConfig(config));
+  }
+
+  /** The health manager's last check, open problems and recorded actions (the latest execution). */
+  healthManager(): Promise<HealthStatus & { execution: string }> {
+    return this.serviceStatus<HealthStatus>(HEALTH_MANAGER);
+  }
+
+  /** Asks the health manager to stop after its current check. */
+  stopHealthManager(): Promise<void> {
+    return this.stopService(HEALTH_MANAGER);
+  }
+
+  /** Starts a stack service workflow under its one id; a running one is a conflict. */
+  private async startService(service: StackService, config: unknown): Promise<{ workflowId: string; runId: string }> {
     await this.requireProvider();
     try {
-      const handle = await this.client.workflow.start('healthManager', {
+      const handle = await this.client.workflow.start(service.workflowType, {
         taskQueue: roleTaskQueue('control'),
-        workflowId: HEALTH_MANAGER_WORKFLOW_ID,
+        workflowId: service.workflowId,
         workflowIdConflictPolicy: 'FAIL',
         workflowIdReusePolicy: 'ALLOW_DUPLICATE',
-        args: [parsed],
+        args: [config],
       });
       return { workflowId: handle.workflowId, runId: handle.firstExecutionRunId };
     } catch (err) {
-      if (err instanceof WorkflowExecutionAlreadyStartedError) throw new ScalingConflictError('the health manager is already running: stop it first to change its config');
+      if (err instanceof WorkflowExecutionAlreadyStartedError) throw new ScalingConflictError(`the ${service.name} is already running: stop it first to change its config`);
       throw err;
     }
   }
 
-  /** The health manager's last check, open problems and recorded actions (the latest execution). */
-  async healthManager(): Promise<HealthStatus & { execution: string }> {
-    const handle = this.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID);
+  /** A stack service's status query on its latest execution, with that execution's Temporal status. */
+  private async serviceStatus<T>(service: StackService): Promise<T & { execution: string }> {
+    const handle = this.client.workflow.getHandle(service.workflowId);
     let execution: string;
     try {
       execution = (await handle.describe()).status.name;
     } catch {
-      throw new UnknownOperationError('the health manager has never run: start it with POST /health/manager (docs/monitoring.md)');
+      throw new UnknownOperationError(`the ${service.name} has never run: start it with ${service.startedBy}`);
     }
-    return { ...(await handle.query<HealthStatus>('healthStatus')), execution };
+    return { ...(await handle.query<T>(service.query)), execution };
   }
 
-  /** Asks the health manager to stop after its current check. */
-  async stopHealthManager(): Promise<void> {
-    const status = await this.healthManager();
-    if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the health manager is not running (${status.execution})`);
-    await this.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID).signal('stopHealthManager');
+  private async stopService(service: StackService): Promise<void> {
+    const status = await this.serviceStatus<object>(service);
+    if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the ${service.name} is not running (${status.execution})`);
+    await this.client.workflow.getHandle(service.workflowId).signal(service.stopSignal);
   }
 
   /** Refuses early when nothing serves the capacity queue (the operation would wait forever). */
