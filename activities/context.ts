@@ -35,6 +35,18 @@ export interface WorkerContext {
   instanceQueue: string;
   /** A rollout worker driving an external engine (RELAX_ENGINE_URL): generation goes there. */
   externalEngine?: ExternalEngineHandle;
+  /** Where the engines' figures go (the worker's Prometheus endpoint, workers/worker-metrics.ts). */
+  figures?: EngineFigures;
+}
+
+/** The engines' own figures, as activities observe them (engine: "local" or "external"). */
+export interface EngineFigures {
+  /** One generate call: sequences in its batch, response tokens produced, seconds it took. */
+  generated(g: { engine: 'local' | 'external'; sequences: number; tokens: number; seconds: number }): void;
+  /** A weight sync: the engine switched to another policy version (loaded, checked, set). */
+  synced(s: { engine: 'local' | 'external'; seconds: number }): void;
+  /** One trainer update: sequences and tokens it trained on, seconds it took. */
+  trained(t: { sequences: number; tokens: number; seconds: number }): void;
 }
 
 /** What a rollout worker that drives an external engine holds (workers/worker.ts sets it up). */

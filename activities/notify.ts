@@ -17,6 +17,9 @@ export interface NotifyInput {
   fromStep?: number;
   /** failed: the cause. */
   message?: string;
+  /** milestone: the accuracy milestone passed, and the held-out accuracy that passed it. */
+  milestone?: number;
+  accuracy?: number;
   /** The end: the run's summary. */
   summary?: { steps: number; policyVersion: number; evalAccuracy: number | null };
 }
@@ -32,6 +35,7 @@ const DIGEST_SERIES: Array<[string, string]> = [
 ];
 
 const fmt = (v: number) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(3));
+const pct = (v: number | undefined) => (v === undefined ? '?' : `${+(v * 100).toFixed(1)}%`);
 const signed = (v: number) => `${v >= 0 ? '+' : ''}${fmt(v)}`;
 
 /** The newest value of each digest series at or before `step`. */
@@ -67,6 +71,8 @@ function textOf(input: NotifyInput, digest?: string): string {
       return `${run} failed: ${input.message ?? 'no cause given'}`;
     case 'digest':
       return `${run} ${digest}`;
+    case 'milestone':
+      return `${run} reached ${pct(input.milestone)} held-out accuracy at step ${input.step ?? '?'} (${pct(input.accuracy)})`;
     default: {
       const s = input.summary;
       const acc = s?.evalAccuracy == null ? '' : `, held-out accuracy ${(s.evalAccuracy * 100).toFixed(1)}%`;
@@ -109,6 +115,7 @@ async function notify(ctx: WorkerContext, input: NotifyInput): Promise<{ sent: n
     ...(input.step !== undefined ? { step: input.step } : {}),
     ...(input.message ? { cause: input.message } : {}),
     ...(input.summary ? { summary: input.summary } : {}),
+    ...(input.milestone !== undefined ? { milestone: input.milestone, accuracy: input.accuracy } : {}),
     ...(digest ? { metrics: digest.metrics } : {}),
   };
   return { sent: await postToWebhooks(config.webhooks, text, event) };

@@ -17,7 +17,7 @@ import { recordMetrics } from '../store/metrics';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { transferQueueBuffer } from '../training/sample-buffer';
-import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type ExternalEngineHandle, type WorkerContext } from './context';
+import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type EngineFigures, type ExternalEngineHandle, type WorkerContext } from './context';
 
 export interface GenerateActivityInput extends RolloutSlice {
   runId: string;
@@ -51,12 +51,42 @@ function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
   return policy;
 }
 
-/** The run's policy at `version`: the local engine, or the external one this worker drives. */
+/**
+ * The run's policy at `version`: the local engine, or the external one this worker drives. A switch
+ * to another version (the weight sync) and every generate call are counted in the worker's figures.
+ */
 async function policyAt(ctx: WorkerContext, run: RunContext, version: number): Promise<Pick<PolicyEngine, 'followNewVersions'> & { engine: GenerationEngine }> {
-  if (ctx.externalEngine) return { engine: await externalAt(ctx, ctx.externalEngine, run, version), followNewVersions: () => ({ followUpdates: true }) };
+  const t0 = performance.now();
+  if (ctx.externalEngine) {
+    const before = remotes.get(run.runId)?.policyVersion;
+    const remote = await externalAt(ctx, ctx.externalEngine, run, version);
+    if (before !== version) ctx.figures?.synced({ engine: 'external', seconds: (performance.now() - t0) / 1000 });
+    return { engine: measured(remote, 'external', ctx.figures), followNewVersions: () => ({ followUpdates: true }) };
+  }
   const policy = await policyOf(ctx, run);
+  const before = policy.policyVersion;
   await failuresMapped(() => policy.atVersion(version));
-  return policy;
+  if (before !== version) ctx.figures?.synced({ engine: 'local', seconds: (performance.now() - t0) / 1000 });
+  return { engine: measured(policy.engine, 'local', ctx.figures), followNewVersions: () => policy.followNewVersions() };
+}
+
+/** The engine with each generate call's batch size, response tokens and time reported to `figures`. */
+function measured(engine: GenerationEngine, kind: 'local' | 'external', figures: EngineFigures | undefined): GenerationEngine {
+  if (!figures) return engine;
+  return {
+    get model() {
+      return engine.model;
+    },
+    get policyVersion() {
+      return engine.policyVersion;
+    },
+    generate: async (prompts, params, media) => {
+      const t0 = performance.now();
+      const out = await engine.generate(prompts, params, media);
+      figures.generated({ engine: kind, sequences: out.length, tokens: out.reduce((n, s) => n + s.tokens.length, 0), seconds: (performance.now() - t0) / 1000 });
+      return out;
+    },
+  };
 }
 
 // An external engine's view of each run, in a worker started with RELAX_ENGINE_URL.

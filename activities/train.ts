@@ -324,7 +324,9 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
   } else {
     let update;
     try {
+      const t0 = performance.now();
       update = await updateTrainer(ctx, run, rule, fromVersion, samples, advantages);
+      ctx.figures?.trained({ sequences: samples.length, tokens: samples.reduce((n, s) => n + s.promptTokens.length + s.responseTokens.length, 0), seconds: (performance.now() - t0) / 1000 });
     } catch (err) {
       await advantagesRecorded.catch(() => undefined);
       if (!(err instanceof NonFiniteUpdateError)) throw err;

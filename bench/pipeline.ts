@@ -7,7 +7,6 @@ import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Pool } from 'pg';
 import { RelaxClient } from '../client';
 import { parseRunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
@@ -18,6 +17,7 @@ import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { TrainingResult } from '../workflows/training-run';
 import type { Bench } from './index';
+import { measureMonitoringOverhead, median, stepIntervals } from './monitoring-overhead';
 
 export const pipelineBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 20);
@@ -51,6 +51,9 @@ export const pipelineBench: Bench = async (ctx) => {
     fs.rmSync(home, { recursive: true, force: true });
   }
 
+  // Monitoring (metrics endpoints scraped, the health manager checking) on vs off, same workflow run.
+  const monitoring = ctx.options.monitoring === 'skip' ? undefined : await measureMonitoringOverhead(config, warm.dir, ctx.log);
+
   const localStepMs = (local.wallS * 1000) / steps;
   const workflowStepMs = (workflowWallS * 1000) / steps;
   const overheadMs = workflowStepMs - localStepMs;
@@ -71,34 +74,21 @@ export const pipelineBench: Bench = async (ctx) => {
     overhead_fraction_of_step: overheadMs / localStepMs,
     steady_state: { in_process_step_ms: localSteadyMs, workflow_step_ms: workflowSteadyMs, overhead_ms_per_step: steadyOverheadMs, overhead_fraction_of_step: steadyOverheadMs / localSteadyMs },
     same_computation: sameComputation,
+    ...(monitoring ? { monitoring } : {}),
     max_step_reward_difference: maxRewardDifference,
     note: 'both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step',
   };
   ctx.log(`[bench] same computation on both sides: ${sameComputation ? 'yes' : 'NO'} (per-step mean rewards differ by at most ${maxRewardDifference}; final accuracy ${local.finalAccuracy} in process, ${result.evalAccuracy} through the workflow)`);
   ctx.log(`[bench] steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
   ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
+  if (monitoring) {
+    ctx.log(`[bench] monitoring off ${monitoring.off_step_ms.toFixed(0)} ms/step, on ${monitoring.on_step_ms.toFixed(0)} ms/step (health checks every ${monitoring.health_interval_s} s: ${monitoring.health_checks}; scrapes every ${monitoring.scrape_interval_s} s: ${monitoring.scrapes}): overhead ${monitoring.overhead_ms_per_step.toFixed(1)} ms (${(monitoring.overhead_fraction_of_step * 100).toFixed(2)}% of a step; runs of the same mode differ by ${(monitoring.noise_fraction * 100).toFixed(1)}%)`);
+    ctx.log(`[bench] monitoring work accounted in the 'on' runs: scrapes ${monitoring.accounted.scrape_ms.toFixed(0)} ms + health checks ${monitoring.accounted.health_check_ms.toFixed(0)} ms over ${(monitoring.accounted.wall_ms / 1000).toFixed(1)} s of training: at most ${(monitoring.accounted.fraction_of_step * 100).toFixed(2)}% of a step`);
+  }
   return summary;
 };
 
-function median(xs: number[]): number {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
 /** Median interval between consecutive train steps' applied_at (steps 2..N: one full iteration each). */
 async function steadyStepMs(databaseUrl: string, runId: string): Promise<number> {
-  const pool = new Pool({ connectionString: databaseUrl, max: 1 });
-  try {
-    const { rows } = await pool.query<{ ms: number }>(
-      `SELECT extract(epoch FROM applied_at - lag(applied_at) OVER (ORDER BY step)) * 1000 AS ms
-         FROM train_steps WHERE run_id = $1 AND status = 'applied' ORDER BY step`,
-      [runId],
-    );
-    const intervals = rows.map((r) => Number(r.ms)).filter((ms) => Number.isFinite(ms) && ms > 0);
-    if (!intervals.length) throw new Error(`run ${runId} recorded fewer than two applied train steps: run the bench with --set steps=3 or more`);
-    return median(intervals);
-  } finally {
-    await pool.end();
-  }
+  return median(await stepIntervals(databaseUrl, runId));
 }

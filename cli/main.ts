@@ -18,6 +18,7 @@ import { relaxEnvironment } from '../config/environment';
 import { checkPortsFree, startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
 import { freePort } from '../workers/ports';
 import { startWorker } from '../workers/worker';
+import { metricsEnabled } from '../workers/worker-metrics';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
 import { renderCurves, watchRun } from './watch';
@@ -157,12 +158,13 @@ export function buildProgram(): Command {
       // The SDK logs every state change at INFO; a worker of a busy stack should print what matters.
       // The Temporal SDK's own metrics (task slots, poll latencies, schedule-to-start...) on a
       // loopback Prometheus endpoint of their own (RELAX_SDK_METRICS_PORT, default a free port).
-      const sdkMetricsPort = process.env.RELAX_SDK_METRICS_PORT ? Number(process.env.RELAX_SDK_METRICS_PORT) : await freePort();
-      if (!Number.isInteger(sdkMetricsPort) || sdkMetricsPort <= 0 || sdkMetricsPort > 65535) throw new Error(`RELAX_SDK_METRICS_PORT must be a port number, got "${process.env.RELAX_SDK_METRICS_PORT}"`);
+      // RELAX_METRICS=off: none (nor the worker's own endpoint).
+      const sdkMetricsPort = !metricsEnabled() ? undefined : process.env.RELAX_SDK_METRICS_PORT ? Number(process.env.RELAX_SDK_METRICS_PORT) : await freePort();
+      if (sdkMetricsPort !== undefined && (!Number.isInteger(sdkMetricsPort) || sdkMetricsPort <= 0 || sdkMetricsPort > 65535)) throw new Error(`RELAX_SDK_METRICS_PORT must be a port number, got "${process.env.RELAX_SDK_METRICS_PORT}"`);
       Runtime.install({
         logger: new DefaultLogger((process.env.RELAX_LOG_LEVEL as LogLevel) || 'WARN'),
         // Prometheus' conventions (promtool checks them): counters end in _total, durations in seconds.
-        telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkMetricsPort}`, countersTotalSuffix: true, unitSuffix: true, useSecondsForDurations: true } } },
+        ...(sdkMetricsPort !== undefined ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkMetricsPort}`, countersTotalSuffix: true, unitSuffix: true, useSecondsForDurations: true } } } } : {}),
       });
       const worker = await startWorker({
         role: o.role,
@@ -173,7 +175,7 @@ export function buildProgram(): Command {
         ...shutdownGrace(),
       });
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
-      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend} · metrics ${worker.metricsUrl} · sdk-metrics http://127.0.0.1:${sdkMetricsPort}/metrics`);
+      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}${worker.metricsUrl ? ` · metrics ${worker.metricsUrl}` : ''}${sdkMetricsPort !== undefined ? ` · sdk-metrics http://127.0.0.1:${sdkMetricsPort}/metrics` : ''}${worker.tracesUrl ? ` · traces ${worker.tracesUrl}` : ''}`);
       await worker.done;
       // (A worker whose external engine was marked failed stopped polling the shared queue only: its
       // instance queue keeps it alive, taking no rollout work, until it is drained.)

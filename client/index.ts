@@ -7,6 +7,7 @@ import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import type { HyperparameterUpdate } from '../config/hyperparameters';
 import { roleTaskQueue } from '../config/task-queues';
 import { sdkConnectionOptions, temporalConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
+import { startTracing, type Tracing } from '../config/tracing';
 import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress, TrainingResult } from '../workflows/definitions';
 import { resolveAddresses } from './addresses';
 import { RelaxSchedules } from './schedules';
@@ -67,6 +68,7 @@ export class RelaxClient {
     readonly client: Client,
     private readonly connection: Connection,
     databaseUrl: string | undefined,
+    private readonly tracing?: Tracing,
   ) {
     this.database = new RunDatabase(databaseUrl);
   }
@@ -81,13 +83,17 @@ export class RelaxClient {
     const resolved = resolveAddresses();
     const target = o.address ?? resolved.temporalAddress;
     const options = o.security ?? temporalConnectionOptions();
+    // With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, starting a run opens its trace (config/tracing.ts); close() sends the spans.
+    const tracing = startTracing({ role: 'client' });
     let connection: Connection;
     try {
       connection = await Connection.connect({ address: target, connectTimeout: 5_000, ...sdkConnectionOptions(options) });
     } catch (err) {
+      await tracing?.shutdown();
       throw new Error(`cannot reach Temporal at ${target} (${options.summary}): ${(err as Error).message}\n  fix: start \`relax dev\` or set TEMPORAL_ADDRESS; for TLS check TEMPORAL_TLS_CA / TEMPORAL_TLS_SERVER_NAME (docs/security.md)`);
     }
-    return new RelaxClient(new Client({ connection, namespace: o.namespace ?? resolved.namespace }), connection, o.databaseUrl ?? resolved.databaseUrl);
+    const interceptors = tracing ? { interceptors: { workflow: tracing.clientInterceptors } } : {};
+    return new RelaxClient(new Client({ connection, namespace: o.namespace ?? resolved.namespace, ...interceptors }), connection, o.databaseUrl ?? resolved.databaseUrl, tracing);
   }
 
   /** Starts a training run (the `trainingRun` workflow); throws RunConfigError before sending an invalid config. */
@@ -271,5 +277,6 @@ export class RelaxClient {
   async close(): Promise<void> {
     await this.database.close();
     await this.connection.close();
+    await this.tracing?.shutdown();
   }
 }

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { boundedNumber as n } from './run-bounds';
 
-export const NOTIFY_EVENTS = ['started', 'finished', 'failed', 'cancelled', 'stopped', 'digest'] as const;
+export const NOTIFY_EVENTS = ['started', 'finished', 'failed', 'cancelled', 'stopped', 'digest', 'milestone'] as const;
 export type NotifyEvent = (typeof NOTIFY_EVENTS)[number];
 
 export const WebhookSchema = z
@@ -28,6 +28,8 @@ export const NotifyConfigSchema = z
     events: z.array(z.enum(NOTIFY_EVENTS)).min(1).default([...NOTIFY_EVENTS]),
     /** A digest of the main metrics' changes every this many steps (Relax's freq=N); 0: none. */
     digest_every: n('notify.digest_every').default(0),
+    /** "milestone": held-out accuracy first reaching each of these (the step-0 accuracy does not count as reaching). */
+    accuracy_milestones: z.array(z.number().gt(0).max(1)).max(100).default([0.5, 0.9, 0.95, 0.99]),
     /** Throttle: digests at most this often, seconds (one that comes sooner is skipped). */
     min_interval_secs: n('notify.min_interval_secs').default(0),
   })

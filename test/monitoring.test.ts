@@ -9,6 +9,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { metricsCsv } from '../cli/runs';
 import { freePort } from '../workers/ports';
+import { metricsEnabled } from '../workers/worker-metrics';
 import { spawnRelax, startDevStack, uniqueId, waitFor, type DevStack } from './helpers';
 
 let stack: DevStack;
@@ -83,6 +84,14 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
   assert.match(rollout, /^relax_activities_total\{activity="generate",outcome="completed",role="rollout"\} [1-9]/m);
   assert.match(rollout, /^relax_activity_duration_seconds_count\{(?=[^}]*activity="generate")(?=[^}]*role="rollout")[^}]*\} [1-9]/m);
   assert.match(rollout, /^relax_worker_process_resident_memory_bytes\{role="rollout"\} /m);
+  // The engine figures: generated tokens and tokens/s, batch sizes, weight syncs; the trainer's.
+  assert.match(rollout, /^relax_engine_generated_tokens_total\{(?=[^}]*engine="local")(?=[^}]*role="rollout")[^}]*\} [1-9]/m);
+  assert.match(rollout, /^relax_engine_tokens_per_second\{[^}]*engine="local"[^}]*\} [1-9]/m);
+  assert.match(rollout, /^relax_engine_batch_sequences_count\{[^}]*engine="local"[^}]*\} [1-9]/m);
+  assert.match(rollout, /^relax_engine_weight_sync_seconds_count\{[^}]*engine="local"[^}]*\} [1-9]/m, 'a weight sync per new version');
+  const train = await (await fetch(recorded.metrics.find((m) => m.role === 'train')!.urls[0])).text();
+  assert.match(train, /^relax_trainer_tokens_total\{role="train"\} [1-9]/m);
+  assert.match(train, /^relax_trainer_update_seconds_count\{role="train"\} [1-9]/m);
   const sdk = await (await fetch(recorded.metrics.find((m) => m.role === 'rollout')!.urls[1])).text();
   assert.match(sdk, /^temporal_/m, 'the Temporal SDK\'s own metrics');
   assert.equal((await stack.call('POST', `/runs/${runId}/stop`)).status, 202);
@@ -120,4 +129,11 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
 
 test('metricsCsv: one row per step, empty cells where a series has no value, names quoted when they must be', () => {
   assert.equal(metricsCsv({ a: [[1, 0.5], [2, 0.25]], 'b,c': [[2, 3]] }, ['a', 'b,c']), 'step,a,"b,c"\n1,0.5,\n2,0.25,3');
+});
+
+test('RELAX_METRICS: on by default, "off" turns a worker\'s metrics off, anything else is refused naming the variable', () => {
+  assert.equal(metricsEnabled({}), true);
+  assert.equal(metricsEnabled({ RELAX_METRICS: 'on' }), true);
+  assert.equal(metricsEnabled({ RELAX_METRICS: 'OFF' }), false);
+  assert.throws(() => metricsEnabled({ RELAX_METRICS: 'no' }), /RELAX_METRICS must be "on" or "off", got "no"/);
 });

@@ -11,6 +11,11 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { roleTaskQueue } from '../config/task-queues';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
+import { loadTfjsBackend } from '../engines/backends';
+import { loadOrTrainWarmStart } from '../training/warm-start';
+import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
+import { relaxEnvironment } from '../config/environment';
+import { milestonesCrossed } from '../workflows/notifications';
 import { startWorkerStack, uniqueId, waitFor, type WorkerStack } from './helpers';
 
 const SECRET = randomBytes(16).toString('hex');
@@ -97,4 +102,35 @@ test('a failing run sends "failed" naming the cause; a receiver that answers 503
   assert.match(failed.text, new RegExp(`Relax run ${runId} failed: `));
   assert.equal(of(runId, '/flaky').length, 1, 'only the events asked for');
   assert.ok(failFirst < 0, 'the first two deliveries were refused with 503 and retried');
+});
+
+test('milestonesCrossed: the milestones above the previous best and at or below the new one', () => {
+  assert.deepEqual(milestonesCrossed([0.5, 0.9, 0.95], 0.4, 0.92), [0.5, 0.9]);
+  assert.deepEqual(milestonesCrossed([0.9, 0.5], 0.5, 0.9), [0.9], 'reached exactly counts; the previous best itself does not');
+  assert.deepEqual(milestonesCrossed([0.5], 0.6, 0.7), [], 'already passed before');
+});
+
+test('held-out accuracy passing its milestones sends one "milestone" event per new best that passed one, and only then', async () => {
+  // The quickstart's warm start (about 56% held-out) and model: a few GRPO steps move held-out accuracy up.
+  const base2 = { ...ADD2_GRPO, rollout: { ...ADD2_GRPO.rollout, prompts_per_step: 32 } };
+  await loadTfjsBackend({ kind: 'cpu' });
+  const warm = await loadOrTrainWarmStart(parseRunConfig(base2), ADD2_SFT, relaxEnvironment().warmStartCache);
+  const runId = uniqueId('notified-milestone');
+  const grid = Array.from({ length: 50 }, (_, i) => (i + 1) / 50);
+  const notify = { webhooks: [{ url: `${base}/milestones` }], events: ['milestone'], accuracy_milestones: grid };
+  const config = { ...base2, run_id: runId, train: { steps: 4, eval_every: 1, warmup_steps: 0 }, checkpoint: { init_from: warm.dir }, notify };
+  const result = (await stack.temporal.client.workflow.execute('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: runId, args: [config] })) as { accuracies: Array<[number, number]> };
+  // What the run's own accuracy curve says it should have sent: each new best past a grid point.
+  const expected: string[] = [];
+  let best = result.accuracies[0][1];
+  for (const [step, accuracy] of result.accuracies.slice(1)) {
+    const crossed = milestonesCrossed(grid, best, accuracy);
+    if (crossed.length) expected.push(`${step}:${crossed[crossed.length - 1]}:${accuracy}`);
+    best = Math.max(best, accuracy);
+  }
+  assert.ok(expected.length > 0, `held-out accuracy rose past a milestone: ${JSON.stringify(result.accuracies)}`);
+  const got = of(runId, '/milestones').map((r) => r.body);
+  assert.deepEqual(got.map((e) => `${e.step}:${e.milestone}:${e.accuracy}`).sort(), expected.sort());
+  assert.ok(got.every((e) => e.event === 'milestone'));
+  assert.match(got[0].text, new RegExp(`Relax run ${runId} reached [\\d.]+% held-out accuracy at step \\d+ \\([\\d.]+%\\)`));
 });

@@ -13,10 +13,11 @@ import { CheckpointServer, probeEngine } from '../rollout/remote-engine';
 import { openStore, redactUrl } from '../store/db';
 import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { SUPERVISED_ENV } from './supervisor';
-import { startWorkerMetrics } from './worker-metrics';
+import { metricsEnabled, startWorkerMetrics } from './worker-metrics';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
+import { startTracing, tracingWorkflowModules } from '../config/tracing';
 
 export interface WorkerOptions {
   role: Role;
@@ -24,7 +25,7 @@ export interface WorkerOptions {
   temporalAddress: string;
   namespace: string;
   databaseUrl: string;
-  /** Pre-built workflow bundle (tests bundle once per run); the control worker bundles otherwise. */
+  /** Pre-built workflow bundle (tests bundle once per run); the control worker bundles otherwise, and always when tracing is on (its bundle has the tracing interceptors). */
   workflowBundle?: WorkflowBundleWithSourceMap;
   /** Grace for running activities when the worker shuts down. */
   shutdownGraceMs?: number;
@@ -39,8 +40,10 @@ export interface RunningWorker {
   /** Resolves when the worker has stopped (after shutdown() or a fatal error). */
   done: Promise<void>;
   shutdown(): void;
-  /** Its Prometheus endpoint (workers/worker-metrics.ts). */
-  metricsUrl: string;
+  /** Its Prometheus endpoint (workers/worker-metrics.ts); absent with RELAX_METRICS=off. */
+  metricsUrl?: string;
+  /** Where it sends its OpenTelemetry spans, when tracing is on (config/tracing.ts). */
+  tracesUrl?: string;
   /** Why the external engine it drove was marked failed (it stopped taking work), if it was. */
   unhealthy(): string | undefined;
 }
@@ -97,8 +100,9 @@ function metricsPort(): { port?: number } {
 
 export const workflowsPath = require.resolve('../workflows');
 
-export function bundleWorkflows(): Promise<WorkflowBundleWithSourceMap> {
-  return bundleWorkflowCode({ workflowsPath, logger: quietBundlerLogger });
+/** The workflows' bundle; `tracing`: with the OpenTelemetry workflow interceptors (config/tracing.ts). */
+export function bundleWorkflows(opts: { tracing?: boolean } = {}): Promise<WorkflowBundleWithSourceMap> {
+  return bundleWorkflowCode({ workflowsPath, logger: quietBundlerLogger, ...(opts.tracing ? { workflowInterceptorModules: tracingWorkflowModules() } : {}) });
 }
 
 const quietBundlerLogger = {
@@ -175,21 +179,23 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       : {}),
   };
   const activities = activitiesForRole(opts.role, ctx);
-  const metrics = await startWorkerMetrics({ role: opts.role, ...metricsPort() });
+  const tracing = startTracing({ role: opts.role, identity });
+  const metrics = metricsEnabled() ? await startWorkerMetrics({ role: opts.role, ...metricsPort() }) : undefined;
+  if (metrics) ctx.figures = metrics.figures;
   const common = {
     connection,
     namespace: opts.namespace,
     identity,
     activities,
-    interceptors: { activity: [() => ({ inbound: metrics.activityInbound() })] },
+    interceptors: { activity: [...(metrics ? [() => ({ inbound: metrics.activityInbound() })] : []), ...(tracing?.activityInterceptors ?? [])] },
     shutdownGraceTime: opts.shutdownGraceMs ?? 5_000,
   };
 
   const workers: Worker[] = [];
   if (opts.role === 'control') {
     await checkSearchAttributes(opts, security);
-    const workflowBundle = opts.workflowBundle ?? (await bundleWorkflows());
-    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle }));
+    const workflowBundle = (!tracing && opts.workflowBundle) || (await bundleWorkflows({ tracing: !!tracing }));
+    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle, ...(tracing ? { sinks: tracing.sinks } : {}) }));
   } else {
     const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER, ...rolloutConcurrency() } : {};
     workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
@@ -209,7 +215,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
   const closed = done.finally(async () => {
-    await metrics.close().catch(() => undefined);
+    await metrics?.close().catch(() => undefined);
+    await tracing?.shutdown();
     await external?.checkpoints.close().catch(() => undefined);
     await connection.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
@@ -223,7 +230,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     shutdown: () => {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
-    metricsUrl: metrics.url,
+    ...(metrics ? { metricsUrl: metrics.url } : {}),
+    ...(tracing ? { tracesUrl: tracing.settings.endpoint } : {}),
     unhealthy: () => unhealthy,
   };
   exitWithSupervisor(running);

@@ -27,6 +27,8 @@ export interface TrainingProgress {
   lastAccuracy?: number;
   /** The step the newest held-out accuracy was measured at (0: the initial policy). */
   lastEvalStep?: number;
+  /** The best held-out accuracy so far (step 0 included): accuracy milestones count from it. */
+  bestAccuracy?: number;
   /** Recent (step, mean reward) and (step, held-out accuracy) points, newest last: only when the query asks `{ curves: true }`. */
   rewards?: Array<[number, number]>;
   accuracies?: Array<[number, number]>;

@@ -10,6 +10,13 @@ import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 
 export const NOTIFICATIONS = 'relax-notifications';
+/** Patch id: accuracy-milestone notifications (executions started before it send none). */
+export const ACCURACY_MILESTONES = 'relax-accuracy-milestones';
+
+/** The milestones a new best accuracy passed: above the previous best, at or below the new one. */
+export function milestonesCrossed(milestones: readonly number[], previousBest: number, best: number): number[] {
+  return milestones.filter((m) => m > previousBest && m <= best).sort((a, b) => a - b);
+}
 
 const notifyActivities = (summary: string) =>
   proxyActivities<NotifyActivities>({
@@ -51,6 +58,13 @@ export class Notifier {
     if (Date.now() - this.lastDigest.at < this.config.min_interval_secs * 1000) return;
     void this.send('digest', { step, fromStep: this.lastDigest.step });
     this.lastDigest = { step, at: Date.now() };
+  }
+
+  /** A new best held-out accuracy: one "milestone" event naming the highest milestone it passed. */
+  afterAccuracy(step: number, previousBest: number, best: number): void {
+    const crossed = milestonesCrossed(this.config.accuracy_milestones ?? [], previousBest, best);
+    if (!crossed.length || !this.config.events.includes('milestone') || !patched(ACCURACY_MILESTONES)) return;
+    void this.send('milestone', { step, milestone: crossed[crossed.length - 1], accuracy: best });
   }
 
   /** Waits for every notification sent so far. */

@@ -141,6 +141,12 @@ function recordAccuracy(run: RunState, step: number, accuracy: number): void {
     run.progress.lastEvalStep = step;
     publishProgress(run.visibility, run.progress, run.config, true);
   }
+  // A new best: the accuracy milestones it passed are notified (config notify.accuracy_milestones).
+  const best = run.progress.bestAccuracy;
+  if (best === undefined || accuracy > best) {
+    run.progress.bestAccuracy = accuracy;
+    if (best !== undefined) run.notifier?.afterAccuracy(step, best, accuracy);
+  }
 }
 
 export async function trainingRun(input: unknown, carry?: TrainingCarry): Promise<TrainingResult> {
@@ -215,6 +221,7 @@ async function startRun(input: unknown, progress: TrainingProgress, visibility: 
   pushPoint(progress.accuracies as Array<[number, number]>, [0, initial.accuracy]);
   progress.lastAccuracy = initial.accuracy;
   progress.lastEvalStep = 0;
+  progress.bestAccuracy = initial.accuracy;
   return config;
 }
 

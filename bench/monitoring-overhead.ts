@@ -1,0 +1,192 @@
+// The monitoring part of `relax bench pipeline`: the same sync GRPO run through the trainingRun
+// workflow with monitoring off (RELAX_METRICS=off: no worker metrics endpoints, no activity
+// interceptor, no SDK telemetry; no health manager) and on (every endpoint, the health manager
+// checking every HEALTH_INTERVAL_S, and every endpoint scraped every SCRAPE_INTERVAL_S, with the
+// run-series read the API's GET /metrics makes per scrape). Runs in the order off, on, on, off so
+// drift cancels; each side's step time is the median of its runs' pooled steady-state intervals.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Pool } from 'pg';
+import { NoCapacityProviderError, RelaxClient } from '../client';
+import type { RunConfig } from '../config/run-config';
+import { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
+import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { startLocalCapacity } from '../workers/local-capacity';
+import { startEphemeralStack } from '../workers/local-stack';
+
+/** The health manager's interval here: 7.5x more often than its default (15 s), so checks fall inside every measured run. */
+const HEALTH_INTERVAL_S = 2;
+/** Every metrics endpoint is scraped this often (Prometheus' default is 1 minute, commonly 15 s). */
+const SCRAPE_INTERVAL_S = 2;
+
+type Mode = 'off' | 'on';
+
+export interface MonitoringOverhead {
+  off_step_ms: number;
+  on_step_ms: number;
+  overhead_ms_per_step: number;
+  overhead_fraction_of_step: number;
+  /** How far apart the two runs of the same mode are (their medians, relative): the measurement's noise. */
+  noise_fraction: number;
+  health_interval_s: number;
+  scrape_interval_s: number;
+  health_checks: number;
+  scrapes: number;
+  /**
+   * The same, accounted directly in the 'on' runs: the time the monitoring work itself took (every
+   * scrape of every endpoint with the API's run-series read, every health check activity) over the
+   * runs' wall time. An upper bound: it counts all of it as if it held up the step.
+   */
+  accounted: { monitoring_busy_ms: number; wall_ms: number; fraction_of_step: number; scrape_ms: number; health_check_ms: number };
+  runs: Array<{ mode: Mode; step_ms: number; steps: number }>;
+}
+
+export async function measureMonitoringOverhead(config: RunConfig, warmDir: string, log: (line: string) => void): Promise<MonitoringOverhead> {
+  const intervals: Record<Mode, number[]> = { off: [], on: [] };
+  const runs: MonitoringOverhead['runs'] = [];
+  let healthChecks = 0;
+  let scrapes = 0;
+  const busy = { scrape: 0, health: 0, wall: 0 };
+  for (const mode of ['off', 'on', 'on', 'off'] as const) {
+    log(`[bench] monitoring ${mode}: ${config.train.steps} steps through the workflow`);
+    const r = await oneRun(config, warmDir, mode);
+    intervals[mode].push(...r.intervals);
+    runs.push({ mode, step_ms: median(r.intervals), steps: config.train.steps });
+    healthChecks += r.healthChecks;
+    scrapes += r.scrapes;
+    if (mode === 'on') {
+      busy.scrape += r.scrapeMs;
+      busy.health += r.healthCheckMs;
+      busy.wall += r.wallMs;
+    }
+  }
+  const off = median(intervals.off);
+  const on = median(intervals.on);
+  const same = (m: Mode) => runs.filter((r) => r.mode === m).map((r) => r.step_ms);
+  const noise = Math.max(...(['off', 'on'] as const).map((m) => Math.abs(same(m)[0] - same(m)[1]) / Math.min(...same(m))));
+  return {
+    off_step_ms: off,
+    on_step_ms: on,
+    overhead_ms_per_step: on - off,
+    overhead_fraction_of_step: (on - off) / off,
+    noise_fraction: noise,
+    health_interval_s: HEALTH_INTERVAL_S,
+    scrape_interval_s: SCRAPE_INTERVAL_S,
+    health_checks: healthChecks,
+    scrapes,
+    accounted: { monitoring_busy_ms: busy.scrape + busy.health, wall_ms: busy.wall, fraction_of_step: (busy.scrape + busy.health) / busy.wall, scrape_ms: busy.scrape, health_check_ms: busy.health },
+    runs,
+  };
+}
+
+interface OneRun {
+  intervals: number[];
+  healthChecks: number;
+  scrapes: number;
+  /** Time spent scraping (every endpoint, and the run-series read), and in health check activities. */
+  scrapeMs: number;
+  healthCheckMs: number;
+  /** The run's wall time, from its start to its result. */
+  wallMs: number;
+}
+
+async function oneRun(config: RunConfig, warmDir: string, mode: Mode): Promise<OneRun> {
+  const home = fs.mkdtempSync(path.join(os.tmpdir(), `relax-bench-monitoring-${mode}-`));
+  const saved = process.env.RELAX_METRICS;
+  // The stack's worker processes inherit this environment.
+  if (mode === 'off') process.env.RELAX_METRICS = 'off';
+  else delete process.env.RELAX_METRICS;
+  const stack = await startEphemeralStack(home).finally(() => {
+    if (saved === undefined) delete process.env.RELAX_METRICS;
+    else process.env.RELAX_METRICS = saved;
+  });
+  const client = await RelaxClient.connect({ address: stack.temporalAddress, security: PLAINTEXT_TEMPORAL, databaseUrl: stack.databaseUrl });
+  const capacity = mode === 'on' ? await startLocalCapacity({ stack, security: PLAINTEXT_TEMPORAL }) : undefined;
+  let scrapes = 0;
+  let scrapeMs = 0;
+  let scraping: NodeJS.Timeout | undefined;
+  try {
+    if (mode === 'off' && stack.workers().some((w) => w.metricsUrls?.length)) throw new Error('monitoring off (RELAX_METRICS=off), but a worker still serves metrics');
+    if (mode === 'on') {
+      await startHealthManager(client);
+      const urls = stack.workers().flatMap((w) => w.metricsUrls ?? []);
+      if (!urls.length) throw new Error('monitoring on, but no worker named a metrics endpoint in its ready line');
+      // Each endpoint timed on its own (they are scraped side by side, as Prometheus does).
+      const timed = async (f: () => Promise<unknown>) => {
+        const t0 = performance.now();
+        await f();
+        scrapeMs += performance.now() - t0;
+      };
+      const scrape = async () => {
+        await Promise.all([...urls.map((u) => timed(async () => (await fetch(u)).text())), timed(() => client.latestRunMetrics())]);
+        scrapes++;
+      };
+      scraping = setInterval(() => void scrape().catch(() => undefined), SCRAPE_INTERVAL_S * 1000);
+    }
+    const runId = `bench-monitoring-${mode}-${Date.now().toString(36)}`;
+    const t0 = performance.now();
+    await (await client.startTraining({ ...config, run_id: runId, checkpoint: { ...config.checkpoint, init_from: warmDir, dir: path.join(home, 'checkpoints') } })).result();
+    const wallMs = performance.now() - t0;
+    const checks = mode === 'on' ? await healthChecksOf(client) : { count: 0, ms: 0 };
+    return { intervals: await stepIntervals(stack.databaseUrl, runId), healthChecks: checks.count, healthCheckMs: checks.ms, scrapes, scrapeMs, wallMs };
+  } finally {
+    if (scraping) clearInterval(scraping);
+    if (mode === 'on') await client.rollout.stopHealthManager().catch(() => undefined);
+    await capacity?.stop();
+    await client.close();
+    await stack.stop();
+    fs.rmSync(home, { recursive: true, force: true });
+  }
+}
+
+/** The health manager, once the capacity worker just started is seen polling its queue. */
+async function startHealthManager(client: RelaxClient): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await client.rollout.startHealthManager({ interval_secs: HEALTH_INTERVAL_S });
+      return;
+    } catch (err) {
+      if (!(err instanceof NoCapacityProviderError) || attempt >= 50) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+}
+
+/** The health manager's checkHealth activities so far, and their time from started to completed. */
+async function healthChecksOf(client: RelaxClient): Promise<{ count: number; ms: number }> {
+  const events = (await client.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID).fetchHistory()).events ?? [];
+  const millis = (t: { seconds?: unknown; nanos?: number | null } | null | undefined) => Number(t?.seconds ?? 0) * 1000 + (t?.nanos ?? 0) / 1e6;
+  const checks = new Set(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'checkHealth').map((e) => Number(e.eventId)));
+  const started = new Map(events.filter((e) => checks.has(Number(e.activityTaskStartedEventAttributes?.scheduledEventId))).map((e) => [Number(e.activityTaskStartedEventAttributes!.scheduledEventId), millis(e.eventTime)]));
+  let ms = 0;
+  for (const e of events) {
+    const done = e.activityTaskCompletedEventAttributes;
+    const at = done && started.get(Number(done.scheduledEventId));
+    if (at !== undefined && at !== null) ms += millis(e.eventTime) - at;
+  }
+  return { count: checks.size, ms };
+}
+
+/** Intervals between consecutive train steps' applied_at (steps 2..N: one full iteration each). */
+export async function stepIntervals(databaseUrl: string, runId: string): Promise<number[]> {
+  const pool = new Pool({ connectionString: databaseUrl, max: 1 });
+  try {
+    const { rows } = await pool.query<{ ms: number }>(
+      `SELECT extract(epoch FROM applied_at - lag(applied_at) OVER (ORDER BY step)) * 1000 AS ms
+         FROM train_steps WHERE run_id = $1 AND status = 'applied' ORDER BY step`,
+      [runId],
+    );
+    const intervals = rows.map((r) => Number(r.ms)).filter((ms) => Number.isFinite(ms) && ms > 0);
+    if (!intervals.length) throw new Error(`run ${runId} recorded fewer than two applied train steps: run the bench with --set steps=3 or more`);
+    return intervals;
+  } finally {
+    await pool.end();
+  }
+}
+
+export function median(xs: number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
