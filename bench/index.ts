@@ -17,7 +17,7 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     load: async () => (await import('./engines.js')).enginesBench,
   },
   pipeline: {
-    describe: 'the same GRPO steps in-process vs through the workflow on the local stack: orchestration overhead',
+    describe: 'the same GRPO steps in-process vs through the workflow on the local stack: orchestration overhead; then monitoring (metrics scraped, health checks) on vs off',
     load: async () => (await import('./pipeline.js')).pipelineBench,
   },
   async: {

@@ -2,7 +2,7 @@
 // workflow with monitoring off (RELAX_METRICS=off: no worker metrics endpoints, no activity
 // interceptor, no SDK telemetry; no health manager) and on (every endpoint, the health manager
 // checking every HEALTH_INTERVAL_S, and every endpoint scraped every SCRAPE_INTERVAL_S, with the
-// run-series read the API's GET /metrics makes per scrape). Runs in the order off, on, on, off so
+// run-series read the API's GET /metrics makes per scrape; both settable). Runs in the order off, on, on, off so
 // drift cancels; each side's step time is the median of its runs' pooled steady-state intervals.
 import fs from 'node:fs';
 import os from 'node:os';
@@ -15,10 +15,15 @@ import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import { startLocalCapacity } from '../workers/local-capacity';
 import { startEphemeralStack } from '../workers/local-stack';
 
-/** The health manager's interval here: 7.5x more often than its default (15 s), so checks fall inside every measured run. */
-const HEALTH_INTERVAL_S = 2;
-/** Every metrics endpoint is scraped this often (Prometheus' default is 1 minute, commonly 15 s). */
-const SCRAPE_INTERVAL_S = 2;
+/** The health manager's interval: its default (--set health_interval=S). */
+const HEALTH_INTERVAL_S = 15;
+/** Every metrics endpoint is scraped this often: a common Prometheus setting (its default is 1 minute; --set scrape_interval=S). */
+const SCRAPE_INTERVAL_S = 15;
+
+export interface MonitoringOptions {
+  healthIntervalS?: number;
+  scrapeIntervalS?: number;
+}
 
 type Mode = 'off' | 'on';
 
@@ -34,29 +39,33 @@ export interface MonitoringOverhead {
   health_checks: number;
   scrapes: number;
   /**
-   * The same, accounted directly in the 'on' runs: the time the monitoring work itself took (every
-   * scrape of every endpoint with the API's run-series read, every health check activity) over the
-   * runs' wall time. An upper bound: it counts all of it as if it held up the step.
+   * The same, accounted directly in the 'on' runs: the time the monitoring work itself took over the
+   * runs' wall time: the workers rendering their metrics (their own counter of it), the SDK endpoints'
+   * answers and the API's run-series read (wall time of each), every health check activity (started
+   * to completed). An upper bound: it counts all of it as if it held up the step.
    */
-  accounted: { monitoring_busy_ms: number; wall_ms: number; fraction_of_step: number; scrape_ms: number; health_check_ms: number };
+  accounted: { monitoring_busy_ms: number; wall_ms: number; fraction_of_step: number; worker_render_ms: number; sdk_scrape_ms: number; run_series_ms: number; health_check_ms: number };
   runs: Array<{ mode: Mode; step_ms: number; steps: number }>;
 }
 
-export async function measureMonitoringOverhead(config: RunConfig, warmDir: string, log: (line: string) => void): Promise<MonitoringOverhead> {
+export async function measureMonitoringOverhead(config: RunConfig, warmDir: string, log: (line: string) => void, options: MonitoringOptions = {}): Promise<MonitoringOverhead> {
+  const intervalsS = { health: options.healthIntervalS ?? HEALTH_INTERVAL_S, scrape: options.scrapeIntervalS ?? SCRAPE_INTERVAL_S };
   const intervals: Record<Mode, number[]> = { off: [], on: [] };
   const runs: MonitoringOverhead['runs'] = [];
   let healthChecks = 0;
   let scrapes = 0;
-  const busy = { scrape: 0, health: 0, wall: 0 };
+  const busy = { render: 0, sdk: 0, series: 0, health: 0, wall: 0 };
   for (const mode of ['off', 'on', 'on', 'off'] as const) {
     log(`[bench] monitoring ${mode}: ${config.train.steps} steps through the workflow`);
-    const r = await oneRun(config, warmDir, mode);
+    const r = await oneRun(config, warmDir, mode, intervalsS);
     intervals[mode].push(...r.intervals);
     runs.push({ mode, step_ms: median(r.intervals), steps: config.train.steps });
     healthChecks += r.healthChecks;
     scrapes += r.scrapes;
     if (mode === 'on') {
-      busy.scrape += r.scrapeMs;
+      busy.render += r.renderMs;
+      busy.sdk += r.sdkMs;
+      busy.series += r.seriesMs;
       busy.health += r.healthCheckMs;
       busy.wall += r.wallMs;
     }
@@ -71,27 +80,34 @@ export async function measureMonitoringOverhead(config: RunConfig, warmDir: stri
     overhead_ms_per_step: on - off,
     overhead_fraction_of_step: (on - off) / off,
     noise_fraction: noise,
-    health_interval_s: HEALTH_INTERVAL_S,
-    scrape_interval_s: SCRAPE_INTERVAL_S,
+    health_interval_s: intervalsS.health,
+    scrape_interval_s: intervalsS.scrape,
     health_checks: healthChecks,
     scrapes,
-    accounted: { monitoring_busy_ms: busy.scrape + busy.health, wall_ms: busy.wall, fraction_of_step: (busy.scrape + busy.health) / busy.wall, scrape_ms: busy.scrape, health_check_ms: busy.health },
+    accounted: accountedOf(busy),
     runs,
   };
+}
+
+function accountedOf(b: { render: number; sdk: number; series: number; health: number; wall: number }): MonitoringOverhead['accounted'] {
+  const total = b.render + b.sdk + b.series + b.health;
+  return { monitoring_busy_ms: total, wall_ms: b.wall, fraction_of_step: total / b.wall, worker_render_ms: b.render, sdk_scrape_ms: b.sdk, run_series_ms: b.series, health_check_ms: b.health };
 }
 
 interface OneRun {
   intervals: number[];
   healthChecks: number;
   scrapes: number;
-  /** Time spent scraping (every endpoint, and the run-series read), and in health check activities. */
-  scrapeMs: number;
+  /** Workers rendering their metrics; SDK endpoints answering; the run-series reads; health check activities. */
+  renderMs: number;
+  sdkMs: number;
+  seriesMs: number;
   healthCheckMs: number;
   /** The run's wall time, from its start to its result. */
   wallMs: number;
 }
 
-async function oneRun(config: RunConfig, warmDir: string, mode: Mode): Promise<OneRun> {
+async function oneRun(config: RunConfig, warmDir: string, mode: Mode, intervalsS: { health: number; scrape: number }): Promise<OneRun> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), `relax-bench-monitoring-${mode}-`));
   const saved = process.env.RELAX_METRICS;
   // The stack's worker processes inherit this environment.
@@ -104,32 +120,36 @@ async function oneRun(config: RunConfig, warmDir: string, mode: Mode): Promise<O
   const client = await RelaxClient.connect({ address: stack.temporalAddress, security: PLAINTEXT_TEMPORAL, databaseUrl: stack.databaseUrl });
   const capacity = mode === 'on' ? await startLocalCapacity({ stack, security: PLAINTEXT_TEMPORAL }) : undefined;
   let scrapes = 0;
-  let scrapeMs = 0;
+  const spent = { sdk: 0, series: 0 };
   let scraping: NodeJS.Timeout | undefined;
+  let ownUrls: string[] = [];
   try {
     if (mode === 'off' && stack.workers().some((w) => w.metricsUrls?.length)) throw new Error('monitoring off (RELAX_METRICS=off), but a worker still serves metrics');
     if (mode === 'on') {
-      await startHealthManager(client);
-      const urls = stack.workers().flatMap((w) => w.metricsUrls ?? []);
-      if (!urls.length) throw new Error('monitoring on, but no worker named a metrics endpoint in its ready line');
-      // Each endpoint timed on its own (they are scraped side by side, as Prometheus does).
-      const timed = async (f: () => Promise<unknown>) => {
+      await startHealthManager(client, intervalsS.health);
+      const { own, sdk } = endpoints(stack.workers());
+      if (!own.length) throw new Error('monitoring on, but no worker named a metrics endpoint in its ready line');
+      ownUrls = own;
+      // Side by side, as Prometheus scrapes; the SDK's and the run-series read timed from here.
+      const timed = async (key: keyof typeof spent, f: () => Promise<unknown>) => {
         const t0 = performance.now();
         await f();
-        scrapeMs += performance.now() - t0;
+        spent[key] += performance.now() - t0;
       };
       const scrape = async () => {
-        await Promise.all([...urls.map((u) => timed(async () => (await fetch(u)).text())), timed(() => client.latestRunMetrics())]);
+        await Promise.all([...own.map(async (u) => (await fetch(u)).text()), ...sdk.map((u) => timed('sdk', async () => (await fetch(u)).text())), timed('series', () => client.latestRunMetrics())]);
         scrapes++;
       };
-      scraping = setInterval(() => void scrape().catch(() => undefined), SCRAPE_INTERVAL_S * 1000);
+      scraping = setInterval(() => void scrape().catch(() => undefined), intervalsS.scrape * 1000);
     }
     const runId = `bench-monitoring-${mode}-${Date.now().toString(36)}`;
     const t0 = performance.now();
+    const startedAt = Date.now();
     await (await client.startTraining({ ...config, run_id: runId, checkpoint: { ...config.checkpoint, init_from: warmDir, dir: path.join(home, 'checkpoints') } })).result();
     const wallMs = performance.now() - t0;
-    const checks = mode === 'on' ? await healthChecksOf(client) : { count: 0, ms: 0 };
-    return { intervals: await stepIntervals(stack.databaseUrl, runId), healthChecks: checks.count, healthCheckMs: checks.ms, scrapes, scrapeMs, wallMs };
+    const checks = mode === 'on' ? await healthChecksOf(client, startedAt, Date.now()) : { count: 0, ms: 0 };
+    const renderMs = (await Promise.all(ownUrls.map(renderSecondsOf))).reduce((a, b) => a + b, 0) * 1000;
+    return { intervals: await stepIntervals(stack.databaseUrl, runId), healthChecks: checks.count, healthCheckMs: checks.ms, scrapes, renderMs, sdkMs: spent.sdk, seriesMs: spent.series, wallMs };
   } finally {
     if (scraping) clearInterval(scraping);
     if (mode === 'on') await client.rollout.stopHealthManager().catch(() => undefined);
@@ -140,11 +160,24 @@ async function oneRun(config: RunConfig, warmDir: string, mode: Mode): Promise<O
   }
 }
 
+/** Each worker's own endpoint (the first URL of its ready line) and the SDK's (the second). */
+function endpoints(workers: Array<{ metricsUrls?: string[] }>): { own: string[]; sdk: string[] } {
+  return { own: workers.flatMap((w) => w.metricsUrls?.slice(0, 1) ?? []), sdk: workers.flatMap((w) => w.metricsUrls?.slice(1) ?? []) };
+}
+
+/** A worker's own count of the seconds it spent rendering its metrics. */
+async function renderSecondsOf(url: string): Promise<number> {
+  const text = await (await fetch(url)).text();
+  const m = /^relax_worker_metrics_render_seconds_total(?:\{[^}]*\})? ([\d.e+-]+)$/m.exec(text);
+  if (!m) throw new Error(`${url} has no relax_worker_metrics_render_seconds_total`);
+  return Number(m[1]);
+}
+
 /** The health manager, once the capacity worker just started is seen polling its queue. */
-async function startHealthManager(client: RelaxClient): Promise<void> {
+async function startHealthManager(client: RelaxClient, intervalS: number): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     try {
-      await client.rollout.startHealthManager({ interval_secs: HEALTH_INTERVAL_S });
+      await client.rollout.startHealthManager({ interval_secs: intervalS });
       return;
     } catch (err) {
       if (!(err instanceof NoCapacityProviderError) || attempt >= 50) throw err;
@@ -153,19 +186,22 @@ async function startHealthManager(client: RelaxClient): Promise<void> {
   }
 }
 
-/** The health manager's checkHealth activities so far, and their time from started to completed. */
-async function healthChecksOf(client: RelaxClient): Promise<{ count: number; ms: number }> {
+/** The health manager's checkHealth activities that ran within [fromMs, toMs], and their time from started to completed. */
+async function healthChecksOf(client: RelaxClient, fromMs: number, toMs: number): Promise<{ count: number; ms: number }> {
   const events = (await client.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID).fetchHistory()).events ?? [];
   const millis = (t: { seconds?: unknown; nanos?: number | null } | null | undefined) => Number(t?.seconds ?? 0) * 1000 + (t?.nanos ?? 0) / 1e6;
   const checks = new Set(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'checkHealth').map((e) => Number(e.eventId)));
   const started = new Map(events.filter((e) => checks.has(Number(e.activityTaskStartedEventAttributes?.scheduledEventId))).map((e) => [Number(e.activityTaskStartedEventAttributes!.scheduledEventId), millis(e.eventTime)]));
   let ms = 0;
+  let count = 0;
   for (const e of events) {
     const done = e.activityTaskCompletedEventAttributes;
     const at = done && started.get(Number(done.scheduledEventId));
-    if (at !== undefined && at !== null) ms += millis(e.eventTime) - at;
+    if (at === undefined || at === null || at < fromMs || millis(e.eventTime) > toMs) continue;
+    ms += millis(e.eventTime) - at;
+    count++;
   }
-  return { count: checks.size, ms };
+  return { count, ms };
 }
 
 /** Intervals between consecutive train steps' applied_at (steps 2..N: one full iteration each). */
