@@ -21,6 +21,8 @@ export const RUN_GAUGES: Record<string, [string, string, number?]> = {
   relax_run_staleness: ['staleness_mean', 'mean policy-version age of the last step\'s samples'],
   relax_run_rollout_busy_seconds: ['rollout_busy_ms', 'wall time of the last step\'s rollout, seconds', 1e-3],
   relax_run_rollout_wait_seconds: ['rollout_wait_ms', 'time the last step waited for rollout (async mode), seconds', 1e-3],
+  relax_run_trainer_wait_seconds: ['train_wait_ms', 'time the trainer waited for the last step\'s data since its previous step ended (trainer idle), seconds', 1e-3],
+  relax_run_samples_per_second: ['samples_per_s', 'samples per second through the pipeline at the last step'],
 };
 
 /** A series name as a Prometheus label value is fine as it is; metric names need [a-zA-Z_:][a-zA-Z0-9_:]*. */

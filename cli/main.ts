@@ -77,6 +77,7 @@ function printStack(stack: LocalStack): void {
   console.log(`  Database:  ${redactUrl(stack.databaseUrl)}${stack.embeddedDatabase ? '  (embedded PGlite)' : ''}`);
   console.log(`  Workers:   ${ROLES.map((r) => `${r} x${stack.workerPids(r).length}`).join(', ')}`);
   // Each worker's Prometheus endpoints (its own, the Temporal SDK's); stack.json keeps them current.
+  if (stack.temporalMetricsUrl) console.log(`  Metrics:   temporal ${stack.temporalMetricsUrl}`);
   for (const w of stack.workers()) if (w.metricsUrls?.length) console.log(`  Metrics:   ${w.role}#${w.index} ${w.metricsUrls.join(' ')}`);
 }
 
@@ -94,6 +95,7 @@ export function buildProgram(): Command {
     .option('--data-dir <dir>', 'project data directory (Temporal state, embedded database)', relaxEnvironment().home)
     .option('--temporal-port <port>', 'Temporal gRPC port', intOption('--temporal-port', 1), 7233)
     .option('--ui-port <port>', 'Temporal Web UI port (0 = headless)', intOption('--ui-port'), 8233)
+    .option('--temporal-metrics-port <port>', 'the Temporal server\'s Prometheus endpoint port (0 = any free port)', intOption('--temporal-metrics-port'), 0)
     .option('--db-port <port>', 'embedded database port when DATABASE_URL is unset (0 = any free port)', intOption('--db-port'), 0)
     .option('--rollout-workers <n>', 'rollout worker processes', intOption('--rollout-workers'), 1)
     .option('--train-workers <n>', 'train worker processes', intOption('--train-workers'), 1)
@@ -116,6 +118,7 @@ export function buildProgram(): Command {
         home,
         temporalPort: o.temporalPort,
         uiPort: o.uiPort,
+        temporalMetricsPort: o.temporalMetricsPort,
         dbPort: o.dbPort,
         databaseUrl: relaxEnvironment().databaseUrl,
         workers: { control: 1, rollout: o.rolloutWorkers, train: o.trainWorkers, reference: o.referenceWorkers },

@@ -13,7 +13,7 @@ export function writeStackFile(home: string, stack: LocalStack): void {
   const file = stackFilePath(home);
   const tmp = `${file}.${process.pid}.tmp`;
   const metrics = stack.workers().map((w) => ({ role: w.role, index: w.index, pid: w.pid, urls: w.metricsUrls ?? [] }));
-  const body = { temporalAddress: stack.temporalAddress, uiUrl: stack.uiUrl, databaseUrl: stack.databaseUrl, pid: process.pid, children: stack.childPids(), metrics };
+  const body = { temporalAddress: stack.temporalAddress, uiUrl: stack.uiUrl, temporalMetricsUrl: stack.temporalMetricsUrl, databaseUrl: stack.databaseUrl, pid: process.pid, children: stack.childPids(), metrics };
   fs.rmSync(tmp, { force: true });
   fs.writeFileSync(tmp, `${JSON.stringify(body, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
   fs.renameSync(tmp, file);

@@ -67,6 +67,7 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
     return gauge(text, 'relax_run_step', runId)! >= stepAt + 2 ? text : undefined;
   }, 120_000, 500);
   assert.equal(promtool(later).status, 0);
+  for (const g of ['relax_run_samples_per_second', 'relax_run_trainer_wait_seconds']) assert.ok(gauge(later, g, runId)! >= 0, `${g} for the run`);
 
   // Every worker's endpoints (its own and the Temporal SDK's), as relax dev recorded them: promtool
   // passes on each; the rollout worker counted and timed its generate activities.
@@ -80,6 +81,13 @@ test('GET /metrics passes promtool and has a training run\'s reward and accuracy
       assert.equal(c.status, 0, `promtool check metrics ${url} (${m.role}):\n${c.out}`);
     }
   }
+  // The Temporal server's own endpoint, on a port relax dev chose and recorded: it parses (its
+  // names are the server's own and do not follow promtool's lint conventions: no parse error allowed).
+  const temporalMetricsUrl = (recorded as { temporalMetricsUrl?: string }).temporalMetricsUrl;
+  assert.match(temporalMetricsUrl ?? '', /^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+  const server = await (await fetch(temporalMetricsUrl!)).text();
+  assert.match(server, /^# TYPE \w+ (counter|gauge|histogram)$/m);
+  assert.doesNotMatch(promtool(server).out, /pars(e|ing) error/i);
   const rollout = await (await fetch(recorded.metrics.find((m) => m.role === 'rollout')!.urls[0])).text();
   assert.match(rollout, /^relax_activities_total\{activity="generate",outcome="completed",role="rollout"\} [1-9]/m);
   assert.match(rollout, /^relax_activity_duration_seconds_count\{(?=[^}]*activity="generate")(?=[^}]*role="rollout")[^}]*\} [1-9]/m);

@@ -24,6 +24,8 @@ export interface LocalStackOptions {
   temporalPort: number;
   /** 0 = headless */
   uiPort: number;
+  /** The Temporal server's Prometheus endpoint; 0 or absent: a free port (LocalStack.temporalMetricsUrl says which). */
+  temporalMetricsPort?: number;
   /** Used when databaseUrl is not set; 0 picks a free port. */
   dbPort: number;
   databaseUrl?: string;
@@ -67,6 +69,7 @@ export interface StackWorker {
 export interface LocalStack {
   temporalAddress: string;
   uiUrl: string | undefined;
+  temporalMetricsUrl: string | undefined;
   databaseUrl: string;
   embeddedDatabase: boolean;
   workerPids(role?: Role): number[];
@@ -77,7 +80,6 @@ export interface LocalStack {
   workers(role?: Role): StackWorker[];
   /** Every worker slot of a role that is not draining, alive or not (the health manager's view). */
   slots(role: Role): WorkerSlot[];
-  /** The stack's data directory. */
   home: string;
   /**
    * Starts `count` more supervised workers of a role; resolves when each says it is ready.
@@ -112,11 +114,7 @@ export interface WorkerRestart {
   starting: number[];
 }
 
-/**
- * How long a rollout worker that is asked to stop lets its running activities finish (the Temporal
- * worker's shutdownGraceTime): a drained engine's in-flight rollout completes instead of being
- * retried elsewhere.
- */
+/** How long a stopping rollout worker lets its running activities finish (shutdownGraceTime): a drained engine's in-flight rollout completes, not retried elsewhere. */
 export const ROLLOUT_DRAIN_GRACE_MS = 120_000;
 
 interface ManagedWorker {
@@ -175,6 +173,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       dbFilename: path.join(opts.home, 'temporal.db'),
       port: opts.temporalPort,
       uiPort: opts.uiPort || undefined,
+      metricsPort: opts.temporalMetricsPort || (await freePort()),
       onOutput: (line) => opts.log(`[temporal] ${line}`),
     };
     temporal = await startTemporalServer(temporalOptions);
@@ -283,6 +282,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     return {
       temporalAddress: address,
       uiUrl: temporal.uiUrl,
+      temporalMetricsUrl: temporal.metricsUrl,
       databaseUrl,
       embeddedDatabase: embedded !== undefined,
       workerPids: (role) => workers.filter((w) => !role || w.role === role).map((w) => w.child.pid!),

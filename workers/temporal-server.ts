@@ -19,6 +19,8 @@ export interface TemporalServerOptions {
   port: number;
   /** Web UI port; omit for a headless server. */
   uiPort?: number;
+  /** The server's own Prometheus endpoint (http://<ip>:<port>/metrics); omit for a random port. */
+  metricsPort?: number;
   namespace?: string;
   startTimeoutMs?: number;
   onOutput?: (line: string) => void;
@@ -27,6 +29,8 @@ export interface TemporalServerOptions {
 export interface TemporalServer {
   address: string;
   uiUrl: string | undefined;
+  /** Its Prometheus endpoint, when metricsPort was given. */
+  metricsUrl: string | undefined;
   binary: string;
   /** The pid of the `temporal` binary (undefined for the SDK-downloaded server). */
   pid: number | undefined;
@@ -49,6 +53,8 @@ export const SEARCH_ATTRIBUTES = RELAX_SEARCH_ATTRIBUTES;
  */
 export const DYNAMIC_CONFIG: Record<string, string> = { 'frontend.enableCancelWorkerPollsOnShutdown': 'true' };
 const dynamicConfigArgs = () => Object.entries(DYNAMIC_CONFIG).flatMap(([k, v]) => ['--dynamic-config-value', `${k}=${v}`]);
+const metricsArgs = (opts: TemporalServerOptions) => (opts.metricsPort ? ['--metrics-port', String(opts.metricsPort)] : []);
+const metricsUrlOf = (opts: TemporalServerOptions) => (opts.metricsPort ? `http://${opts.ip ?? '127.0.0.1'}:${opts.metricsPort}/metrics` : undefined);
 
 export async function startTemporalServer(opts: TemporalServerOptions): Promise<TemporalServer> {
   const ip = opts.ip ?? '127.0.0.1';
@@ -57,7 +63,7 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
   const args = ['server', 'start-dev', '--ip', ip, '--port', String(opts.port), '--log-level', 'error'];
   if (opts.namespace && opts.namespace !== 'default') args.push('--namespace', opts.namespace);
   for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
-  args.push(...dynamicConfigArgs());
+  args.push(...dynamicConfigArgs(), ...metricsArgs(opts));
   if (opts.dbFilename) args.push('--db-filename', opts.dbFilename);
   if (opts.uiPort) args.push('--ui-port', String(opts.uiPort));
   else args.push('--headless');
@@ -115,6 +121,7 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
   return {
     address,
     uiUrl: opts.uiPort ? `http://${ip}:${opts.uiPort}` : undefined,
+    metricsUrl: metricsUrlOf(opts),
     binary: binary.path,
     pid,
     watchdogPid: child.pid,
@@ -143,7 +150,7 @@ async function startWithSdkDownload(opts: TemporalServerOptions, address: string
         uiPort: opts.uiPort,
         dbFilename: opts.dbFilename,
         namespace: opts.namespace,
-        extraArgs: [...Object.entries(SEARCH_ATTRIBUTES).flatMap(([n, t]) => ['--search-attribute', `${n}=${t}`]), ...dynamicConfigArgs()],
+        extraArgs: [...Object.entries(SEARCH_ATTRIBUTES).flatMap(([n, t]) => ['--search-attribute', `${n}=${t}`]), ...dynamicConfigArgs(), ...metricsArgs(opts)],
       },
     });
   } catch (err) {
@@ -155,6 +162,7 @@ async function startWithSdkDownload(opts: TemporalServerOptions, address: string
   return {
     address,
     uiUrl: opts.uiPort ? `http://${opts.ip ?? '127.0.0.1'}:${opts.uiPort}` : undefined,
+    metricsUrl: metricsUrlOf(opts),
     binary: 'sdk download',
     pid: undefined,
     watchdogPid: undefined,
