@@ -38,13 +38,6 @@ export interface MonitoringOverhead {
   scrape_interval_s: number;
   health_checks: number;
   scrapes: number;
-  /**
-   * The same, accounted directly in the 'on' runs: the time the monitoring work itself took over the
-   * runs' wall time: the workers rendering their metrics (their own counter of it), the SDK endpoints'
-   * answers and the API's run-series read (wall time of each), every health check activity (started
-   * to completed). An upper bound: it counts all of it as if it held up the step.
-   */
-  accounted: { monitoring_busy_ms: number; wall_ms: number; fraction_of_step: number; worker_render_ms: number; sdk_scrape_ms: number; run_series_ms: number; health_check_ms: number };
   runs: Array<{ mode: Mode; step_ms: number; steps: number }>;
 }
 
@@ -54,7 +47,6 @@ export async function measureMonitoringOverhead(config: RunConfig, warmDir: stri
   const runs: MonitoringOverhead['runs'] = [];
   let healthChecks = 0;
   let scrapes = 0;
-  const busy = { render: 0, sdk: 0, series: 0, health: 0, wall: 0 };
   for (const mode of ['off', 'on', 'on', 'off'] as const) {
     log(`[bench] monitoring ${mode}: ${config.train.steps} steps through the workflow`);
     const r = await oneRun(config, warmDir, mode, intervalsS);
@@ -62,13 +54,6 @@ export async function measureMonitoringOverhead(config: RunConfig, warmDir: stri
     runs.push({ mode, step_ms: median(r.intervals), steps: config.train.steps });
     healthChecks += r.healthChecks;
     scrapes += r.scrapes;
-    if (mode === 'on') {
-      busy.render += r.renderMs;
-      busy.sdk += r.sdkMs;
-      busy.series += r.seriesMs;
-      busy.health += r.healthCheckMs;
-      busy.wall += r.wallMs;
-    }
   }
   const off = median(intervals.off);
   const on = median(intervals.on);
@@ -84,27 +69,14 @@ export async function measureMonitoringOverhead(config: RunConfig, warmDir: stri
     scrape_interval_s: intervalsS.scrape,
     health_checks: healthChecks,
     scrapes,
-    accounted: accountedOf(busy),
     runs,
   };
-}
-
-function accountedOf(b: { render: number; sdk: number; series: number; health: number; wall: number }): MonitoringOverhead['accounted'] {
-  const total = b.render + b.sdk + b.series + b.health;
-  return { monitoring_busy_ms: total, wall_ms: b.wall, fraction_of_step: total / b.wall, worker_render_ms: b.render, sdk_scrape_ms: b.sdk, run_series_ms: b.series, health_check_ms: b.health };
 }
 
 interface OneRun {
   intervals: number[];
   healthChecks: number;
   scrapes: number;
-  /** Workers rendering their metrics; SDK endpoints answering; the run-series reads; health check activities. */
-  renderMs: number;
-  sdkMs: number;
-  seriesMs: number;
-  healthCheckMs: number;
-  /** The run's wall time, from its start to its result. */
-  wallMs: number;
 }
 
 async function oneRun(config: RunConfig, warmDir: string, mode: Mode, intervalsS: { health: number; scrape: number }): Promise<OneRun> {
@@ -120,36 +92,25 @@ async function oneRun(config: RunConfig, warmDir: string, mode: Mode, intervalsS
   const client = await RelaxClient.connect({ address: stack.temporalAddress, security: PLAINTEXT_TEMPORAL, databaseUrl: stack.databaseUrl });
   const capacity = mode === 'on' ? await startLocalCapacity({ stack, security: PLAINTEXT_TEMPORAL }) : undefined;
   let scrapes = 0;
-  const spent = { sdk: 0, series: 0 };
   let scraping: NodeJS.Timeout | undefined;
-  let ownUrls: string[] = [];
   try {
     if (mode === 'off' && stack.workers().some((w) => w.metricsUrls?.length)) throw new Error('monitoring off (RELAX_METRICS=off), but a worker still serves metrics');
     if (mode === 'on') {
       await startHealthManager(client, intervalsS.health);
-      const { own, sdk } = endpoints(stack.workers());
-      if (!own.length) throw new Error('monitoring on, but no worker named a metrics endpoint in its ready line');
-      ownUrls = own;
-      // Side by side, as Prometheus scrapes; the SDK's and the run-series read timed from here.
-      const timed = async (key: keyof typeof spent, f: () => Promise<unknown>) => {
-        const t0 = performance.now();
-        await f();
-        spent[key] += performance.now() - t0;
-      };
+      const urls = stack.workers().flatMap((w) => w.metricsUrls ?? []);
+      if (!urls.length) throw new Error('monitoring on, but no worker named a metrics endpoint in its ready line');
+      // Every endpoint side by side, as Prometheus scrapes, and the API's run-series read.
       const scrape = async () => {
-        await Promise.all([...own.map(async (u) => (await fetch(u)).text()), ...sdk.map((u) => timed('sdk', async () => (await fetch(u)).text())), timed('series', () => client.latestRunMetrics())]);
+        await Promise.all([...urls.map(async (u) => (await fetch(u)).text()), client.latestRunMetrics()]);
         scrapes++;
       };
       scraping = setInterval(() => void scrape().catch(() => undefined), intervalsS.scrape * 1000);
     }
     const runId = `bench-monitoring-${mode}-${Date.now().toString(36)}`;
-    const t0 = performance.now();
     const startedAt = Date.now();
     await (await client.startTraining({ ...config, run_id: runId, checkpoint: { ...config.checkpoint, init_from: warmDir, dir: path.join(home, 'checkpoints') } })).result();
-    const wallMs = performance.now() - t0;
-    const checks = mode === 'on' ? await healthChecksOf(client, startedAt, Date.now()) : { count: 0, ms: 0 };
-    const renderMs = (await Promise.all(ownUrls.map(renderSecondsOf))).reduce((a, b) => a + b, 0) * 1000;
-    return { intervals: await stepIntervals(stack.databaseUrl, runId), healthChecks: checks.count, healthCheckMs: checks.ms, scrapes, renderMs, sdkMs: spent.sdk, seriesMs: spent.series, wallMs };
+    const healthChecks = mode === 'on' ? await healthChecksDuring(client, startedAt, Date.now()) : 0;
+    return { intervals: await stepIntervals(stack.databaseUrl, runId), healthChecks, scrapes };
   } finally {
     if (scraping) clearInterval(scraping);
     if (mode === 'on') await client.rollout.stopHealthManager().catch(() => undefined);
@@ -158,19 +119,6 @@ async function oneRun(config: RunConfig, warmDir: string, mode: Mode, intervalsS
     await stack.stop();
     fs.rmSync(home, { recursive: true, force: true });
   }
-}
-
-/** Each worker's own endpoint (the first URL of its ready line) and the SDK's (the second). */
-function endpoints(workers: Array<{ metricsUrls?: string[] }>): { own: string[]; sdk: string[] } {
-  return { own: workers.flatMap((w) => w.metricsUrls?.slice(0, 1) ?? []), sdk: workers.flatMap((w) => w.metricsUrls?.slice(1) ?? []) };
-}
-
-/** A worker's own count of the seconds it spent rendering its metrics. */
-async function renderSecondsOf(url: string): Promise<number> {
-  const text = await (await fetch(url)).text();
-  const m = /^relax_worker_metrics_render_seconds_total(?:\{[^}]*\})? ([\d.e+-]+)$/m.exec(text);
-  if (!m) throw new Error(`${url} has no relax_worker_metrics_render_seconds_total`);
-  return Number(m[1]);
 }
 
 /** The health manager, once the capacity worker just started is seen polling its queue. */
@@ -186,22 +134,20 @@ async function startHealthManager(client: RelaxClient, intervalS: number): Promi
   }
 }
 
-/** The health manager's checkHealth activities that ran within [fromMs, toMs], and their time from started to completed. */
-async function healthChecksOf(client: RelaxClient, fromMs: number, toMs: number): Promise<{ count: number; ms: number }> {
+/** The health manager's checkHealth activities that ran within [fromMs, toMs]. */
+async function healthChecksDuring(client: RelaxClient, fromMs: number, toMs: number): Promise<number> {
   const events = (await client.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID).fetchHistory()).events ?? [];
   const millis = (t: { seconds?: unknown; nanos?: number | null } | null | undefined) => Number(t?.seconds ?? 0) * 1000 + (t?.nanos ?? 0) / 1e6;
   const checks = new Set(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'checkHealth').map((e) => Number(e.eventId)));
   const started = new Map(events.filter((e) => checks.has(Number(e.activityTaskStartedEventAttributes?.scheduledEventId))).map((e) => [Number(e.activityTaskStartedEventAttributes!.scheduledEventId), millis(e.eventTime)]));
-  let ms = 0;
   let count = 0;
   for (const e of events) {
     const done = e.activityTaskCompletedEventAttributes;
     const at = done && started.get(Number(done.scheduledEventId));
     if (at === undefined || at === null || at < fromMs || millis(e.eventTime) > toMs) continue;
-    ms += millis(e.eventTime) - at;
     count++;
   }
-  return { count, ms };
+  return count;
 }
 
 /** Intervals between consecutive train steps' applied_at (steps 2..N: one full iteration each). */

@@ -84,8 +84,6 @@ export const pipelineBench: Bench = async (ctx) => {
   ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
   if (monitoring) {
     ctx.log(`[bench] monitoring off ${monitoring.off_step_ms.toFixed(0)} ms/step, on ${monitoring.on_step_ms.toFixed(0)} ms/step (health checks every ${monitoring.health_interval_s} s: ${monitoring.health_checks}; scrapes every ${monitoring.scrape_interval_s} s: ${monitoring.scrapes}): overhead ${monitoring.overhead_ms_per_step.toFixed(1)} ms (${(monitoring.overhead_fraction_of_step * 100).toFixed(2)}% of a step; runs of the same mode differ by ${(monitoring.noise_fraction * 100).toFixed(1)}%)`);
-    const a = monitoring.accounted;
-    ctx.log(`[bench] monitoring work accounted in the 'on' runs: workers rendering ${a.worker_render_ms.toFixed(0)} ms, SDK endpoints ${a.sdk_scrape_ms.toFixed(0)} ms, run-series reads ${a.run_series_ms.toFixed(0)} ms, health checks ${a.health_check_ms.toFixed(0)} ms over ${(a.wall_ms / 1000).toFixed(1)} s of training: at most ${(a.fraction_of_step * 100).toFixed(2)}% of a step`);
   }
   return summary;
 };
