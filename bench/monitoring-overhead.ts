@@ -14,6 +14,7 @@ import { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import { startLocalCapacity } from '../workers/local-capacity';
 import { startEphemeralStack } from '../workers/local-stack';
+import { median } from './measure';
 
 /** The health manager's interval: its default (--set health_interval=S). */
 const HEALTH_INTERVAL_S = 15;
@@ -165,10 +166,4 @@ export async function stepIntervals(databaseUrl: string, runId: string): Promise
   } finally {
     await pool.end();
   }
-}
-
-export function median(xs: number[]): number {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }

@@ -17,7 +17,8 @@ import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { TrainingResult } from '../workflows/training-run';
 import type { Bench } from './index';
-import { measureMonitoringOverhead, median, stepIntervals } from './monitoring-overhead';
+import { median } from './measure';
+import { measureMonitoringOverhead, stepIntervals } from './monitoring-overhead';
 
 export const pipelineBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 20);

@@ -47,20 +47,14 @@ export async function startWorkerMetrics(opts: { role: Role; host?: string; port
   });
 
   const figures = engineFigures(registry);
-  // What serving this endpoint costs the worker (relax bench pipeline reads it).
-  const renderSeconds = new Counter({ name: 'relax_worker_metrics_render_seconds_total', help: 'time this worker spent rendering its metrics for scrapes', registers: [registry] });
 
   const server = http.createServer((req, res) => {
     if (req.method !== 'GET' || req.url !== '/metrics') {
       res.writeHead(404, { 'content-type': 'text/plain' }).end('GET /metrics\n');
       return;
     }
-    const t0 = performance.now();
     registry.metrics().then(
-      (text) => {
-        res.writeHead(200, { 'content-type': registry.contentType }).end(text);
-        renderSeconds.inc((performance.now() - t0) / 1000);
-      },
+      (text) => res.writeHead(200, { 'content-type': registry.contentType }).end(text),
       (err: Error) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`${err.message}\n`),
     );
   });

@@ -63,7 +63,7 @@ export class Notifier {
   /** A new best held-out accuracy: one "milestone" event naming the highest milestone it passed. */
   afterAccuracy(step: number, previousBest: number, best: number): void {
     const crossed = milestonesCrossed(this.config.accuracy_milestones ?? [], previousBest, best);
-    if (!crossed.length || !this.config.events.includes('milestone') || !patched(ACCURACY_MILESTONES)) return;
+    if (!crossed.length || !patched(ACCURACY_MILESTONES)) return;
     void this.send('milestone', { step, milestone: crossed[crossed.length - 1], accuracy: best });
   }
 
