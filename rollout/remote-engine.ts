@@ -176,7 +176,13 @@ export class RemoteRolloutEngine implements GenerationEngine {
     } catch (err) {
       throw unconfirmed(`the version-load call failed: ${describe(err)}`);
     }
-    if (!res.ok) throw unconfirmed(`the version-load call ${LOAD_VERSION_PATH} answered ${await answerReason(res)}`);
+    if (!res.ok) {
+      const reason = await answerReason(res);
+      // Retention pruned the version while the engine fetched it (it marks the registry before it
+      // deletes the files): the registry's CheckpointPrunedError, not the engine's fault.
+      await requireRetainedCheckpoint(this.db, this.runId, version);
+      throw unconfirmed(`the version-load call ${LOAD_VERSION_PATH} answered ${reason}`);
+    }
     await res.body?.cancel().catch(() => undefined);
     let held: { relax_policy_version?: unknown; relax_sha256?: unknown };
     try {
