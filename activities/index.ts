@@ -1,6 +1,7 @@
 // The activities a worker of each role registers (on its role queue and on its instance queue).
 import type { Role } from '../config/task-queues';
 import type { WorkerContext } from './context';
+import { createColocatedActivities } from './colocated-step';
 import { createControlActivities } from './control';
 import { createNotifyActivities } from './notify';
 import { createReferenceActivities } from './reference';
@@ -16,6 +17,6 @@ export function activitiesForRole(role: Role, ctx: WorkerContext): object {
     case 'reference':
       return createReferenceActivities(ctx);
     case 'train':
-      return createTrainActivities(ctx);
+      return { ...createTrainActivities(ctx), ...createColocatedActivities(ctx) };
   }
 }

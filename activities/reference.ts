@@ -13,7 +13,7 @@ import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity
 // The frozen reference policy of each run, forward passes only.
 const references = new Map<string, Trainer>();
 
-async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<Trainer> {
+export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<Trainer> {
   let reference = references.get(run.runId);
   if (!reference) {
     const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));

@@ -71,7 +71,7 @@ async function policyAt(ctx: WorkerContext, run: RunContext, version: number): P
 }
 
 /** The engine with each generate call's batch size, response tokens and time reported to `figures`. */
-function measured(engine: GenerationEngine, kind: 'local' | 'external', figures: EngineFigures | undefined): GenerationEngine {
+export function measured(engine: GenerationEngine, kind: 'local' | 'external', figures: EngineFigures | undefined): GenerationEngine {
   if (!figures) return engine;
   return {
     get model() {
@@ -152,14 +152,18 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
     input,
   ).catch(async (err: Error) => {
     if (err instanceof EngineUnconfirmedError) throw await asEngineFailure(ctx.externalEngine, err);
-    const mapped = asActivityFailure(err);
-    if (mapped !== err) throw mapped;
-    throw ApplicationFailure.create({ message: shortened(`rollout failed: ${err.message}`, FAILURE_MESSAGE_MAX_CHARS), type: 'RolloutFailed' });
+    throw asRolloutFailure(err);
   });
   // The sampling this iteration used, as metrics of the step that trains on it (step = iteration + 1).
   await Promise.all([transferQueueBuffer(ctx.pool, input.runId, { engine: ctx.identity }).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
   const ok = samples.filter((s) => s.reward != null);
   return { samples: samples.length, failed: samples.length - ok.length, rewardSum: ok.reduce((a, s) => a + (s.reward as number), 0), worker: ctx.identity };
+}
+
+/** A rollout's error as a Temporal failure: a known type keeps its type, anything else is RolloutFailed (retryable). */
+export function asRolloutFailure(err: Error): unknown {
+  const mapped = asActivityFailure(err);
+  return mapped !== err ? mapped : ApplicationFailure.create({ message: shortened(`rollout failed: ${err.message}`, FAILURE_MESSAGE_MAX_CHARS), type: 'RolloutFailed' });
 }
 
 /** Held-out greedy accuracy of one policy version; recorded as the step's eval metrics when `step` is given. */

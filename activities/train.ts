@@ -56,9 +56,9 @@ export interface TrainStepResult extends PolicyVersionInfo {
   worker: string;
 }
 
-// The trainer of each run this process serves, with the policy version its weights are at. Its
-// optimizer state lives only here; a new instance rebuilds both from the last published version.
-const trainers = new Map<string, { trainer: Trainer; version: number }>();
+// The trainer of each run this process serves, with the policy version its weights are at (and those
+// weights as published). Its optimizer state lives only here; a new instance rebuilds both from the last published version.
+const trainers = new Map<string, { trainer: Trainer; version: number; weights?: PolicyWeights }>();
 // The advantage estimator and policy loss of each run (a user module loads once), with the
 // algorithm hyperparameters they were built with: an update of those rebuilds them.
 const rules = new Map<string, { key: string; rule: Promise<UpdateRule> }>();
@@ -68,7 +68,7 @@ const rules = new Map<string, { key: string; rule: Promise<UpdateRule> }>();
 const stepsRunning = new Map<string, Promise<unknown>>();
 
 /** Runs `fn` after the run's train step already running in this process (if any) has ended, heartbeating while it waits. */
-async function oneStepAtATime<T>(runId: string, fn: () => Promise<T>): Promise<T> {
+export async function oneStepAtATime<T>(runId: string, fn: () => Promise<T>): Promise<T> {
   const before = stepsRunning.get(runId);
   const mine = (before ? withHeartbeats(() => before.catch(() => undefined)) : Promise.resolve()).then(fn);
   stepsRunning.set(runId, mine);
@@ -100,6 +100,12 @@ function withRunHyperparameters(run: RunContext, h: Hyperparameters | undefined)
 function hyperparameterMetrics(config: RunContext['config']): Record<string, number> {
   const { kl_coef, entropy_coef, clip_low, clip_high } = config.algorithm;
   return { kl_coef, entropy_coef, clip_low, clip_high };
+}
+
+/** The weights of the run's trainer in this process when it is at `version` (placement "colocated" generates with them). */
+export async function heldTrainerWeights(runId: string, version: number): Promise<PolicyWeights | undefined> {
+  const held = trainers.get(runId);
+  return held?.version === version ? (held.weights ?? held.trainer.exportWeights()) : undefined;
 }
 
 function dropTrainer(runId: string): void {
@@ -179,8 +185,15 @@ async function initPolicy(ctx: WorkerContext, { runId, warmStartDir }: InitPolic
   return { policyVersion: 0, sha256: published.sha256, path: published.path };
 }
 
-/** What claiming found: a step already done (a retry), or the step's sample set. */
-type Claim = { done: TrainStepResult } | { samples: TrainSample[]; publishedBefore: CheckpointRecord | undefined };
+/**
+ * What claiming found: a step already done (a retry), or the step's sample set. `recording`: the
+ * set was generated in this process (placement "colocated") and is being written to the transfer
+ * queue and recorded as the step's set meanwhile; the version is published only after it resolves.
+ */
+type Claim = { done: TrainStepResult } | { samples: TrainSample[]; publishedBefore: CheckpointRecord | undefined; recording?: Promise<void>; rolloutMetrics?: Record<string, number> };
+
+/** A step's batch made in this process when the step has no record yet (activities/colocated-step.ts). */
+export type FreshBatchSource = (run: RunContext) => Promise<{ done: TrainStepResult } | { samples: TrainSample[]; recording: Promise<void>; rolloutMetrics: Record<string, number>; publishedBefore: CheckpointRecord | undefined }>;
 
 /**
  * Claim the batch: the step's sample set is chosen and recorded before the update (a retry gets the
@@ -232,8 +245,10 @@ async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRu
  */
 async function publishVersion(ctx: WorkerContext, run: RunContext, trainer: Trainer, version: number, step: number): Promise<CheckpointRecord> {
   let published: CheckpointRecord;
+  let weights: PolicyWeights | undefined;
   try {
-    published = await publishPolicyVersion(ctx.pool, run, version, step, await trainer.exportWeights(), await trainer.exportOptimizerState());
+    weights = await trainer.exportWeights();
+    published = await publishPolicyVersion(ctx.pool, run, version, step, weights, await trainer.exportOptimizerState());
   } catch (err) {
     if (!(err instanceof CheckpointOverwriteError)) throw err;
     const theirs = await withHeartbeats(() => registeredBySameStep(ctx, run.runId, version, step));
@@ -242,7 +257,7 @@ async function publishVersion(ctx: WorkerContext, run: RunContext, trainer: Trai
     dropTrainer(run.runId);
     return theirs;
   }
-  trainers.set(run.runId, { trainer, version });
+  trainers.set(run.runId, { trainer, version, weights });
   return published;
 }
 
@@ -290,7 +305,7 @@ async function onNonFinite(ctx: WorkerContext, run: RunContext, input: TrainStep
  * Train stage, on this trainer's instance queue: step `step` takes the policy from `fromVersion` to
  * fromVersion + 1, exactly once (the four pieces above).
  */
-async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<TrainStepResult> {
+export async function trainStep(ctx: WorkerContext, input: TrainStepInput, fresh?: FreshBatchSource): Promise<TrainStepResult> {
   const { runId, step, fromVersion, iteration = step - 1 } = input;
   const run = withRunHyperparameters(await runContext(ctx, runId), input.hyperparameters);
   const startedAt = new Date();
@@ -299,22 +314,22 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
     previousSpanEnd(ctx.pool, runId, 'train', startedAt),
     recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion }),
   ]);
-  const claim = await claimBatch(ctx, run, { ...input, iteration }, recorded);
+  const claim: Claim = !recorded && fresh ? await fresh(run) : await claimBatch(ctx, run, { ...input, iteration }, recorded);
   if ('done' in claim) return claim.done;
-  const { samples } = claim;
+  const { samples, recording = Promise.resolve() } = claim;
   // How long the trainer waited for this step's data since its previous step ended, and samples per
   // second through the pipeline: this step's batch over the time since the previous step ended.
   const timing = (trained: number) => ({
     train_busy_ms: Date.now() - startedAt.getTime(),
     ...(previousEnd ? { train_wait_ms: startedAt.getTime() - previousEnd.getTime(), ...(trained ? { samples_per_s: trained / Math.max(0.001, (Date.now() - previousEnd.getTime()) / 1000) } : {}) } : {}),
   });
-  const context = { ...input.rolloutMetrics, ...stalenessMetrics(samples, fromVersion), ...hyperparameterMetrics(run.config) };
+  const context = { ...input.rolloutMetrics, ...claim.rolloutMetrics, ...stalenessMetrics(samples, fromVersion), ...hyperparameterMetrics(run.config) };
   const span = (policyVersion: number, detail: Record<string, unknown> = {}) =>
     recordSpan(ctx.pool, { runId, role: ctx.role, stage: 'train', worker: ctx.identity, step, iteration, policyVersion, startedAt, endedAt: new Date(), detail });
   const rule = await ruleOf(run);
   const advantages = stepAdvantages(rule, samples);
   // What each sample is trained with, written to the transfer queue while the update runs.
-  const advantagesRecorded = recordStepAdvantages(ctx.pool, runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
+  const advantagesRecorded = recording.then(() => recordStepAdvantages(ctx.pool, runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] }))));
   const version = fromVersion + 1;
   let published = claim.publishedBefore;
   let metrics: Record<string, number> = { adopted: 1 };
@@ -330,12 +345,16 @@ async function trainStep(ctx: WorkerContext, input: TrainStepInput): Promise<Tra
     } catch (err) {
       await advantagesRecorded.catch(() => undefined);
       if (!(err instanceof NonFiniteUpdateError)) throw err;
+      await recording;
       const skipped = await onNonFinite(ctx, run, input, err, { ...context, ...timing(0) });
       await span(fromVersion, { skipped: true });
       return { step, policyVersion: fromVersion, sha256: '', path: '', samples: samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped, worker: ctx.identity };
     }
     metrics = update.metrics;
-    published = await publishVersion(ctx, run, update.trainer, version, step);
+    // The set is recorded while the version is published (a version published without its set is
+    // adopted by the retry, which records the same set: colocated-step.ts). A set that could not be
+    // recorded fails the step: the updated trainer is not kept unless its version was published.
+    [, published] = await Promise.all([recording.catch((err) => Promise.reject((dropTrainer(runId), err))), publishVersion(ctx, run, update.trainer, version, step)]);
   }
   await recordStep(ctx, run, step, version, advantagesRecorded, { ...context, ...metrics, ...timing(samples.length) });
   await span(version);
@@ -358,7 +377,7 @@ export interface SkipStepInput {
  * (skipped_all_failed 1 with the rollout's statistics); no version is published and the run goes
  * on. A retry records the same again.
  */
-async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promise<TrainStepResult> {
+export async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promise<TrainStepResult> {
   const { runId, step, fromVersion, reason } = input;
   await runContext(ctx, runId);
   const metrics = { ...input.rolloutMetrics, skipped_all_failed: 1 };

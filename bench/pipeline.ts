@@ -8,7 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { RelaxClient } from '../client';
-import { parseRunConfig } from '../config/run-config';
+import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
 import { runInProcess } from '../training/in-process';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
@@ -30,20 +30,92 @@ export const pipelineBench: Bench = async (ctx) => {
   ctx.log(`[bench] (a) in-process loop: ${steps} steps of ${samplesPerStep} samples`);
   const local = await runInProcess(config, warm.weights, { evalEvery: steps });
 
-  ctx.log('[bench] (b) the trainingRun workflow on the local stack (starting it; not timed)');
+  // (b) through the workflow, once per placement; the first one named gives the top-level figures.
+  const placements = placementsOf(ctx.options.placement);
+  const through: Partial<Record<Placement, WorkflowRun>> = {};
+  for (const placement of placements) {
+    ctx.log(`[bench] (b) the trainingRun workflow on the local stack, placement "${placement}" (starting it; not timed)`);
+    through[placement] = await workflowRun({ ...config, placement }, warm.dir);
+  }
+  const { wallS: workflowWallS, steadyMs: workflowSteadyMs, result } = through[placements[0]] as WorkflowRun;
+
+  // Monitoring (metrics endpoints scraped, the health manager checking) on vs off, same workflow run.
+  const seconds = (k: string) => (ctx.options[k] === undefined ? undefined : Number(ctx.options[k]));
+  const monitoring = ctx.options.monitoring === 'skip' ? undefined : await measureMonitoringOverhead(config, warm.dir, ctx.log, { healthIntervalS: seconds('health_interval'), scrapeIntervalS: seconds('scrape_interval') });
+
+  const localStepMs = (local.wallS * 1000) / steps;
+  const localSteadyMs = median(local.curve.map((r) => r.stepMs).slice(1));
+  // Each placement's figures side by side, against the same in-process run.
+  const byPlacement = Object.fromEntries(
+    Object.entries(through).map(([placement, w]) => {
+      const stepMs = (w.wallS * 1000) / steps;
+      return [placement, { wall_s: w.wallS, step_ms: stepMs, overhead_fraction_of_step: (stepMs - localStepMs) / localStepMs, steady_state_step_ms: w.steadyMs, steady_state_overhead_fraction_of_step: (w.steadyMs - localSteadyMs) / localSteadyMs, final_accuracy: w.result.evalAccuracy }];
+    }),
+  );
+  const workflowStepMs = (workflowWallS * 1000) / steps;
+  const overheadMs = workflowStepMs - localStepMs;
+  // Steady state: the median step, without the one-time costs at either end (engines and trainers
+  // built in each worker, the first and last evaluations) that the wall times include.
+  const steadyOverheadMs = workflowSteadyMs - localSteadyMs;
+  // The same computation on both sides: identical per-step mean rewards and final accuracy.
+  const runs = Object.values(through) as WorkflowRun[];
+  const maxRewardDifference = Math.max(...runs.flatMap((w) => local.curve.map((r, i) => Math.abs(r.rewardMean - (w.result.rewards[i]?.[1] ?? Number.NaN)))));
+  const sameComputation = maxRewardDifference < 1e-9 && runs.every((w) => local.finalAccuracy === w.result.evalAccuracy);
+  const summary = {
+    bench: 'pipeline',
+    steps,
+    samples_per_step: samplesPerStep,
+    placement: placements[0],
+    in_process: { wall_s: local.wallS, step_ms: localStepMs, samples_per_s: (steps * samplesPerStep) / local.wallS, final_accuracy: local.finalAccuracy },
+    workflow: { wall_s: workflowWallS, step_ms: workflowStepMs, samples_per_s: (steps * samplesPerStep) / workflowWallS, final_accuracy: result.evalAccuracy },
+    overhead_ms_per_step: overheadMs,
+    overhead_fraction_of_step: overheadMs / localStepMs,
+    steady_state: { in_process_step_ms: localSteadyMs, workflow_step_ms: workflowSteadyMs, overhead_ms_per_step: steadyOverheadMs, overhead_fraction_of_step: steadyOverheadMs / localSteadyMs },
+    by_placement: byPlacement,
+    same_computation: sameComputation,
+    ...(monitoring ? { monitoring } : {}),
+    max_step_reward_difference: maxRewardDifference,
+    note: `both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step. The top-level workflow figures are placement "${placements[0]}"'s; by_placement has each one measured`,
+  };
+  ctx.log(`[bench] same computation on both sides: ${sameComputation ? 'yes' : 'NO'} (per-step mean rewards differ by at most ${maxRewardDifference}; final accuracy ${local.finalAccuracy} in process, ${result.evalAccuracy} through the workflow)`);
+  ctx.log(`[bench] placement "${placements[0]}", steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
+  ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
+  for (const [placement, p] of Object.entries(byPlacement)) {
+    ctx.log(`[bench] placement "${placement}": ${p.step_ms.toFixed(0)} ms/step (overhead ${(p.overhead_fraction_of_step * 100).toFixed(0)}%), steady state ${p.steady_state_step_ms.toFixed(0)} ms (overhead ${(p.steady_state_overhead_fraction_of_step * 100).toFixed(0)}%)`);
+  }
+  if (monitoring) {
+    ctx.log(`[bench] monitoring off ${monitoring.off_step_ms.toFixed(0)} ms/step, on ${monitoring.on_step_ms.toFixed(0)} ms/step (health checks every ${monitoring.health_interval_s} s: ${monitoring.health_checks}; scrapes every ${monitoring.scrape_interval_s} s: ${monitoring.scrapes}): overhead ${monitoring.overhead_ms_per_step.toFixed(1)} ms (${(monitoring.overhead_fraction_of_step * 100).toFixed(2)}% of a step; runs of the same mode differ by ${(monitoring.noise_fraction * 100).toFixed(1)}%)`);
+  }
+  return summary;
+};
+
+type Placement = RunConfig['placement'];
+interface WorkflowRun {
+  wallS: number;
+  steadyMs: number;
+  result: TrainingResult;
+}
+
+/** `--set placement=colocated|stages|both` (default both, colocated first: the sync fast path). */
+function placementsOf(option: string | undefined): Placement[] {
+  const value = option ?? 'both';
+  if (value === 'both') return ['colocated', 'stages'];
+  if (value === 'colocated' || value === 'stages') return [value];
+  throw new Error(`--set placement=${value}: expected colocated, stages or both`);
+}
+
+/** The run through the trainingRun workflow on a fresh local stack; wall time from start to result. */
+async function workflowRun(config: RunConfig, warmDir: string): Promise<WorkflowRun> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-pipeline-'));
   const stack = await startEphemeralStack(home);
-  let workflowWallS: number;
-  let workflowSteadyMs: number;
-  let result: TrainingResult;
   try {
     const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
       const t0 = performance.now();
-      const handle = await client.startTraining({ ...config, run_id: `bench-pipeline-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints') } });
-      result = await handle.result();
-      workflowWallS = (performance.now() - t0) / 1000;
-      workflowSteadyMs = await steadyStepMs(stack.databaseUrl, result.runId);
+      const handle = await client.startTraining({ ...config, run_id: `bench-pipeline-${config.placement}-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warmDir, dir: path.join(home, 'checkpoints') } });
+      const result = await handle.result();
+      const wallS = (performance.now() - t0) / 1000;
+      return { wallS, steadyMs: await steadyStepMs(stack.databaseUrl, result.runId), result };
     } finally {
       await client.close();
     }
@@ -51,43 +123,7 @@ export const pipelineBench: Bench = async (ctx) => {
     await stack.stop();
     fs.rmSync(home, { recursive: true, force: true });
   }
-
-  // Monitoring (metrics endpoints scraped, the health manager checking) on vs off, same workflow run.
-  const seconds = (k: string) => (ctx.options[k] === undefined ? undefined : Number(ctx.options[k]));
-  const monitoring = ctx.options.monitoring === 'skip' ? undefined : await measureMonitoringOverhead(config, warm.dir, ctx.log, { healthIntervalS: seconds('health_interval'), scrapeIntervalS: seconds('scrape_interval') });
-
-  const localStepMs = (local.wallS * 1000) / steps;
-  const workflowStepMs = (workflowWallS * 1000) / steps;
-  const overheadMs = workflowStepMs - localStepMs;
-  // Steady state: the median step, without the one-time costs at either end (engines and trainers
-  // built in each worker, the first and last evaluations) that the wall times include.
-  const localSteadyMs = median(local.curve.map((r) => r.stepMs).slice(1));
-  const steadyOverheadMs = workflowSteadyMs - localSteadyMs;
-  // The same computation on both sides: identical per-step mean rewards and final accuracy.
-  const maxRewardDifference = Math.max(...local.curve.map((r, i) => Math.abs(r.rewardMean - (result.rewards[i]?.[1] ?? Number.NaN))));
-  const sameComputation = maxRewardDifference < 1e-9 && local.finalAccuracy === result.evalAccuracy;
-  const summary = {
-    bench: 'pipeline',
-    steps,
-    samples_per_step: samplesPerStep,
-    in_process: { wall_s: local.wallS, step_ms: localStepMs, samples_per_s: (steps * samplesPerStep) / local.wallS, final_accuracy: local.finalAccuracy },
-    workflow: { wall_s: workflowWallS, step_ms: workflowStepMs, samples_per_s: (steps * samplesPerStep) / workflowWallS, final_accuracy: result.evalAccuracy },
-    overhead_ms_per_step: overheadMs,
-    overhead_fraction_of_step: overheadMs / localStepMs,
-    steady_state: { in_process_step_ms: localSteadyMs, workflow_step_ms: workflowSteadyMs, overhead_ms_per_step: steadyOverheadMs, overhead_fraction_of_step: steadyOverheadMs / localSteadyMs },
-    same_computation: sameComputation,
-    ...(monitoring ? { monitoring } : {}),
-    max_step_reward_difference: maxRewardDifference,
-    note: 'both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step',
-  };
-  ctx.log(`[bench] same computation on both sides: ${sameComputation ? 'yes' : 'NO'} (per-step mean rewards differ by at most ${maxRewardDifference}; final accuracy ${local.finalAccuracy} in process, ${result.evalAccuracy} through the workflow)`);
-  ctx.log(`[bench] steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
-  ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
-  if (monitoring) {
-    ctx.log(`[bench] monitoring off ${monitoring.off_step_ms.toFixed(0)} ms/step, on ${monitoring.on_step_ms.toFixed(0)} ms/step (health checks every ${monitoring.health_interval_s} s: ${monitoring.health_checks}; scrapes every ${monitoring.scrape_interval_s} s: ${monitoring.scrapes}): overhead ${monitoring.overhead_ms_per_step.toFixed(1)} ms (${(monitoring.overhead_fraction_of_step * 100).toFixed(2)}% of a step; runs of the same mode differ by ${(monitoring.noise_fraction * 100).toFixed(1)}%)`);
-  }
-  return summary;
-};
+}
 
 /** Median interval between consecutive train steps' applied_at (steps 2..N: one full iteration each). */
 async function steadyStepMs(databaseUrl: string, runId: string): Promise<number> {

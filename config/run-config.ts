@@ -257,6 +257,13 @@ export const RunConfigSchema = z
     task: str('task').default('add2'),
     seed: n('seed').default(0),
     mode: z.enum(['sync', 'async']).default('sync'),
+    /**
+     * Where a sync step's rollout runs: "stages" (rollout workers generate into the transfer queue,
+     * the trainer claims from it) or "colocated" (the trainer's own process generates with the
+     * weights in its memory, trains on the batch it holds, and records the same samples in the
+     * transfer queue while it trains: verl's hybrid engine, slime's --colocate).
+     */
+    placement: z.enum(['stages', 'colocated']).default('stages'),
     max_staleness: n('max_staleness').default(0),
     model: PolicyModelConfigSchema.prefault({}),
     lora: LoraConfigSchema.optional(),
@@ -314,6 +321,7 @@ export const RunConfigSchema = z
         message: `must be <= train.steps (${c.train.steps}); got ${c.train.warmup_steps}`,
       });
     }
+    for (const p of colocatedProblems(c)) ctx.addIssue({ code: 'custom', ...p });
     if (c.mode === 'sync' && c.max_staleness !== 0) {
       ctx.addIssue({
         code: 'custom',
@@ -322,6 +330,22 @@ export const RunConfigSchema = z
       });
     }
   });
+
+/** What placement "colocated" cannot do: everything it refuses names the field and the way out. */
+function colocatedProblems(c: { placement: string; mode: string; rollout: { parallelism: number; agent?: unknown } }): Array<{ path: string[]; message: string }> {
+  if (c.placement !== 'colocated') return [];
+  const problems: Array<{ path: string[]; message: string }> = [];
+  if (c.mode !== 'sync') {
+    problems.push({ path: ['placement'], message: 'placement "colocated" runs rollout and training one after the other in the trainer\'s process, so it needs mode "sync"; async mode overlaps them on separate workers: use placement "stages"' });
+  }
+  if (c.rollout.parallelism !== 1) {
+    problems.push({ path: ['rollout', 'parallelism'], message: `must be 1 with placement "colocated" (the trainer's process generates the whole iteration); got ${c.rollout.parallelism}. Use placement "stages" to fan rollout out over workers` });
+  }
+  if (c.rollout.agent) {
+    problems.push({ path: ['rollout', 'agent'], message: 'agent programs talk to a rollout worker\'s endpoint: use placement "stages" with rollout.agent' });
+  }
+  return problems;
+}
 
 /** What a user writes: every field optional. */
 export type RunConfigInput = z.input<typeof RunConfigSchema>;

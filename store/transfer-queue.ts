@@ -493,12 +493,16 @@ export interface SelectTrainBatchOptions {
   requireRefLogprobs?: boolean;
   /** Only samples of this rollout iteration (a step trains one whole iteration). */
   iteration?: number;
+  /** Record the set but return only its keys (the caller holds the samples: placement "colocated"); a recorded set comes back whole. */
+  keysOnly?: boolean;
 }
 
 export interface TrainBatch {
   step: TrainStep;
-  /** Ordered by (iteration, group, index). */
+  /** Ordered by (iteration, group, index); empty for a fresh keysOnly claim. */
   samples: SampleRow[];
+  /** The set's keys, in the same order. */
+  keys: SampleKey[];
   /** True when the step had been selected before (a retry): these are the samples recorded then. */
   reused: boolean;
 }
@@ -512,7 +516,7 @@ export interface TrainBatch {
  */
 export async function selectTrainBatch(pool: Pool, runId: string, step: number, options: SelectTrainBatchOptions): Promise<TrainBatch | null> {
   checkNonNegativeInteger(step, 'step');
-  const { size, minSize = 1, maxStaleness, currentPolicyVersion, requireRefLogprobs = false, iteration } = options;
+  const { size, minSize = 1, maxStaleness, currentPolicyVersion, requireRefLogprobs = false, iteration, keysOnly = false } = options;
   if (iteration !== undefined) checkNonNegativeInteger(iteration, 'iteration');
   if (!Number.isInteger(size) || size < 1) throw new Error(`size must be a positive integer, got ${size}`);
   if (!Number.isInteger(minSize) || minSize < 1 || minSize > size) throw new Error(`minSize must be an integer in [1, size=${size}], got ${minSize}`);
@@ -557,7 +561,7 @@ export async function selectTrainBatch(pool: Pool, runId: string, step: number, 
          INSERT INTO train_step_samples (run_id, step, iteration, group_index, sample_index)
          SELECT $1, $2, iteration, group_index, sample_index FROM consumed
        )
-       SELECT ${SAMPLE_COLUMNS} FROM consumed ORDER BY iteration, group_index, sample_index`,
+       SELECT ${keysOnly ? 'iteration, group_index, sample_index' : SAMPLE_COLUMNS} FROM consumed ORDER BY iteration, group_index, sample_index`,
       params,
     );
     if (rows.length < minSize) {
@@ -566,7 +570,8 @@ export async function selectTrainBatch(pool: Pool, runId: string, step: number, 
     }
     const stepRow = await client.query<TrainStepDbRow>('UPDATE train_steps SET sample_count = $3 WHERE run_id = $1 AND step = $2 RETURNING *', [runId, step, rows.length]);
     await client.query('COMMIT');
-    return { step: trainStepFromDb(stepRow.rows[0]), samples: rows.map(sampleFromDb), reused: false };
+    const samples = keysOnly ? [] : rows.map(sampleFromDb);
+    return { step: trainStepFromDb(stepRow.rows[0]), samples, keys: rows.map(keyOf), reused: false };
   } catch (err) {
     await client.query('ROLLBACK').catch(() => undefined);
     throw err;
@@ -591,7 +596,12 @@ async function recordedBatch(db: Queryable, runId: string, step: number): Promis
         'the step cannot be replayed; prune only steps that are applied (pruneConsumed does)',
     );
   }
-  return { step: trainStep, samples: rows.map(sampleFromDb), reused: true };
+  const samples = rows.map(sampleFromDb);
+  return { step: trainStep, samples, keys: samples.map(keyOf), reused: true };
+}
+
+function keyOf(r: { iteration: number; group_index?: number; sample_index?: number; groupIndex?: number; sampleIndex?: number }): SampleKey {
+  return { iteration: r.iteration, groupIndex: (r.groupIndex ?? r.group_index) as number, sampleIndex: (r.sampleIndex ?? r.sample_index) as number };
 }
 
 export async function getTrainStep(db: Queryable, runId: string, step: number): Promise<TrainStep | undefined> {
@@ -721,4 +731,15 @@ export async function queueStats(db: Queryable, runId: string): Promise<QueueSta
     lastAppliedStep: r.last_applied_step,
     lastAppliedPolicyVersion: r.last_applied_policy_version,
   };
+}
+
+/** An iteration's samples as its rollout produced them: how many, how many failed, the mean reward of the others. */
+export async function iterationStats(db: Queryable, runId: string, iteration: number): Promise<{ samples: number; failed: number; rewardMean: number }> {
+  const { rows } = await db.query<{ samples: number; failed: number; reward_mean: number | null }>(
+    `SELECT count(*)::int AS samples, (count(*) FILTER (WHERE status = 'failed'))::int AS failed,
+            (avg(reward) FILTER (WHERE status <> 'failed'))::float8 AS reward_mean
+       FROM samples WHERE run_id = $1 AND iteration = $2`,
+    [runId, iteration],
+  );
+  return { samples: rows[0].samples, failed: rows[0].failed, rewardMean: rows[0].reward_mean ?? 0 };
 }

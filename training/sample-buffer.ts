@@ -63,7 +63,10 @@ export function transferQueueBuffer(pool: Pool, runId: string, options: { engine
 function asStoredReal(x: number): number {
   const f = Math.fround(x);
   if (!Number.isFinite(f)) return f;
-  for (let digits = 1; digits < 9; digits++) {
+  // A normal float32's shortest form of k <= 6 digits, parsed, equals its 6-digit rounding parsed
+  // (that decimal padded with zeros: 6-digit steps are far wider than a float32's ulp), so the search
+  // starts at 6 digits; subnormals (coarser ulps) start at 1.
+  for (let digits = Math.abs(f) >= 1.1754943508222875e-38 ? 6 : 1; digits < 9; digits++) {
     const shortest = Number(f.toPrecision(digits));
     if (Math.fround(shortest) === f) return shortest;
   }

@@ -4,6 +4,7 @@
 // noticed within the heartbeat timeout (or, for the short ones, the start-to-close timeout) and the
 // activity is retried on another worker of its role.
 import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
+import type { ColocatedActivities, ColocatedStepResult } from '../activities/colocated-step';
 import type { ControlActivities } from '../activities/control';
 import type { ReferenceActivities } from '../activities/reference';
 import type { RolloutActivities } from '../activities/rollout';
@@ -64,12 +65,21 @@ export interface TrainerChoice {
  * trainer from the last published version. The step's sample set was recorded before the update,
  * so the new instance trains on exactly the same samples, once.
  */
-export async function trainOnSomeInstance(choice: TrainerChoice, input: TrainStepInput): Promise<TrainStepResult> {
+export function trainOnSomeInstance(choice: TrainerChoice, input: TrainStepInput): Promise<TrainStepResult> {
+  return onSomeInstance(choice, `train step ${input.step} (v${input.fromVersion} -> v${input.fromVersion + 1})`, (pinned) => pinned.trainStep(input));
+}
+
+/** Placement "colocated": the step's rollout and update in one activity on the trainer's instance (activities/colocated-step.ts). */
+export function colocatedOnSomeInstance(choice: TrainerChoice, input: TrainStepInput): Promise<ColocatedStepResult> {
+  const summary = `rollout and train step ${input.step} (v${input.fromVersion} -> v${input.fromVersion + 1}, colocated)`;
+  return onSomeInstance(choice, summary, (pinned) => pinned.colocatedStep(input));
+}
+
+async function onSomeInstance<T>(choice: TrainerChoice, summary: string, call: (pinned: TrainActivities & ColocatedActivities) => Promise<T>): Promise<T> {
   const MAX_INSTANCES = 10;
-  const summary = `train step ${input.step} (v${input.fromVersion} -> v${input.fromVersion + 1})`;
   for (let attempt = 1; ; attempt++) {
     const instanceQueue = choice.instanceQueue ?? (await trainShared().workerInfo()).instanceQueue;
-    const pinned = proxyActivities<TrainActivities>({
+    const pinned = proxyActivities<TrainActivities & ColocatedActivities>({
       taskQueue: instanceQueue,
       scheduleToStartTimeout: '10 seconds',
       startToCloseTimeout: '10 minutes',
@@ -78,7 +88,7 @@ export async function trainOnSomeInstance(choice: TrainerChoice, input: TrainSte
       summary,
     });
     try {
-      const result = await pinned.trainStep(input);
+      const result = await call(pinned);
       choice.instanceQueue = instanceQueue;
       return result;
     } catch (err) {

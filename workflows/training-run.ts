@@ -25,7 +25,8 @@ import { hyperparametersOf, type Hyperparameters } from '../config/hyperparamete
 import { setHyperparameters, validateUpdate } from './hyperparameter-updates';
 import { failWorkflowOnNonRetryable, refuseOversizedInput } from './failures';
 import { notifierFor, notifyingFailure, type Notifier } from './notifications';
-import { control, reference, rollout, trainOnSomeInstance, trainShared, warmStartActivities, type TrainerChoice } from './run-activities';
+import { colocatedOnSomeInstance, control, reference, rollout, trainOnSomeInstance, trainShared, warmStartActivities, type TrainerChoice } from './run-activities';
+import type { TrainStepResult } from '../activities/train';
 import { progressView, publishProgress, recordPace, scheduleOfThisRun, type Visibility } from './run-status';
 import {
   pauseSignal,
@@ -91,6 +92,12 @@ export const RUN_VISIBILITY = 'run-visibility';
  * is recorded `cancelled`, the workflow ends CANCELED) instead of cancelling its activities.
  */
 export const GRACEFUL_CANCEL = 'graceful-cancel';
+
+/**
+ * Patch id: placement "colocated" (a new config value, so only runs that set it take this path):
+ * each sync step's rollout and update are one activity on the trainer's instance.
+ */
+export const COLOCATED_STEPS = 'colocated-steps';
 
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
 const ITERATIONS_PER_EXECUTION = 100;
@@ -258,8 +265,12 @@ async function syncIterations(run: RunState): Promise<void> {
   while (run.progress.step < run.config.train.steps && (await unlessPaused(run))) {
     if (executed >= ITERATIONS_PER_EXECUTION) await continueRun(run);
     const started = Date.now();
-    const summary = await rolloutIteration(run, run.progress.step, run.progress.policyVersion);
-    await trainIteration(run, run.progress.step + 1, summary, started);
+    if (run.config.placement === 'colocated' && patched(COLOCATED_STEPS)) {
+      await colocatedIteration(run, run.progress.step + 1, started);
+    } else {
+      const summary = await rolloutIteration(run, run.progress.step, run.progress.policyVersion);
+      await trainIteration(run, run.progress.step + 1, summary, started);
+    }
     executed++;
   }
 }
@@ -358,6 +369,21 @@ async function trainIteration(run: RunState, step: number, summary: RolloutSumma
           hyperparameters: summary.hyperparameters,
           ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: summary.hyperparameters.max_staleness } : {}),
         });
+  await afterStep(run, step, summary, trained, started);
+}
+
+/** Placement "colocated": rollout of iteration step - 1 and train step `step` in one activity on the trainer's instance. */
+async function colocatedIteration(run: RunState, step: number, started: number): Promise<void> {
+  run.iterationsStarted = Math.max(run.iterationsStarted, step);
+  const hyperparameters = hyperparametersOf(run.config);
+  const trained = await colocatedOnSomeInstance(run.trainer, { runId: run.runId, step, fromVersion: run.progress.policyVersion, hyperparameters });
+  await afterStep(run, step, { ...trained.rollout, hyperparameters }, trained, started);
+}
+
+/** Progress after a step (trained or skipped), and (every eval_every) an evaluation next to training. */
+async function afterStep(run: RunState, step: number, summary: RolloutSummary, trained: TrainStepResult, started: number): Promise<void> {
+  const { progress, runId } = run;
+  const allFailed = summary.samples > 0 && summary.failed === summary.samples;
   progress.policyVersion = trained.policyVersion;
   progress.step = step;
   if (trained.skipped) progress.skippedSteps = (progress.skippedSteps ?? 0) + 1;

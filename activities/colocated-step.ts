@@ -1,0 +1,145 @@
+// Placement "colocated" (config `placement`): a sync step's rollout and update in the trainer's own
+// process, one activity on its instance queue (verl's hybrid engine, slime's --colocate). The
+// engine generates with the weights the trainer holds (no checkpoint read), the update trains on the
+// batch in memory, and the same samples go to the transfer queue and are recorded as the step's set
+// while the update runs; the version is published only once they are (activities/train.ts
+// trainStep). A step that already has a record (a retry after its set was recorded) trains on the
+// recorded set like any train step, so each step is still applied exactly once, and what Postgres
+// holds (samples, advantages, spans, metrics) is what placement "stages" records.
+import { ApplicationFailure } from '@temporalio/activity';
+import type { RetryableFailureType } from '../config/failure-types';
+import { withHyperparameters } from '../config/hyperparameters';
+import { PolicyEngine } from '../rollout/policy-engine';
+import { getCheckpoint } from '../store/checkpoint-registry';
+import { rolloutSlice } from '../rollout/producers';
+import { insertSamples, iterationStats, selectTrainBatch, type NewSample } from '../store/transfer-queue';
+import { loadPolicyWeights } from '../training/policy-versions';
+import type { RunContext } from '../training/run-context';
+import { InMemorySampleBuffer, type TrainSample } from '../training/sample-buffer';
+import { referenceLogprobs, withSequenceMedia } from '../training/update';
+import { failuresMapped, spanned, withHeartbeats, type WorkerContext } from './context';
+import { referenceOf } from './reference';
+import { asRolloutFailure, measured } from './rollout';
+import { heldTrainerWeights, oneStepAtATime, skipStep, trainStep, type FreshBatchSource, type TrainStepInput, type TrainStepResult } from './train';
+
+/** What the step's rollout produced, for the workflow's progress (the samples stay in Postgres). */
+export interface ColocatedRollout {
+  samples: number;
+  failed: number;
+  rewardMean: number;
+  busyMs: number;
+}
+
+export interface ColocatedStepResult extends TrainStepResult {
+  rollout: ColocatedRollout;
+}
+
+// One engine per run in this process, switched to the trainer's versions as it publishes them.
+const policies = new Map<string, Promise<PolicyEngine>>();
+
+function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
+  let policy = policies.get(run.runId);
+  if (!policy) {
+    policy = PolicyEngine.create(
+      ctx.pool,
+      { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() },
+      {
+        // The trainer's own weights when it holds that version (every step but a new instance's first).
+        loadWeights: async (v) => (await heldTrainerWeights(run.runId, v)) ?? loadPolicyWeights(ctx.pool, run, v),
+        cachedVersions: 1,
+        ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}),
+      },
+    );
+    policies.set(run.runId, policy);
+    policy.catch(() => policies.delete(run.runId));
+  }
+  return policy;
+}
+
+/** Generates iteration step - 1 here, with the reference log-probs when the KL term is on. */
+async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainStepInput, iteration: number): Promise<NewSample[]> {
+  const config = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
+  const policy = await policyOf(ctx, run);
+  await failuresMapped(() => policy.atVersion(input.fromVersion));
+  return spanned(ctx, run.runId, 'generate', { iteration, policyVersion: input.fromVersion }, async () => {
+    const engine = measured(policy.engine, 'local', ctx.figures);
+    const samples = await rolloutSlice({ config, task: run.task, engine, ...(run.media ? { media: run.media } : {}) }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step }).catch((err: Error) => {
+      throw asRolloutFailure(err);
+    });
+    if (config.algorithm.kl_coef > 0) {
+      const scored = samples.filter((s) => s.status === 'scored');
+      const ref = await referenceLogprobs(await referenceOf(ctx, run), await withSequenceMedia(scored, run.media));
+      scored.forEach((s, i) => (s.refLogprobs = ref[i]));
+    }
+    return samples;
+  });
+}
+
+/** The step's batch made here: generated, checked against the failure budget, held in memory and recorded in the transfer queue meanwhile. */
+function freshBatch(ctx: WorkerContext, input: TrainStepInput, iteration: number, report: (r: ColocatedRollout) => void): FreshBatchSource {
+  return async (run) => {
+    const { runId, step, fromVersion } = input;
+    const c = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
+    const started = Date.now();
+    // A version an earlier attempt published before it died (its set unrecorded) is adopted, not trained again.
+    const [samples, publishedBefore] = await Promise.all([generateHere(ctx, run, input, iteration), getCheckpoint(ctx.pool, runId, fromVersion + 1)]);
+    const ok = samples.filter((s) => s.reward != null);
+    const rollout = { samples: samples.length, failed: samples.length - ok.length, rewardMean: ok.reduce((a, s) => a + (s.reward as number), 0) / Math.max(1, ok.length), busyMs: Date.now() - started };
+    report(rollout);
+    const rolloutMetrics = { reward_mean: rollout.rewardMean, samples: rollout.samples, failed_samples: rollout.failed, rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
+    const write = () => insertSamples(ctx.pool, runId, samples, { engine: ctx.identity });
+    if (rollout.failed > c.train.failure_budget * rollout.samples) {
+      await write();
+      throw ApplicationFailure.create({
+        message: `step ${step}: the reward failed on ${rollout.failed} of ${rollout.samples} samples, over train.failure_budget (${c.train.failure_budget}); see the failed samples' errors in the transfer queue`,
+        type: 'FailureBudgetExceeded',
+        nonRetryable: true,
+      });
+    }
+    if (rollout.samples > 0 && rollout.failed === rollout.samples) {
+      await write();
+      const reason = `every one of the ${rollout.samples} samples of iteration ${iteration} failed (train.failure_budget ${c.train.failure_budget} allows it)`;
+      return { done: await skipStep(ctx, { runId, step, fromVersion, reason, rolloutMetrics }) };
+    }
+    // The same rules as the transfer queue (float32 numbers, key order), applied in memory.
+    const request = { size: rollout.samples, iteration, requireRefLogprobs: c.algorithm.kl_coef > 0, fromVersion };
+    const buffer = new InMemorySampleBuffer();
+    await buffer.put(samples);
+    const batch = (await buffer.claim(step, request)) ?? [];
+    const recording = (async () => {
+      await write();
+      const claimed = await selectTrainBatch(ctx.pool, runId, step, { ...request, keysOnly: true });
+      if (!claimed || !sameKeys(claimed.keys, batch)) {
+        throw ApplicationFailure.create({ message: `step ${step} of run ${runId}: the transfer queue recorded another sample set (${claimed?.keys.length ?? 0} samples) than the ${batch.length} generated for it; retrying the step trains on the recorded set`, type: 'NoSamples' satisfies RetryableFailureType });
+      }
+    })();
+    return { samples: batch, recording, rolloutMetrics, publishedBefore };
+  };
+}
+
+function sameKeys(a: ReadonlyArray<{ iteration: number; groupIndex: number; sampleIndex: number }>, b: readonly TrainSample[]): boolean {
+  return a.length === b.length && a.every((k, i) => k.iteration === b[i].iteration && k.groupIndex === b[i].groupIndex && k.sampleIndex === b[i].sampleIndex);
+}
+
+/** The step's rollout figures when it was not generated by this attempt: its recorded metrics, else its samples in the transfer queue. */
+async function recordedRollout(ctx: WorkerContext, result: TrainStepResult, runId: string, iteration: number): Promise<ColocatedRollout> {
+  const m = result.metrics;
+  if (m.reward_mean !== undefined && m.samples !== undefined) return { samples: m.samples, failed: m.failed_samples ?? 0, rewardMean: m.reward_mean, busyMs: m.rollout_busy_ms ?? 0 };
+  return { ...(await iterationStats(ctx.pool, runId, iteration)), busyMs: 0 };
+}
+
+/** Rollout of iteration step - 1 and train step `step`, here, exactly once. */
+async function colocatedStep(ctx: WorkerContext, input: TrainStepInput): Promise<ColocatedStepResult> {
+  const iteration = input.step - 1;
+  let rollout: ColocatedRollout | undefined;
+  const result = await trainStep(ctx, { ...input, iteration }, freshBatch(ctx, input, iteration, (r) => (rollout = r)));
+  return { ...result, rollout: rollout ?? (await recordedRollout(ctx, result, input.runId, iteration)) };
+}
+
+export function createColocatedActivities(ctx: WorkerContext) {
+  return {
+    colocatedStep: (input: TrainStepInput) => failuresMapped(() => oneStepAtATime(input.runId, () => withHeartbeats(() => colocatedStep(ctx, input)))),
+  };
+}
+
+export type ColocatedActivities = ReturnType<typeof createColocatedActivities>;
