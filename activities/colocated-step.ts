@@ -10,9 +10,9 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { RetryableFailureType } from '../config/failure-types';
 import { withHyperparameters } from '../config/hyperparameters';
 import { PolicyEngine } from '../rollout/policy-engine';
-import { getCheckpoint } from '../store/checkpoint-registry';
+import { getCheckpoint, latestCheckpoint } from '../store/checkpoint-registry';
 import { rolloutSlice } from '../rollout/producers';
-import { insertSamples, iterationStats, selectTrainBatch, type NewSample } from '../store/transfer-queue';
+import { getTrainStep, insertSamples, iterationStats, selectTrainBatch, type NewSample } from '../store/transfer-queue';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { InMemorySampleBuffer, type TrainSample } from '../training/sample-buffer';
@@ -20,7 +20,7 @@ import { referenceLogprobs, withSequenceMedia } from '../training/update';
 import { failuresMapped, spanned, withHeartbeats, type WorkerContext } from './context';
 import { referenceOf } from './reference';
 import { asRolloutFailure, measured } from './rollout';
-import { heldTrainerWeights, oneStepAtATime, skipStep, trainStep, type FreshBatchSource, type TrainStepInput, type TrainStepResult } from './train';
+import { heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainStep, type FreshBatchSource, type StepHooks, type TrainStepInput, type TrainStepResult } from './train';
 
 /** What the step's rollout produced, for the workflow's progress (the samples stay in Postgres). */
 export interface ColocatedRollout {
@@ -128,17 +128,99 @@ async function recordedRollout(ctx: WorkerContext, result: TrainStepResult, runI
   return { ...(await iterationStats(ctx.pool, runId, iteration)), busyMs: 0 };
 }
 
+/** A colocated step's input: without `fromVersion`, the version the step before it leaves (the workflow queued it behind that step). */
+export type ColocatedStepInput = Omit<TrainStepInput, 'fromVersion' | 'iteration' | 'maxStaleness'> & { fromVersion?: number };
+
+interface Deferred<T> {
+  promise: Promise<T>;
+  resolve(value: T): void;
+  reject(err: unknown): void;
+}
+
+function deferred<T>(): Deferred<T> {
+  const d = {} as Deferred<T>;
+  d.promise = new Promise<T>((resolve, reject) => Object.assign(d, { resolve, reject }));
+  d.promise.catch(() => undefined); // read by the next step, if any
+  return d;
+}
+
+// The colocated steps in flight in this process, by run and step: the version each leaves the
+// trainer at (known once its update is done) and whether it completed (samples recorded, version
+// published, step applied). The step queued behind one generates as soon as the first is known and
+// publishes only after the second.
+const inFlight = new Map<string, { updated: Deferred<number>; done: Deferred<void>; updatedAt: number }>();
+
+/** The version step `step` left the trainer at: told by that step in this process, else read from its record once another attempt has applied or skipped it. */
+async function versionAfter(ctx: WorkerContext, runId: string, step: number, here: { updated: Deferred<number> } | undefined): Promise<{ version: number; fromHere: boolean }> {
+  if (here) {
+    const version = await here.updated.promise.catch(() => undefined);
+    if (version !== undefined) return { version, fromHere: true };
+  }
+  return { version: await recordedVersionAfter(ctx, runId, step), fromHere: false };
+}
+
+async function recordedVersionAfter(ctx: WorkerContext, runId: string, step: number): Promise<number> {
+  if (step === 0) return 0;
+  const until = Date.now() + PREVIOUS_STEP_WAIT_MS;
+  for (;;) {
+    const recorded = await getTrainStep(ctx.pool, runId, step);
+    if (recorded?.status === 'applied') return recorded.policyVersion as number;
+    if (recorded?.status === 'skipped') return (await latestCheckpoint(ctx.pool, runId))?.policyVersion ?? 0;
+    if (Date.now() > until) {
+      throw ApplicationFailure.create({ message: `step ${step + 1} of run ${runId} waits for step ${step}, which is not applied yet`, type: 'NoSamples' satisfies RetryableFailureType });
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** How long a queued step waits for the step before it to be applied by another attempt. */
+const PREVIOUS_STEP_WAIT_MS = 60_000;
+
 /** Rollout of iteration step - 1 and train step `step`, here, exactly once. */
-async function colocatedStep(ctx: WorkerContext, input: TrainStepInput): Promise<ColocatedStepResult> {
-  const iteration = input.step - 1;
-  let rollout: ColocatedRollout | undefined;
-  const result = await trainStep(ctx, { ...input, iteration }, freshBatch(ctx, input, iteration, (r) => (rollout = r)));
-  return { ...result, rollout: rollout ?? (await recordedRollout(ctx, result, input.runId, iteration)) };
+async function colocatedStep(ctx: WorkerContext, input: ColocatedStepInput): Promise<ColocatedStepResult> {
+  const { runId, step } = input;
+  const iteration = step - 1;
+  const mine = { updated: deferred<number>(), done: deferred<void>(), updatedAt: 0 };
+  const before = inFlight.get(`${runId}#${step - 1}`);
+  inFlight.set(`${runId}#${step}`, mine);
+  try {
+    // What does not depend on the step ahead is read while it trains.
+    const early = startStep(ctx, input, input.fromVersion === undefined ? { step, afterStep: step - 1 } : { step, fromVersion: input.fromVersion });
+    early.catch(() => undefined); // awaited below, unless the wait for the step ahead fails first
+    const after = input.fromVersion === undefined ? await versionAfter(ctx, runId, step - 1, before) : { version: input.fromVersion, fromHere: false };
+    const fromVersion = after.version;
+    // Pipelined: the step starts when the one ahead of it is updated, and the trainer waited no longer than that.
+    const started = after.fromHere && before ? early.then((s) => ({ ...s, startedAt: new Date(), previousEnd: new Date(before.updatedAt) })) : early;
+    const stepInput: TrainStepInput = { ...input, fromVersion, iteration };
+    let rollout: ColocatedRollout | undefined;
+    const hooks: StepHooks = {
+      updated: (version) => {
+        mine.updatedAt = Date.now();
+        mine.updated.resolve(version);
+      },
+      started,
+      // Trained from the step before's weights in this process: published only if that step completes here.
+      beforePublish: async () => {
+        if (after.fromHere) await before?.done.promise;
+      },
+    };
+    const result = await trainStep(ctx, stepInput, freshBatch(ctx, stepInput, iteration, (r) => (rollout = r)), hooks);
+    mine.updatedAt ||= Date.now();
+    mine.updated.resolve(result.policyVersion);
+    mine.done.resolve();
+    return { ...result, rollout: rollout ?? (await recordedRollout(ctx, result, runId, iteration)) };
+  } catch (err) {
+    mine.updated.reject(err);
+    mine.done.reject(err);
+    throw err;
+  } finally {
+    if (inFlight.get(`${runId}#${step}`) === mine) inFlight.delete(`${runId}#${step}`);
+  }
 }
 
 export function createColocatedActivities(ctx: WorkerContext) {
   return {
-    colocatedStep: (input: TrainStepInput) => failuresMapped(() => oneStepAtATime(input.runId, () => withHeartbeats(() => colocatedStep(ctx, input)))),
+    colocatedStep: (input: ColocatedStepInput) => failuresMapped(() => oneStepAtATime(`${input.runId}#${input.step}`, () => withHeartbeats(() => colocatedStep(ctx, input)))),
   };
 }
 

@@ -4,6 +4,8 @@
 // update, training/update.ts), publishVersion (training/policy-versions.ts), recordStep. A step
 // whose samples all failed is skipped (skipStep). Errors a retry cannot fix leave as non-retryable
 // failures of a stable type (activities/context.ts asActivityFailure).
+// Over 400 lines because the step's pieces, its exactly-once rules and the hooks placement
+// "colocated" pipelines them with read best side by side.
 import { ApplicationFailure } from '@temporalio/activity';
 import { NonFiniteUpdateError, Trainer } from '../engines/trainer';
 import { getCheckpoint, type CheckpointRecord } from '../store/checkpoint-registry';
@@ -20,6 +22,7 @@ import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer
 import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia, type UpdateRule } from '../training/update';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
 import { shortened } from '../config/json-limits';
+import { protectedVersions } from '../config/placement';
 import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
 import { FAILURE_MESSAGE_MAX_CHARS, failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { warmStart, type WarmStartInput } from './warm-start';
@@ -243,12 +246,9 @@ async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRu
  * backends do not reduce in a fixed order): then its version is adopted, not refused. Files of
  * anything else at that path (no registry row for this step appears) stay a non-retryable conflict.
  */
-async function publishVersion(ctx: WorkerContext, run: RunContext, trainer: Trainer, version: number, step: number): Promise<CheckpointRecord> {
-  let published: CheckpointRecord;
-  let weights: PolicyWeights | undefined;
+async function publishVersion(ctx: WorkerContext, run: RunContext, state: TrainerSnapshot, version: number, step: number): Promise<CheckpointRecord> {
   try {
-    weights = await trainer.exportWeights();
-    published = await publishPolicyVersion(ctx.pool, run, version, step, weights, await trainer.exportOptimizerState());
+    return await publishPolicyVersion(ctx.pool, run, version, step, state.weights, state.optimizerState);
   } catch (err) {
     if (!(err instanceof CheckpointOverwriteError)) throw err;
     const theirs = await withHeartbeats(() => registeredBySameStep(ctx, run.runId, version, step));
@@ -257,8 +257,15 @@ async function publishVersion(ctx: WorkerContext, run: RunContext, trainer: Trai
     dropTrainer(run.runId);
     return theirs;
   }
-  trainers.set(run.runId, { trainer, version, weights });
-  return published;
+}
+
+type TrainerSnapshot = { weights: PolicyWeights; optimizerState: Uint8Array };
+
+/** The trainer's state after an update, exported once; the trainer is kept at `version` from here (a colocated step after it may start before the files are written). */
+async function snapshotAt(runId: string, trainer: Trainer, version: number): Promise<TrainerSnapshot> {
+  const state = { weights: await trainer.exportWeights(), optimizerState: await trainer.exportOptimizerState() };
+  trainers.set(runId, { trainer, version, weights: state.weights });
+  return state;
 }
 
 /** The registry row of `version` once the attempt that wrote its files registers it for `step` (files are written before the row). */
@@ -275,7 +282,7 @@ async function registeredBySameStep(ctx: WorkerContext, runId: string, version: 
 /**
  * Record the step: its advantages (written while the update ran), applied status and metrics; then
  * the transfer queue's and the checkpoints' retention. Retention keeps version 0, the versions a rollout engine may still be
- * asked for (max_staleness + 1) and every checkpoint.every-th (keep_last of them).
+ * asked for (config/placement.ts protectedVersions) and every checkpoint.every-th (keep_last of them).
  */
 async function recordStep(ctx: WorkerContext, run: RunContext, step: number, version: number, advantagesRecorded: Promise<unknown>, metrics: Record<string, number>): Promise<void> {
   const c = run.config;
@@ -284,7 +291,7 @@ async function recordStep(ctx: WorkerContext, run: RunContext, step: number, ver
   await Promise.all([
     recordMetrics(ctx.pool, run.runId, step, metrics),
     pruneConsumed(ctx.pool, run.runId, { keepLastSteps: c.train.keep_consumed_steps }),
-    prunePolicyVersions(ctx.pool, { runId: run.runId, checkpointRoot: run.checkpointRoot, latest: version, every: c.checkpoint.every, keepLast: c.checkpoint.keep_last, protect: c.max_staleness + 1 }),
+    prunePolicyVersions(ctx.pool, { runId: run.runId, checkpointRoot: run.checkpointRoot, latest: version, every: c.checkpoint.every, keepLast: c.checkpoint.keep_last, protect: protectedVersions(c) }),
   ]);
 }
 
@@ -305,15 +312,40 @@ async function onNonFinite(ctx: WorkerContext, run: RunContext, input: TrainStep
  * Train stage, on this trainer's instance queue: step `step` takes the policy from `fromVersion` to
  * fromVersion + 1, exactly once (the four pieces above).
  */
-export async function trainStep(ctx: WorkerContext, input: TrainStepInput, fresh?: FreshBatchSource): Promise<TrainStepResult> {
-  const { runId, step, fromVersion, iteration = step - 1 } = input;
-  const run = withRunHyperparameters(await runContext(ctx, runId), input.hyperparameters);
+/**
+ * Placement "colocated" pipelines its steps in one process (activities/colocated-step.ts):
+ * `updated` is told once the trainer holds the new version (the next step may generate with it),
+ * and `beforePublish` holds the version back until the step before it is durable.
+ */
+export interface StepHooks {
+  updated(version: number): void;
+  beforePublish(): Promise<void>;
+  /** The step's start, read before the step ahead of it let it go (startStep). */
+  started: Promise<StepStart>;
+}
+
+/** What a step reads before it trains: the run (with the hyperparameters in force), its record, when the trainer's previous step ended. */
+export interface StepStart {
+  run: RunContext;
+  startedAt: Date;
+  recorded: TrainStep | undefined;
+  previousEnd: Date | undefined;
+}
+
+export async function startStep(ctx: WorkerContext, input: Pick<TrainStepInput, 'runId' | 'step' | 'hyperparameters'>, event: Record<string, unknown>): Promise<StepStart> {
+  const run = withRunHyperparameters(await runContext(ctx, input.runId), input.hyperparameters);
   const startedAt = new Date();
   const [recorded, previousEnd] = await Promise.all([
-    getTrainStep(ctx.pool, runId, step),
-    previousSpanEnd(ctx.pool, runId, 'train', startedAt),
-    recordStageEvent(ctx, runId, 'activity_started', { step, fromVersion }),
+    getTrainStep(ctx.pool, input.runId, input.step),
+    previousSpanEnd(ctx.pool, input.runId, 'train', startedAt),
+    recordStageEvent(ctx, input.runId, 'activity_started', event),
   ]);
+  return { run, startedAt, recorded, previousEnd };
+}
+
+export async function trainStep(ctx: WorkerContext, input: TrainStepInput, fresh?: FreshBatchSource, hooks?: StepHooks): Promise<TrainStepResult> {
+  const { runId, step, fromVersion, iteration = step - 1 } = input;
+  const { run, startedAt, recorded, previousEnd } = await (hooks?.started ?? startStep(ctx, input, { step, fromVersion }));
   const claim: Claim = !recorded && fresh ? await fresh(run) : await claimBatch(ctx, run, { ...input, iteration }, recorded);
   if ('done' in claim) return claim.done;
   const { samples, recording = Promise.resolve() } = claim;
@@ -351,10 +383,14 @@ export async function trainStep(ctx: WorkerContext, input: TrainStepInput, fresh
       return { step, policyVersion: fromVersion, sha256: '', path: '', samples: samples.length, metrics: { skipped_non_finite: 1 }, alreadyApplied: false, skipped, worker: ctx.identity };
     }
     metrics = update.metrics;
+    const state = await snapshotAt(runId, update.trainer, version);
+    hooks?.updated(version);
     // The set is recorded while the version is published (a version published without its set is
-    // adopted by the retry, which records the same set: colocated-step.ts). A set that could not be
-    // recorded fails the step: the updated trainer is not kept unless its version was published.
-    [, published] = await Promise.all([recording.catch((err) => Promise.reject((dropTrainer(runId), err))), publishVersion(ctx, run, update.trainer, version, step)]);
+    // adopted by the retry, which records the same set: colocated-step.ts). A step that cannot be
+    // recorded, or whose predecessor failed, fails: the updated trainer is not kept.
+    const notKept = (err: unknown) => Promise.reject((dropTrainer(runId), err));
+    await hooks?.beforePublish().catch(notKept);
+    [, published] = await Promise.all([recording.catch(notKept), publishVersion(ctx, run, state, version, step).catch(notKept)]);
   }
   await recordStep(ctx, run, step, version, advantagesRecorded, { ...context, ...metrics, ...timing(samples.length) });
   await span(version);

@@ -49,7 +49,7 @@ export const pipelineBench: Bench = async (ctx) => {
   const byPlacement = Object.fromEntries(
     Object.entries(through).map(([placement, w]) => {
       const stepMs = (w.wallS * 1000) / steps;
-      return [placement, { wall_s: w.wallS, step_ms: stepMs, overhead_fraction_of_step: (stepMs - localStepMs) / localStepMs, steady_state_step_ms: w.steadyMs, steady_state_overhead_fraction_of_step: (w.steadyMs - localSteadyMs) / localSteadyMs, final_accuracy: w.result.evalAccuracy }];
+      return [placement, { wall_s: w.wallS, step_ms: stepMs, step_intervals_ms: w.intervals.map(Math.round), overhead_fraction_of_step: (stepMs - localStepMs) / localStepMs, steady_state_step_ms: w.steadyMs, steady_state_overhead_fraction_of_step: (w.steadyMs - localSteadyMs) / localSteadyMs, final_accuracy: w.result.evalAccuracy }];
     }),
   );
   const workflowStepMs = (workflowWallS * 1000) / steps;
@@ -93,6 +93,7 @@ type Placement = RunConfig['placement'];
 interface WorkflowRun {
   wallS: number;
   steadyMs: number;
+  intervals: number[];
   result: TrainingResult;
 }
 
@@ -115,7 +116,8 @@ async function workflowRun(config: RunConfig, warmDir: string): Promise<Workflow
       const handle = await client.startTraining({ ...config, run_id: `bench-pipeline-${config.placement}-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warmDir, dir: path.join(home, 'checkpoints') } });
       const result = await handle.result();
       const wallS = (performance.now() - t0) / 1000;
-      return { wallS, steadyMs: await steadyStepMs(stack.databaseUrl, result.runId), result };
+      const intervals = await stepIntervals(stack.databaseUrl, result.runId);
+      return { wallS, steadyMs: median(intervals), intervals, result };
     } finally {
       await client.close();
     }
@@ -125,7 +127,3 @@ async function workflowRun(config: RunConfig, warmDir: string): Promise<Workflow
   }
 }
 
-/** Median interval between consecutive train steps' applied_at (steps 2..N: one full iteration each). */
-async function steadyStepMs(databaseUrl: string, runId: string): Promise<number> {
-  return median(await stepIntervals(databaseUrl, runId));
-}

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Records workflow histories from real runs on a local stack into test/histories/, for the replay
 // test (test/replay.test.ts) to check that changed workflow code still replays them. Run after
-// `npm run setup`:  node scripts/record-histories.js
+// `npm run setup`:  node scripts/record-histories.js [name...]
 'use strict';
 const fs = require('node:fs');
 const os = require('node:os');
@@ -28,7 +28,11 @@ const TINY = {
 const RUNS = [
   { name: 'training-run-overlapped-eval', start: (client) => client.startTraining(TINY, 'history-training-run-overlapped-eval') },
   { name: 'training-run-async-overlapped-eval', start: (client) => client.startTraining({ ...TINY, mode: 'async', max_staleness: 1 }, 'history-training-run-async-overlapped-eval') },
+  // Placement "colocated" (the colocated-steps patch), long enough for steps queued behind the one in flight.
+  { name: 'training-run-colocated', start: (client) => client.startTraining({ ...TINY, placement: 'colocated', rollout: { ...TINY.rollout, parallelism: 1 }, train: { steps: 5, eval_every: 2 } }, 'history-training-run-colocated') },
 ];
+// `node scripts/record-histories.js <name>...` records only those.
+const only = process.argv.slice(2);
 
 async function main() {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-histories-'));
@@ -36,7 +40,7 @@ async function main() {
   process.env.RELAX_HOME = home;
   try {
     const client = await RelaxClient.connect(stack.temporalAddress);
-    for (const run of RUNS) {
+    for (const run of RUNS.filter((r) => !only.length || only.includes(r.name))) {
       const handle = await run.start(client);
       await handle.result();
       const file = path.join(root, 'test', 'histories', `${run.name}.json`);

@@ -35,7 +35,7 @@ const ALLOWED_IMPORTS: Record<Layer, Layer[]> = {
 const LAYERS = Object.keys(ALLOWED_IMPORTS) as Layer[];
 // Per importing layer: the target layers it may import only type-only, and the modules exempt from that.
 const TYPE_ONLY_IMPORTS: Partial<Record<Layer, { targets: Layer[]; valueModules: string[] }>> = {
-  workflows: { targets: ['activities', 'config'], valueModules: ['config/task-queues', 'config/json-limits', 'config/failure-types', 'config/hyperparameters'] },
+  workflows: { targets: ['activities', 'config'], valueModules: ['config/task-queues', 'config/json-limits', 'config/failure-types', 'config/hyperparameters', 'config/placement'] },
   client: { targets: ['workflows'], valueModules: [] },
 };
 const WORKFLOW_VALUE_PACKAGES = ['@temporalio/workflow', '@temporalio/common'];

@@ -84,7 +84,7 @@ test('a colocated run generates and trains in the trainer\'s process, records wh
   const generate = spans.filter((s) => s.stage === 'generate');
   const train = spans.filter((s) => s.stage === 'train');
   assert.deepEqual(generate.map((s) => [s.iteration, s.policyVersion, s.role]).sort(), [0, 1, 2].map((i) => [i, i, 'train']));
-  assert.deepEqual(train.map((s) => [s.step, s.iteration, s.policyVersion]), [0, 1, 2].map((i) => [i + 1, i, i + 1]));
+  assert.deepEqual(train.map((s) => [s.step, s.iteration, s.policyVersion]).sort(), [0, 1, 2].map((i) => [i + 1, i, i + 1]));
   for (const g of generate) assert.equal(g.worker, train.find((t) => t.iteration === g.iteration)?.worker);
 
   // The transfer queue holds every sample with its reference log-probs and advantage, consumed by the step after its iteration.

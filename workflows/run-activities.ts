@@ -4,7 +4,7 @@
 // noticed within the heartbeat timeout (or, for the short ones, the start-to-close timeout) and the
 // activity is retried on another worker of its role.
 import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
-import type { ColocatedActivities, ColocatedStepResult } from '../activities/colocated-step';
+import type { ColocatedActivities, ColocatedStepInput, ColocatedStepResult } from '../activities/colocated-step';
 import type { ControlActivities } from '../activities/control';
 import type { ReferenceActivities } from '../activities/reference';
 import type { RolloutActivities } from '../activities/rollout';
@@ -70,15 +70,21 @@ export function trainOnSomeInstance(choice: TrainerChoice, input: TrainStepInput
 }
 
 /** Placement "colocated": the step's rollout and update in one activity on the trainer's instance (activities/colocated-step.ts). */
-export function colocatedOnSomeInstance(choice: TrainerChoice, input: TrainStepInput): Promise<ColocatedStepResult> {
-  const summary = `rollout and train step ${input.step} (v${input.fromVersion} -> v${input.fromVersion + 1}, colocated)`;
+export function colocatedOnSomeInstance(choice: TrainerChoice, input: ColocatedStepInput): Promise<ColocatedStepResult> {
+  const versions = input.fromVersion === undefined ? `after step ${input.step - 1}` : `v${input.fromVersion} -> v${input.fromVersion + 1}`;
+  const summary = `rollout and train step ${input.step} (${versions}, colocated)`;
   return onSomeInstance(choice, summary, (pinned) => pinned.colocatedStep(input));
 }
 
 async function onSomeInstance<T>(choice: TrainerChoice, summary: string, call: (pinned: TrainActivities & ColocatedActivities) => Promise<T>): Promise<T> {
   const MAX_INSTANCES = 10;
   for (let attempt = 1; ; attempt++) {
-    const instanceQueue = choice.instanceQueue ?? (await trainShared().workerInfo()).instanceQueue;
+    let instanceQueue = choice.instanceQueue;
+    if (!instanceQueue) {
+      const picked = (await trainShared().workerInfo()).instanceQueue;
+      // A colocated step queued alongside may have picked one meanwhile: both go to that trainer.
+      instanceQueue = choice.instanceQueue ??= picked;
+    }
     const pinned = proxyActivities<TrainActivities & ColocatedActivities>({
       taskQueue: instanceQueue,
       scheduleToStartTimeout: '10 seconds',
@@ -92,7 +98,7 @@ async function onSomeInstance<T>(choice: TrainerChoice, summary: string, call: (
       choice.instanceQueue = instanceQueue;
       return result;
     } catch (err) {
-      choice.instanceQueue = undefined;
+      if (choice.instanceQueue === instanceQueue) choice.instanceQueue = undefined;
       if (isNonRetryableActivityFailure(err)) failWorkflowOnNonRetryable(err);
       if (attempt >= MAX_INSTANCES) throw err;
     }
