@@ -12,7 +12,7 @@ import { withHyperparameters } from '../config/hyperparameters';
 import { PolicyEngine } from '../rollout/policy-engine';
 import { getCheckpoint, latestCheckpoint } from '../store/checkpoint-registry';
 import { rolloutSlice } from '../rollout/producers';
-import { getTrainStep, insertSamples, iterationStats, selectTrainBatch, type NewSample } from '../store/transfer-queue';
+import { getTrainStep, insertSamples, iterationStats, recordGeneratedStep, type NewSample } from '../store/transfer-queue';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { InMemorySampleBuffer, type TrainSample } from '../training/sample-buffer';
@@ -106,14 +106,15 @@ function freshBatch(ctx: WorkerContext, input: TrainStepInput, iteration: number
     const buffer = new InMemorySampleBuffer();
     await buffer.put(samples);
     const batch = (await buffer.claim(step, request)) ?? [];
-    const recording = (async () => {
-      await write();
-      const claimed = await selectTrainBatch(ctx.pool, runId, step, { ...request, keysOnly: true });
-      if (!claimed || !sameKeys(claimed.keys, batch)) {
-        throw ApplicationFailure.create({ message: `step ${step} of run ${runId}: the transfer queue recorded another sample set (${claimed?.keys.length ?? 0} samples) than the ${batch.length} generated for it; retrying the step trains on the recorded set`, type: 'NoSamples' satisfies RetryableFailureType });
+    // The samples written and recorded as the step's set in one transaction, with the advantages.
+    const record = async (advantages: number[]) => {
+      const trained = batch.map((b, i) => ({ iteration: b.iteration, groupIndex: b.groupIndex, sampleIndex: b.sampleIndex, advantage: advantages[i] }));
+      const recorded = await recordGeneratedStep(ctx.pool, runId, step, samples, trained, { engine: ctx.identity });
+      if (recorded.reused && !sameKeys(recorded.keys, batch)) {
+        throw ApplicationFailure.create({ message: `step ${step} of run ${runId}: the transfer queue recorded another sample set (${recorded.keys.length} samples) than the ${batch.length} generated for it; retrying the step trains on the recorded set`, type: 'NoSamples' satisfies RetryableFailureType });
       }
-    })();
-    return { samples: batch, recording, rolloutMetrics, publishedBefore };
+    };
+    return { samples: batch, record, rolloutMetrics, publishedBefore };
   };
 }
 

@@ -189,14 +189,15 @@ async function initPolicy(ctx: WorkerContext, { runId, warmStartDir }: InitPolic
 }
 
 /**
- * What claiming found: a step already done (a retry), or the step's sample set. `recording`: the
- * set was generated in this process (placement "colocated") and is being written to the transfer
- * queue and recorded as the step's set meanwhile; the version is published only after it resolves.
+ * What claiming found: a step already done (a retry), or the step's sample set. `record`: the set
+ * was generated in this process (placement "colocated"); given the advantages, it writes the samples
+ * to the transfer queue and records them as the step's set, while the update runs; the version is
+ * published only after it resolves.
  */
-type Claim = { done: TrainStepResult } | { samples: TrainSample[]; publishedBefore: CheckpointRecord | undefined; recording?: Promise<void>; rolloutMetrics?: Record<string, number> };
+type Claim = { done: TrainStepResult } | { samples: TrainSample[]; publishedBefore: CheckpointRecord | undefined; record?: (advantages: number[]) => Promise<void>; rolloutMetrics?: Record<string, number> };
 
 /** A step's batch made in this process when the step has no record yet (activities/colocated-step.ts). */
-export type FreshBatchSource = (run: RunContext) => Promise<{ done: TrainStepResult } | { samples: TrainSample[]; recording: Promise<void>; rolloutMetrics: Record<string, number>; publishedBefore: CheckpointRecord | undefined }>;
+export type FreshBatchSource = (run: RunContext) => Promise<{ done: TrainStepResult } | { samples: TrainSample[]; record: (advantages: number[]) => Promise<void>; rolloutMetrics: Record<string, number>; publishedBefore: CheckpointRecord | undefined }>;
 
 /**
  * Claim the batch: the step's sample set is chosen and recorded before the update (a retry gets the
@@ -348,7 +349,7 @@ export async function trainStep(ctx: WorkerContext, input: TrainStepInput, fresh
   const { run, startedAt, recorded, previousEnd } = await (hooks?.started ?? startStep(ctx, input, { step, fromVersion }));
   const claim: Claim = !recorded && fresh ? await fresh(run) : await claimBatch(ctx, run, { ...input, iteration }, recorded);
   if ('done' in claim) return claim.done;
-  const { samples, recording = Promise.resolve() } = claim;
+  const { samples } = claim;
   // How long the trainer waited for this step's data since its previous step ended, and samples per
   // second through the pipeline: this step's batch over the time since the previous step ended.
   const timing = (trained: number) => ({
@@ -360,8 +361,10 @@ export async function trainStep(ctx: WorkerContext, input: TrainStepInput, fresh
     recordSpan(ctx.pool, { runId, role: ctx.role, stage: 'train', worker: ctx.identity, step, iteration, policyVersion, startedAt, endedAt: new Date(), detail });
   const rule = await ruleOf(run);
   const advantages = stepAdvantages(rule, samples);
-  // What each sample is trained with, written to the transfer queue while the update runs.
-  const advantagesRecorded = recording.then(() => recordStepAdvantages(ctx.pool, runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] }))));
+  // What each sample is trained with, written to the transfer queue while the update runs (a
+  // colocated step writes its samples with them, and records its set, meanwhile).
+  const recording = claim.record?.(advantages) ?? Promise.resolve();
+  const advantagesRecorded = claim.record ? recording : recordStepAdvantages(ctx.pool, runId, step, samples.map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: advantages[i] })));
   const version = fromVersion + 1;
   let published = claim.publishedBefore;
   let metrics: Record<string, number> = { adopted: 1 };

@@ -293,7 +293,7 @@ const DEFAULT_ELEMENTS_PER_STATEMENT = 1_000_000;
 // Scalars and keys of a row, counted as elements so a batch of tiny samples is still bounded.
 const ROW_OVERHEAD_ELEMENTS = 16;
 
-function sampleWeight(s: NewSample): number {
+function sampleWeight(s: Omit<NewSample, 'status'>): number {
   return (
     ROW_OVERHEAD_ELEMENTS +
     s.promptTokens.length +
@@ -325,10 +325,11 @@ export interface InsertSamplesResult {
 const INSERT_SAMPLES_SQL = `
   INSERT INTO samples AS s (run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask,
                             rollout_logprobs, ref_logprobs, reward, rewards, advantage, advantages, policy_version,
-                            token_versions, status, error, media, engine)
+                            token_versions, status, error, media, engine, consumed_by_step)
   SELECT $1::text, u.iteration, u.group_index, u.sample_index, u.prompt_tokens::integer[], u.response_tokens::integer[],
          u.loss_mask::smallint[], u.rollout_logprobs::real[], u.ref_logprobs::real[], u.reward, u.rewards, u.advantage,
-         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error, u.media, $19::text
+         u.advantages::real[], u.policy_version, u.token_versions::integer[], u.status, u.error, u.media, $19::text,
+         CASE WHEN u.status = 'consumed' THEN $20::integer END
     FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
                 $10::real[], $11::jsonb[], $12::real[], $13::text[], $14::integer[], $15::text[], $16::text[], $17::text[], $18::jsonb[])
          AS u(iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask, rollout_logprobs,
@@ -342,7 +343,8 @@ const INSERT_SAMPLES_SQL = `
     rollout_logprobs = EXCLUDED.rollout_logprobs, ref_logprobs = EXCLUDED.ref_logprobs, reward = EXCLUDED.reward,
     rewards = EXCLUDED.rewards, advantage = EXCLUDED.advantage, advantages = EXCLUDED.advantages,
     policy_version = EXCLUDED.policy_version, token_versions = EXCLUDED.token_versions, status = EXCLUDED.status,
-    error = EXCLUDED.error, media = EXCLUDED.media, engine = EXCLUDED.engine, updated_at = now()
+    error = EXCLUDED.error, media = EXCLUDED.media, engine = EXCLUDED.engine, consumed_by_step = EXCLUDED.consumed_by_step,
+    updated_at = now()
   WHERE s.consumed_by_step IS NULL`;
 
 /**
@@ -352,6 +354,11 @@ const INSERT_SAMPLES_SQL = `
 export async function insertSamples(db: Queryable, runId: string, samples: readonly NewSample[], options: InsertSamplesOptions = {}): Promise<InsertSamplesResult> {
   checkKeys(samples, 'samples');
   samples.forEach((s, i) => checkNewSample(s, `samples[${i}] ${describeKey(s)}`));
+  return writeSamples(db, runId, samples, options);
+}
+
+/** The INSERT itself; `consumedBy`: rows with status 'consumed' (recordGeneratedStep) are consumed by that step. */
+async function writeSamples(db: Queryable, runId: string, samples: ReadonlyArray<Omit<NewSample, 'status'> & { status?: SampleStatus }>, options: InsertSamplesOptions, consumedBy?: number): Promise<InsertSamplesResult> {
   const budget = options.maxElementsPerStatement ?? DEFAULT_ELEMENTS_PER_STATEMENT;
   let written = 0;
   for (const chunk of chunkByWeight(samples, sampleWeight, budget)) {
@@ -373,6 +380,7 @@ export async function insertSamples(db: Queryable, runId: string, samples: reado
       chunk.map((s) => s.error ?? null),
       chunk.map((s) => (s.media == null ? null : JSON.stringify(s.media))),
       options.engine ?? null,
+      consumedBy ?? null,
     ]);
     written += rowCount ?? 0;
   }
@@ -493,13 +501,11 @@ export interface SelectTrainBatchOptions {
   requireRefLogprobs?: boolean;
   /** Only samples of this rollout iteration (a step trains one whole iteration). */
   iteration?: number;
-  /** Record the set but return only its keys (the caller holds the samples: placement "colocated"); a recorded set comes back whole. */
-  keysOnly?: boolean;
 }
 
 export interface TrainBatch {
   step: TrainStep;
-  /** Ordered by (iteration, group, index); empty for a fresh keysOnly claim. */
+  /** Ordered by (iteration, group, index). */
   samples: SampleRow[];
   /** The set's keys, in the same order. */
   keys: SampleKey[];
@@ -516,7 +522,7 @@ export interface TrainBatch {
  */
 export async function selectTrainBatch(pool: Pool, runId: string, step: number, options: SelectTrainBatchOptions): Promise<TrainBatch | null> {
   checkNonNegativeInteger(step, 'step');
-  const { size, minSize = 1, maxStaleness, currentPolicyVersion, requireRefLogprobs = false, iteration, keysOnly = false } = options;
+  const { size, minSize = 1, maxStaleness, currentPolicyVersion, requireRefLogprobs = false, iteration } = options;
   if (iteration !== undefined) checkNonNegativeInteger(iteration, 'iteration');
   if (!Number.isInteger(size) || size < 1) throw new Error(`size must be a positive integer, got ${size}`);
   if (!Number.isInteger(minSize) || minSize < 1 || minSize > size) throw new Error(`minSize must be an integer in [1, size=${size}], got ${minSize}`);
@@ -561,7 +567,7 @@ export async function selectTrainBatch(pool: Pool, runId: string, step: number, 
          INSERT INTO train_step_samples (run_id, step, iteration, group_index, sample_index)
          SELECT $1, $2, iteration, group_index, sample_index FROM consumed
        )
-       SELECT ${keysOnly ? 'iteration, group_index, sample_index' : SAMPLE_COLUMNS} FROM consumed ORDER BY iteration, group_index, sample_index`,
+       SELECT ${SAMPLE_COLUMNS} FROM consumed ORDER BY iteration, group_index, sample_index`,
       params,
     );
     if (rows.length < minSize) {
@@ -570,8 +576,8 @@ export async function selectTrainBatch(pool: Pool, runId: string, step: number, 
     }
     const stepRow = await client.query<TrainStepDbRow>('UPDATE train_steps SET sample_count = $3 WHERE run_id = $1 AND step = $2 RETURNING *', [runId, step, rows.length]);
     await client.query('COMMIT');
-    const samples = keysOnly ? [] : rows.map(sampleFromDb);
-    return { step: trainStepFromDb(stepRow.rows[0]), samples, keys: rows.map(keyOf), reused: false };
+    const samples = rows.map(sampleFromDb);
+    return { step: trainStepFromDb(stepRow.rows[0]), samples, keys: samples.map(keyOf), reused: false };
   } catch (err) {
     await client.query('ROLLBACK').catch(() => undefined);
     throw err;
@@ -598,6 +604,57 @@ async function recordedBatch(db: Queryable, runId: string, step: number): Promis
   }
   const samples = rows.map(sampleFromDb);
   return { step: trainStep, samples, keys: samples.map(keyOf), reused: true };
+}
+
+/**
+ * Placement "colocated": a train step's samples were generated in the trainer's process, which trains
+ * on them as they are. Writes them (the trained ones consumed by `step`, with their advantages; the
+ * failed ones failed) and records them as the step's set, in one transaction: one INSERT of the rows
+ * instead of an INSERT, the claim's UPDATE and the advantages' UPDATE. If the step already has a
+ * set (another attempt recorded it), writes nothing and returns that set's keys (`reused`).
+ */
+export async function recordGeneratedStep(pool: Pool, runId: string, step: number, samples: readonly NewSample[], advantages: ReadonlyArray<SampleKey & { advantage: number }>, options: InsertSamplesOptions = {}): Promise<{ keys: SampleKey[]; reused: boolean }> {
+  checkNonNegativeInteger(step, 'step');
+  checkKeys(samples, 'samples');
+  samples.forEach((s, i) => checkNewSample(s, `samples[${i}] ${describeKey(s)}`));
+  advantages.forEach((u, i) => checkFinite(u.advantage, `advantages[${i}].advantage`));
+  const trained = new Map(advantages.map((a) => [`${a.iteration}/${a.groupIndex}/${a.sampleIndex}`, a.advantage]));
+  const rows = samples.map((s) => {
+    const advantage = trained.get(`${s.iteration}/${s.groupIndex}/${s.sampleIndex}`);
+    if (advantage === undefined) return s;
+    if (s.status !== 'scored') throw new Error(`sample ${describeKey(s)} is trained on but its status is ${s.status}; only scored samples are`);
+    return { ...s, status: 'consumed' as const, advantage };
+  });
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const claimed = await client.query(
+      `INSERT INTO train_steps (run_id, step, status, sample_count) VALUES ($1, $2, 'selected', $3) ON CONFLICT (run_id, step) DO NOTHING RETURNING step`,
+      [runId, step, advantages.length],
+    );
+    if (claimed.rowCount === 0) {
+      const batch = await recordedBatch(client, runId, step);
+      await client.query('COMMIT');
+      return { keys: batch.keys, reused: true };
+    }
+    const { written } = await writeSamples(client, runId, rows, options, step);
+    if (written !== samples.length) {
+      throw new TrainStepConflictError(`train step ${step} of run ${runId}: ${samples.length - written} of its ${samples.length} samples were consumed by another step already`);
+    }
+    const recorded = await client.query(
+      `INSERT INTO train_step_samples (run_id, step, iteration, group_index, sample_index)
+       SELECT $1, $2, u.iteration, u.group_index, u.sample_index FROM unnest($3::integer[], $4::integer[], $5::integer[]) AS u(iteration, group_index, sample_index)`,
+      [runId, step, ...keyColumns(advantages)],
+    );
+    if (recorded.rowCount !== advantages.length) throw new TrainStepConflictError(`train step ${step} of run ${runId}: its set could not be recorded whole`);
+    await client.query('COMMIT');
+    return { keys: advantages.map(({ iteration, groupIndex, sampleIndex }) => ({ iteration, groupIndex, sampleIndex })), reused: false };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
 }
 
 function keyOf(r: { iteration: number; group_index?: number; sample_index?: number; groupIndex?: number; sampleIndex?: number }): SampleKey {

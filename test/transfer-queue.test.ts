@@ -15,6 +15,7 @@ import {
   pruneConsumed,
   queueStats,
   readSamples,
+  recordGeneratedStep,
   recordStepAdvantages,
   selectTrainBatch,
   setReferenceLogprobs,
@@ -239,6 +240,34 @@ test('selectTrainBatch: oldest iteration first, and a retried step gets exactly 
   );
   assert.deepEqual(rows, [{ step: 0, n: 6 }, { step: 1, n: 4 }, { step: 2, n: 8 }]);
   assert.equal((await queueStats(db.pool, runId)).lastSelectedStep, 2);
+});
+
+test('recordGeneratedStep (placement "colocated"): the samples, consumed with their advantages, and the set in one transaction; a second attempt gets the recorded set', async () => {
+  const runId = await newRun();
+  const samples = grid([4], 2, 3).map((s) => (s.sampleIndex === 2 && s.groupIndex === 1 ? { ...s, status: 'failed' as const, error: 'reward threw' } : { ...s, reward: s.sampleIndex, status: 'scored' as const }));
+  const trained = samples.filter((s) => s.status === 'scored').map((s, i) => ({ iteration: s.iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, advantage: i - 2 }));
+  const first = await recordGeneratedStep(db.pool, runId, 5, samples, trained, { engine: 'train/test' });
+  assert.equal(first.reused, false);
+  assert.deepEqual(first.keys.map(keyOf), ['4/0/0', '4/0/1', '4/0/2', '4/1/0', '4/1/1']);
+  const rows = await readSamples(db.pool, runId);
+  assert.deepEqual(
+    rows.map((r) => [keyOf(r), r.status, r.consumedByStep, r.advantage]),
+    [['4/0/0', 'consumed', 5, -2], ['4/0/1', 'consumed', 5, -1], ['4/0/2', 'consumed', 5, 0], ['4/1/0', 'consumed', 5, 1], ['4/1/1', 'consumed', 5, 2], ['4/1/2', 'failed', null, null]],
+  );
+  const step = await getTrainStep(db.pool, runId, 5);
+  assert.deepEqual([step?.status, step?.sampleCount], ['selected', 5]);
+  // A retry of the step (here through the train step's own path) gets exactly that set back.
+  const retried = await selectTrainBatch(db.pool, runId, 5, { size: 100 });
+  assert.equal(retried?.reused, true);
+  assert.deepEqual(retried?.keys.map(keyOf), first.keys.map(keyOf));
+  const again = await recordGeneratedStep(db.pool, runId, 5, samples.map((s) => ({ ...s, reward: 9 })), trained.slice(0, 2));
+  assert.deepEqual([again.reused, again.keys.map(keyOf)], [true, first.keys.map(keyOf)], 'a second attempt writes nothing and reads the recorded set');
+  assert.ok((await readSamples(db.pool, runId)).every((r) => r.reward !== 9), 'nothing overwritten');
+  // Samples another step consumed are refused, and the transaction leaves nothing behind.
+  await assert.rejects(recordGeneratedStep(db.pool, runId, 6, samples, trained), TrainStepConflictError);
+  assert.equal(await getTrainStep(db.pool, runId, 6), undefined);
+  // Only scored samples can be trained on.
+  await assert.rejects(recordGeneratedStep(db.pool, runId, 7, samples, [{ iteration: 4, groupIndex: 1, sampleIndex: 2, advantage: 1 }]), /only scored samples are/);
 });
 
 test('concurrent selects: different steps never share a sample, the same step gets the same set', async () => {
