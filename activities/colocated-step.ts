@@ -168,7 +168,7 @@ async function recordedVersionAfter(ctx: WorkerContext, runId: string, step: num
     if (recorded?.status === 'applied') return recorded.policyVersion as number;
     if (recorded?.status === 'skipped') return (await latestCheckpoint(ctx.pool, runId))?.policyVersion ?? 0;
     if (Date.now() > until) {
-      throw ApplicationFailure.create({ message: `step ${step + 1} of run ${runId} waits for step ${step}, which is not applied yet`, type: 'NoSamples' satisfies RetryableFailureType });
+      throw ApplicationFailure.create({ message: `step ${step + 1} of run ${runId} starts from the version step ${step} publishes, and step ${step} is not applied yet`, type: 'MissingPolicyVersion' satisfies RetryableFailureType });
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
