@@ -100,6 +100,13 @@ export const GRACEFUL_CANCEL = 'graceful-cancel';
  */
 export const COLOCATED_STEPS = 'colocated-steps';
 
+/**
+ * Patch id: the held-out evaluation of version 0 no longer holds up the first step either: it runs
+ * next to training like the others (OVERLAPPED_EVALUATION), and the evaluations after it record
+ * their accuracy only once it has (the step-0 accuracy is the starting best of the milestones).
+ */
+export const OVERLAPPED_INITIAL_EVALUATION = 'overlapped-initial-evaluation';
+
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
 const ITERATIONS_PER_EXECUTION = 100;
 /** Points kept in the progress curves (and carried across continue-as-new). */
@@ -120,8 +127,11 @@ export interface RunState {
   /** Set by the pause / resume / stop signals and by a cancellation request. */
   signals: { paused: boolean; stopRequested: boolean; cancelRequested: boolean };
   trainer: TrainerChoice;
-  /** Evaluations started and not yet awaited (OVERLAPPED_EVALUATION), and the first one's error. */
-  evaluations: { pending: Array<Promise<void>>; error?: unknown; newestStep: number };
+  /**
+   * Evaluations started and not yet awaited (OVERLAPPED_EVALUATION), and the first one's error;
+   * `initial`: version 0's while it runs (OVERLAPPED_INITIAL_EVALUATION), which the others record after.
+   */
+  evaluations: { pending: Array<Promise<void>>; error?: unknown; newestStep: number; initial?: Promise<void> };
   visibility: Visibility;
   /** Rollout iterations started so far (an update applies from the next one). */
   iterationsStarted: number;
@@ -176,11 +186,19 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   publishProgress(visibility, progress, carry?.config);
 
   const body = async (): Promise<TrainingResult> => {
-    const config = carry?.config ?? (await startRun(input, progress, visibility));
+    const started = carry ? { config: carry.config } : await startRun(input, progress, visibility);
+    const { config } = started;
     const runId = config.run_id as string;
     progress.runId = runId;
     upsertSearchAttributes([{ key: RelaxRunIdKey, value: runId }]);
     run = { input, config, runId, progress, signals, trainer: {}, evaluations: { pending: [], newestStep: -1 }, visibility, iterationsStarted: progress.step };
+    if (started.initialEvaluation) {
+      // Version 0's evaluation runs next to the first steps; an error fails the run when the evaluations are settled.
+      const state = run;
+      const initial = started.initialEvaluation.then(({ accuracy }) => recordAccuracy(state, 0, accuracy)).catch((err) => void (state.evaluations.error ??= err));
+      run.evaluations.initial = initial;
+      run.evaluations.pending.push(initial);
+    }
     progress.hyperparameters = hyperparametersOf(config);
     publishProgress(visibility, progress, config, true);
     const notifier = (run.notifier = notifierFor(runId, config, progress.step));
@@ -205,8 +223,11 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   return result;
 }
 
-/** Validates and registers the run, warms it up (init.sft), publishes version 0 and evaluates it. */
-async function startRun(input: unknown, progress: TrainingProgress, visibility: Visibility): Promise<RunConfig> {
+/**
+ * Validates and registers the run, warms it up (init.sft), publishes version 0 and evaluates it
+ * (OVERLAPPED_INITIAL_EVALUATION: starts evaluating it, for the run to record next to its first steps).
+ */
+async function startRun(input: unknown, progress: TrainingProgress, visibility: Visibility): Promise<{ config: RunConfig; initialEvaluation?: Promise<{ accuracy: number }> }> {
   refuseOversizedInput(input);
   const schedule = scheduleOfThisRun();
   const config = await control('start run: validate the config, register the run')
@@ -225,12 +246,17 @@ async function startRun(input: unknown, progress: TrainingProgress, visibility: 
   await trainShared('publish policy version 0')
     .initPolicy({ runId, ...(warmStartDir !== undefined ? { warmStartDir } : {}) })
     .catch(failWorkflowOnNonRetryable);
-  const initial = await rollout('evaluate v0 (held-out, greedy)').evaluate({ runId, policyVersion: 0 });
+  const evaluation = rollout('evaluate v0 (held-out, greedy)').evaluate({ runId, policyVersion: 0 });
+  if (patched(OVERLAPPED_INITIAL_EVALUATION)) {
+    evaluation.catch(() => undefined); // read by the run (recordAccuracy or its settled error)
+    return { config, initialEvaluation: evaluation };
+  }
+  const initial = await evaluation;
   pushPoint(progress.accuracies as Array<[number, number]>, [0, initial.accuracy]);
   progress.lastAccuracy = initial.accuracy;
   progress.lastEvalStep = 0;
   progress.bestAccuracy = initial.accuracy;
-  return config;
+  return { config };
 }
 
 /** Waits while paused (a stop ends the wait); returns false when the run should stop. */
@@ -428,7 +454,13 @@ async function afterStep(run: RunState, step: number, summary: RolloutSummary, t
   // The train step and the evaluation record their own metrics.
   if (step % run.config.train.eval_every === 0 || step === run.config.train.steps || run.signals.stopRequested) {
     const version = progress.policyVersion;
-    const evaluation = rollout(`evaluate v${version} (step ${step}, held-out, greedy)`).evaluate({ runId, policyVersion: version, step }).then(({ accuracy }) => recordAccuracy(run, step, accuracy));
+    const evaluation = rollout(`evaluate v${version} (step ${step}, held-out, greedy)`)
+      .evaluate({ runId, policyVersion: version, step })
+      .then(({ accuracy }) => {
+        // Version 0's accuracy first (the milestones' starting best), when it is still being evaluated.
+        const { initial } = run.evaluations;
+        return initial ? initial.then(() => recordAccuracy(run, step, accuracy)) : recordAccuracy(run, step, accuracy);
+      });
     if (patched(OVERLAPPED_EVALUATION)) run.evaluations.pending.push(evaluation.catch((err) => void (run.evaluations.error ??= err)));
     else await evaluation;
   }
