@@ -9,7 +9,6 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { RetryableFailureType } from '../config/failure-types';
 import { withHyperparameters } from '../config/hyperparameters';
-import { PolicyEngine } from '../rollout/policy-engine';
 import { getCheckpoint, latestCheckpoint } from '../store/checkpoint-registry';
 import { rolloutSlice } from '../rollout/producers';
 import { getTrainStep, insertSamples, iterationStats, recordGeneratedStep, type NewSample } from '../store/transfer-queue';
@@ -19,7 +18,7 @@ import { InMemorySampleBuffer, type TrainSample } from '../training/sample-buffe
 import { referenceLogprobs, withSequenceMedia } from '../training/update';
 import { failuresMapped, spanned, withHeartbeats, type WorkerContext } from './context';
 import { referenceOf } from './reference';
-import { asRolloutFailure, measured } from './rollout';
+import { asRolloutFailure, measured, RunPolicies } from './rollout';
 import { heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainStep, type FreshBatchSource, type StepHooks, type TrainStepInput, type TrainStepResult } from './train';
 
 /** What the step's rollout produced, for the workflow's progress (the samples stay in Postgres). */
@@ -34,32 +33,14 @@ export interface ColocatedStepResult extends TrainStepResult {
   rollout: ColocatedRollout;
 }
 
-// One engine per run in this process, switched to the trainer's versions as it publishes them.
-const policies = new Map<string, Promise<PolicyEngine>>();
-
-function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
-  let policy = policies.get(run.runId);
-  if (!policy) {
-    policy = PolicyEngine.create(
-      ctx.pool,
-      { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() },
-      {
-        // The trainer's own weights when it holds that version (every step but a new instance's first).
-        loadWeights: async (v) => (await heldTrainerWeights(run.runId, v)) ?? loadPolicyWeights(ctx.pool, run, v),
-        cachedVersions: 1,
-        ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}),
-      },
-    );
-    policies.set(run.runId, policy);
-    policy.catch(() => policies.delete(run.runId));
-  }
-  return policy;
-}
+// One engine per run in this process, switched to the trainer's versions as it publishes them: the
+// trainer's own weights when it holds that version (every step but a new instance's first).
+const policies = new RunPolicies(async (ctx, run, v) => (await heldTrainerWeights(run.runId, v)) ?? loadPolicyWeights(ctx.pool, run, v));
 
 /** Generates iteration step - 1 here, with the reference log-probs when the KL term is on. */
 async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainStepInput, iteration: number): Promise<NewSample[]> {
   const config = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
-  const policy = await policyOf(ctx, run);
+  const policy = await policies.of(ctx, run);
   await failuresMapped(() => policy.atVersion(input.fromVersion));
   return spanned(ctx, run.runId, 'generate', { iteration, policyVersion: input.fromVersion }, async () => {
     const engine = measured(policy.engine, 'local', ctx.figures);

@@ -9,6 +9,7 @@ import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
 import type { GenerationEngine } from '../engines/rollout';
+import type { PolicyWeights } from '../engines/model';
 import { PolicyEngine } from '../rollout/policy-engine';
 import { EngineUnconfirmedError, RemoteRolloutEngine } from '../rollout/remote-engine';
 import { rolloutSlice, type AgentEndpoint, type RolloutSlice } from '../rollout/producers';
@@ -33,23 +34,42 @@ export interface GenerateResult {
   worker: string;
 }
 
-// One policy engine per run in this process.
-const policies = new Map<string, Promise<PolicyEngine>>();
+/**
+ * One policy engine per run in this process, made on first use and switched between the run's
+ * versions (one version's weights kept: versions only move forward here). `loadWeights` defaults
+ * to the run's published checkpoints; the colocated step gives the trainer's own weights first.
+ */
+export class RunPolicies {
+  private readonly engines = new Map<string, Promise<PolicyEngine>>();
 
-function policyOf(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
-  let policy = policies.get(run.runId);
-  if (!policy) {
-    // Versions only move forward here: keeping older weights in memory would buy nothing.
-    policy = PolicyEngine.create(
-      ctx.pool,
-      { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() },
-      { loadWeights: (v) => loadPolicyWeights(ctx.pool, run, v), cachedVersions: 1, ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}) },
-    );
-    policies.set(run.runId, policy);
-    policy.catch(() => policies.delete(run.runId));
+  constructor(private readonly loadWeights: (ctx: WorkerContext, run: RunContext, version: number) => Promise<PolicyWeights> = (ctx, run, v) => loadPolicyWeights(ctx.pool, run, v)) {}
+
+  of(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
+    let policy = this.engines.get(run.runId);
+    if (!policy) {
+      policy = PolicyEngine.create(
+        ctx.pool,
+        { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() },
+        { loadWeights: (v) => this.loadWeights(ctx, run, v), cachedVersions: 1, ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}) },
+      );
+      this.engines.set(run.runId, policy);
+      policy.catch(() => this.engines.delete(run.runId));
+    }
+    return policy;
   }
-  return policy;
+
+  /** The engine of a run already made here (undefined otherwise). */
+  get(runId: string): Promise<PolicyEngine> | undefined {
+    return this.engines.get(runId);
+  }
+
+  runIds(): string[] {
+    return [...this.engines.keys()];
+  }
 }
+
+const policies = new RunPolicies();
+const policyOf = (ctx: WorkerContext, run: RunContext) => policies.of(ctx, run);
 
 /**
  * The run's policy at `version`: the local engine, or the external one this worker drives. A switch
@@ -125,7 +145,7 @@ async function agentEndpoint(run: RunContext): Promise<AgentEndpoint> {
       if (!policy) throw modelNotFound(model, 'this rollout worker serves the runs it is generating for, by run id');
       return policy.resolveModel(model, 'current');
     },
-    listModels: async () => [...policies.keys()],
+    listModels: async () => policies.runIds(),
   });
   const server = await endpoint;
   return { url: server.url, sessions: server.sessions, model: run.runId };

@@ -110,7 +110,7 @@ function setPaths(update: HyperparameterUpdate): HyperparameterPath[] {
 }
 
 /** The rules between fields, on the values that would be in force; `given` are the paths the update sets. */
-function crossFieldProblems(h: Hyperparameters, given: readonly HyperparameterPath[], current: Hyperparameters, at: { step: number; mode: 'sync' | 'async' }): string[] {
+function crossFieldProblems(h: Hyperparameters, given: readonly HyperparameterPath[], current: Hyperparameters, at: RunPosition): string[] {
   const problems: string[] = [];
   const sets = (...paths: HyperparameterPath[]) => paths.some((p) => given.includes(p));
   if (sets('algorithm.clip_low', 'algorithm.clip_high') && h.algorithm.clip_high < h.algorithm.clip_low) {
@@ -119,8 +119,10 @@ function crossFieldProblems(h: Hyperparameters, given: readonly HyperparameterPa
   if (sets('train.warmup_steps', 'train.steps') && h.train.warmup_steps > h.train.steps) {
     problems.push(`train.warmup_steps: must be <= train.steps (${h.train.steps}); got ${h.train.warmup_steps}`);
   }
-  if (sets('train.steps') && h.train.steps < at.step + 1) {
-    problems.push(`train.steps: must be at least ${at.step + 1}: the run has done ${at.step} steps and cannot end before a step already done; got ${h.train.steps}`);
+  const started = Math.max(at.step + 1, at.startedSteps ?? 0);
+  if (sets('train.steps') && h.train.steps < started) {
+    const queued = started > at.step + 1 ? ` and has started steps up to ${started} (placement "colocated" queues steps behind the one in flight; they complete)` : '';
+    problems.push(`train.steps: must be at least ${started}: the run has done ${at.step} steps${queued} and cannot end before a step already ${queued ? 'started' : 'done'}; got ${h.train.steps}`);
   }
   if (sets('max_staleness') && at.mode === 'sync' && h.max_staleness !== 0) {
     problems.push(`max_staleness: must stay 0 in mode "sync" (on-policy); the mode cannot change mid-run: start an async run to train on older samples; got ${h.max_staleness}`);
@@ -132,12 +134,22 @@ function crossFieldProblems(h: Hyperparameters, given: readonly HyperparameterPa
 }
 
 /**
+ * Where a run is: `step` the steps done so far; `startedSteps`, when steps beyond the next one are
+ * already started and will complete (placement "colocated"), the last of them.
+ */
+export interface RunPosition {
+  step: number;
+  mode: 'sync' | 'async';
+  startedSteps?: number;
+}
+
+/**
  * Validates an update against the values in force and where the run is; returns the new values and
- * the dotted paths that changed (those whose value differs). `at.step` is the steps done so far: the
- * update applies from the next step the run starts, and train.steps may not fall below at.step + 1.
+ * the dotted paths that changed (those whose value differs). The update applies from the next step
+ * the run starts, and train.steps may not fall below at.step + 1 (nor below at.startedSteps).
  * Throws HyperparameterUpdateError naming every bad field.
  */
-export function validateHyperparameterUpdate(update: unknown, current: Hyperparameters, at: { step: number; mode: 'sync' | 'async' }): { hyperparameters: Hyperparameters; changed: string[] } {
+export function validateHyperparameterUpdate(update: unknown, current: Hyperparameters, at: RunPosition): { hyperparameters: Hyperparameters; changed: string[] } {
   if (update === null || typeof update !== 'object' || Array.isArray(update)) {
     throw new HyperparameterUpdateError([`update: expected an object such as {"train":{"lr":0.0003}}, got ${describe(update)}`]);
   }

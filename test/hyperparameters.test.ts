@@ -15,6 +15,7 @@ import {
   withHyperparameters,
   type HyperparameterPath,
   type Hyperparameters,
+  type RunPosition,
 } from '../config/hyperparameters';
 import { parseRunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
@@ -27,7 +28,7 @@ const current: Hyperparameters = hyperparametersOf(config);
 const SYNC = { step: 5, mode: 'sync' as const };
 
 /** The problems the validator reports for `update` (it must throw). */
-function problems(update: unknown, at: { step: number; mode: 'sync' | 'async' } = SYNC, values: Hyperparameters = current): string[] {
+function problems(update: unknown, at: RunPosition = SYNC, values: Hyperparameters = current): string[] {
   try {
     validateHyperparameterUpdate(update, values, at);
   } catch (err) {
@@ -115,6 +116,10 @@ test('cross-field rules hold against the values in force', () => {
   // steps >= the steps done + 1: the run cannot end before a step already done.
   assert.match(problems({ train: { steps: 5 } }).join('; '), /^train\.steps: must be at least 6: the run has done 5 steps .*got 5/);
   assert.deepEqual(validateHyperparameterUpdate({ train: { steps: 6 } }, current, SYNC).changed, ['train.steps']);
+  // Placement colocated: steps queued behind the one in flight (started up to 8 here) complete, so steps >= 8.
+  const colocated = { ...SYNC, startedSteps: 8 };
+  assert.match(problems({ train: { steps: 7 } }, colocated).join('; '), /^train\.steps: must be at least 8: the run has done 5 steps and has started steps up to 8 .*got 7/);
+  assert.deepEqual(validateHyperparameterUpdate({ train: { steps: 8 } }, current, colocated).changed, ['train.steps']);
   // max_staleness stays 0 in sync mode; may change in async mode (within its bound).
   assert.match(problems({ max_staleness: 2 }).join('; '), /^max_staleness: must stay 0 in mode "sync"/);
   assert.equal(validateHyperparameterUpdate({ max_staleness: 0 }, current, SYNC).changed.length, 0);

@@ -15,7 +15,9 @@ export function validateUpdate(run: RunState | undefined, update: Hyperparameter
     throw ApplicationFailure.create({ message: `the run is ${run.progress.status}: nothing left to change`, type: 'RunFinished', nonRetryable: true });
   }
   try {
-    return validateHyperparameterUpdate(update, hyperparametersOf(run.config), { step: run.progress.step, mode: run.config.mode });
+    // Colocated steps queued behind the one in flight are already scheduled: they complete.
+    const startedSteps = run.config.placement === 'colocated' ? run.iterationsStarted : undefined;
+    return validateHyperparameterUpdate(update, hyperparametersOf(run.config), { step: run.progress.step, mode: run.config.mode, ...(startedSteps !== undefined ? { startedSteps } : {}) });
   } catch (err) {
     throw ApplicationFailure.create({ message: (err as Error).message, type: 'InvalidHyperparameters', nonRetryable: true });
   }
