@@ -3,6 +3,9 @@
 // by side in one run. Both sides call the same RL core with the same seeds (prompts, sampling,
 // advantages, loss), so they compute the same thing and the difference is the orchestration
 // overhead; the bench checks it by comparing the two runs' per-step rewards and final accuracy.
+// Both sides are measured warm by default, as a deployment's long-lived workers are: a short
+// warm-up run (`--set warmup_run=N` steps, default 2; 0 measures cold processes) first goes through the
+// same code on each side (the bench's process; the stack's workers), untimed.
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -10,7 +13,7 @@ import path from 'node:path';
 import { RelaxClient } from '../client';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
-import { runInProcess } from '../training/in-process';
+import { runInProcess, type InProcessResult } from '../training/in-process';
 import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
 import { loadOrTrainWarmStart } from '../training/warm-start';
 import { relaxEnvironment } from '../config/environment';
@@ -26,30 +29,48 @@ export const pipelineBench: Bench = async (ctx) => {
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(config, ADD2_SFT, relaxEnvironment().warmStartCache, ctx.log);
   const samplesPerStep = config.rollout.prompts_per_step * config.algorithm.group_size;
+  const warmupSteps = Number(ctx.options.warmup_run ?? 2);
+  if (!Number.isInteger(warmupSteps) || warmupSteps < 0) throw new Error(`--set warmup_run=${ctx.options.warmup_run}: expected a whole number of steps (0: measure cold processes)`);
+  const warmup = warmupSteps ? warmupConfig(config, warmupSteps) : undefined;
 
-  ctx.log(`[bench] (a) in-process loop: ${steps} steps of ${samplesPerStep} samples`);
-  const local = await runInProcess(config, warm.weights, { evalEvery: steps });
+  // The in-process loop runs before the first placement and again after each one: each placement
+  // is compared with the mean of the runs on either side of it, so the machine's drift between
+  // them cancels (its speed varies by more than the overhead measured here from minute to minute).
+  const placements = placementsOf(ctx.options.placement);
+  const inProcess = async (when: string) => {
+    ctx.log(`[bench] (a) in-process loop, ${when}: ${steps} steps of ${samplesPerStep} samples`);
+    return runInProcess(config, warm.weights, { evalEvery: steps });
+  };
+  ctx.log(`[bench] (a) in-process warm-up: ${warmup ? `an untimed ${warmupSteps}-step run` : 'none (cold)'}`);
+  if (warmup) await runInProcess(warmup, warm.weights, { evalEvery: warmupSteps });
+  const locals = [await inProcess('before the workflow runs')];
 
   // (b) through the workflow, once per placement; the first one named gives the top-level figures.
-  const placements = placementsOf(ctx.options.placement);
-  const through: Partial<Record<Placement, WorkflowRun>> = {};
+  const through: Partial<Record<Placement, WorkflowRun & { baseline: Baseline }>> = {};
   for (const placement of placements) {
-    ctx.log(`[bench] (b) the trainingRun workflow on the local stack, placement "${placement}" (starting it; not timed)`);
-    through[placement] = await workflowRun({ ...config, placement }, warm.dir);
+    ctx.log(`[bench] (b) the trainingRun workflow on the local stack, placement "${placement}" (starting it${warmup ? ` and a ${warmupSteps}-step warm-up run on it` : ''}; not timed)`);
+    const w = await workflowRun({ ...config, placement }, warm.dir, warmup && { ...warmup, placement });
+    locals.push(await inProcess(`after placement "${placement}"`));
+    through[placement] = { ...w, baseline: baselineOf(locals.slice(-2), steps) };
   }
-  const { wallS: workflowWallS, steadyMs: workflowSteadyMs, result } = through[placements[0]] as WorkflowRun;
+  const first = through[placements[0]] as WorkflowRun & { baseline: Baseline };
+  const { wallS: workflowWallS, steadyMs: workflowSteadyMs, result } = first;
+  const { stepMs: localStepMs, steadyMs: localSteadyMs, wallS: localWallS } = first.baseline;
+  const local = locals[0];
 
   // Monitoring (metrics endpoints scraped, the health manager checking) on vs off, same workflow run.
   const seconds = (k: string) => (ctx.options[k] === undefined ? undefined : Number(ctx.options[k]));
   const monitoring = ctx.options.monitoring === 'skip' ? undefined : await measureMonitoringOverhead(config, warm.dir, ctx.log, { healthIntervalS: seconds('health_interval'), scrapeIntervalS: seconds('scrape_interval') });
 
-  const localStepMs = (local.wallS * 1000) / steps;
-  const localSteadyMs = median(local.curve.map((r) => r.stepMs).slice(1));
-  // Each placement's figures side by side, against the same in-process run.
+  // Each placement's figures side by side, against the in-process runs on either side of it.
   const byPlacement = Object.fromEntries(
     Object.entries(through).map(([placement, w]) => {
       const stepMs = (w.wallS * 1000) / steps;
-      return [placement, { wall_s: w.wallS, step_ms: stepMs, step_intervals_ms: w.intervals.map(Math.round), overhead_fraction_of_step: (stepMs - localStepMs) / localStepMs, steady_state_step_ms: w.steadyMs, steady_state_overhead_fraction_of_step: (w.steadyMs - localSteadyMs) / localSteadyMs, final_accuracy: w.result.evalAccuracy }];
+      const b = w.baseline;
+      return [
+        placement,
+        { wall_s: w.wallS, step_ms: stepMs, step_intervals_ms: w.intervals.map(Math.round), in_process_step_ms: b.stepMs, overhead_fraction_of_step: (stepMs - b.stepMs) / b.stepMs, steady_state_step_ms: w.steadyMs, in_process_steady_state_step_ms: b.steadyMs, steady_state_overhead_fraction_of_step: (w.steadyMs - b.steadyMs) / b.steadyMs, final_accuracy: w.result.evalAccuracy },
+      ];
     }),
   );
   const workflowStepMs = (workflowWallS * 1000) / steps;
@@ -57,16 +78,17 @@ export const pipelineBench: Bench = async (ctx) => {
   // Steady state: the median step, without the one-time costs at either end (engines and trainers
   // built in each worker, the first and last evaluations) that the wall times include.
   const steadyOverheadMs = workflowSteadyMs - localSteadyMs;
-  // The same computation on both sides: identical per-step mean rewards and final accuracy.
+  // The same computation on both sides: identical per-step mean rewards and final accuracy (every in-process run, every placement).
   const runs = Object.values(through) as WorkflowRun[];
-  const maxRewardDifference = Math.max(...runs.flatMap((w) => local.curve.map((r, i) => Math.abs(r.rewardMean - (w.result.rewards[i]?.[1] ?? Number.NaN)))));
-  const sameComputation = maxRewardDifference < 1e-9 && runs.every((w) => local.finalAccuracy === w.result.evalAccuracy);
+  const maxRewardDifference = Math.max(...runs.flatMap((w) => locals.flatMap((l) => l.curve.map((r, i) => Math.abs(r.rewardMean - (w.result.rewards[i]?.[1] ?? Number.NaN))))));
+  const sameComputation = maxRewardDifference < 1e-9 && runs.every((w) => locals.every((l) => l.finalAccuracy === w.result.evalAccuracy));
   const summary = {
     bench: 'pipeline',
     steps,
     samples_per_step: samplesPerStep,
+    warmup_run_steps: warmupSteps,
     placement: placements[0],
-    in_process: { wall_s: local.wallS, step_ms: localStepMs, samples_per_s: (steps * samplesPerStep) / local.wallS, final_accuracy: local.finalAccuracy },
+    in_process: { wall_s: localWallS, step_ms: localStepMs, samples_per_s: (steps * samplesPerStep) / localWallS, final_accuracy: local.finalAccuracy, runs_wall_s: locals.map((l) => l.wallS) },
     workflow: { wall_s: workflowWallS, step_ms: workflowStepMs, samples_per_s: (steps * samplesPerStep) / workflowWallS, final_accuracy: result.evalAccuracy },
     overhead_ms_per_step: overheadMs,
     overhead_fraction_of_step: overheadMs / localStepMs,
@@ -75,7 +97,7 @@ export const pipelineBench: Bench = async (ctx) => {
     same_computation: sameComputation,
     ...(monitoring ? { monitoring } : {}),
     max_step_reward_difference: maxRewardDifference,
-    note: `both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; the workflow path also writes every sample to Postgres and publishes a checkpoint per step. The top-level workflow figures are placement "${placements[0]}"'s; by_placement has each one measured`,
+    note: `both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; each placement is compared with the mean of the in-process runs before and after it (in_process: those around the first placement); the workflow path also writes every sample to Postgres and publishes a checkpoint per step. ${warmup ? `Both sides are warm: each ran an untimed ${warmupSteps}-step run first (the bench's process; the stack's workers)` : 'Cold: the timed runs are the first of their processes (--set warmup_run=0)'}. The top-level workflow figures are placement "${placements[0]}"'s; by_placement has each one measured`,
   };
   ctx.log(`[bench] same computation on both sides: ${sameComputation ? 'yes' : 'NO'} (per-step mean rewards differ by at most ${maxRewardDifference}; final accuracy ${local.finalAccuracy} in process, ${result.evalAccuracy} through the workflow)`);
   ctx.log(`[bench] placement "${placements[0]}", steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
@@ -90,6 +112,18 @@ export const pipelineBench: Bench = async (ctx) => {
 };
 
 type Placement = RunConfig['placement'];
+
+/** The in-process figures a placement is compared with: the mean wall of the runs around it, the median of their pooled steps after the first. */
+interface Baseline {
+  wallS: number;
+  stepMs: number;
+  steadyMs: number;
+}
+
+function baselineOf(pair: InProcessResult[], steps: number): Baseline {
+  const wallS = pair.reduce((n, l) => n + l.wallS, 0) / pair.length;
+  return { wallS, stepMs: (wallS * 1000) / steps, steadyMs: median(pair.flatMap((l) => l.curve.map((r) => r.stepMs).slice(1))) };
+}
 interface WorkflowRun {
   wallS: number;
   steadyMs: number;
@@ -105,15 +139,23 @@ function placementsOf(option: string | undefined): Placement[] {
   throw new Error(`--set placement=${value}: expected colocated, stages or both`);
 }
 
-/** The run through the trainingRun workflow on a fresh local stack; wall time from start to result. */
-async function workflowRun(config: RunConfig, warmDir: string): Promise<WorkflowRun> {
+/** The same run, `steps` long: the untimed warm-up. */
+function warmupConfig(config: RunConfig, steps: number): RunConfig {
+  return { ...config, train: { ...config.train, steps, eval_every: steps, warmup_steps: Math.min(config.train.warmup_steps, steps) } };
+}
+
+/** The run through the trainingRun workflow on a fresh local stack (after `warmup` on it, untimed); wall time from start to result. */
+async function workflowRun(config: RunConfig, warmDir: string, warmup: RunConfig | undefined): Promise<WorkflowRun> {
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-pipeline-'));
   const stack = await startEphemeralStack(home);
   try {
     const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
+      const start = (c: RunConfig, name: string) =>
+        client.startTraining({ ...c, run_id: `bench-pipeline-${name}-${Date.now().toString(36)}`, checkpoint: { ...c.checkpoint, init_from: warmDir, dir: path.join(home, `checkpoints-${name}`) } });
+      if (warmup) await (await start(warmup, `${config.placement}-warmup`)).result();
       const t0 = performance.now();
-      const handle = await client.startTraining({ ...config, run_id: `bench-pipeline-${config.placement}-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warmDir, dir: path.join(home, 'checkpoints') } });
+      const handle = await start(config, config.placement);
       const result = await handle.result();
       const wallS = (performance.now() - t0) / 1000;
       const intervals = await stepIntervals(stack.databaseUrl, result.runId);
