@@ -69,7 +69,6 @@ export class RunPolicies {
 }
 
 const policies = new RunPolicies();
-const policyOf = (ctx: WorkerContext, run: RunContext) => policies.of(ctx, run);
 
 /**
  * The run's policy at `version`: the local engine, or the external one this worker drives. A switch
@@ -83,7 +82,7 @@ async function policyAt(ctx: WorkerContext, run: RunContext, version: number): P
     if (before !== version) ctx.figures?.synced({ engine: 'external', seconds: (performance.now() - t0) / 1000 });
     return { engine: measured(remote, 'external', ctx.figures), followNewVersions: () => ({ followUpdates: true }) };
   }
-  const policy = await policyOf(ctx, run);
+  const policy = await policies.of(ctx, run);
   const before = policy.policyVersion;
   await failuresMapped(() => policy.atVersion(version));
   if (before !== version) ctx.figures?.synced({ engine: 'local', seconds: (performance.now() - t0) / 1000 });
@@ -221,7 +220,7 @@ async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> 
       if (!newest) break;
       try {
         const run = await runContext(ctx, runId);
-        await (ctx.externalEngine ? externalAt(ctx, ctx.externalEngine, run, newest.policyVersion) : (await policyOf(ctx, run)).atVersion(newest.policyVersion));
+        await (ctx.externalEngine ? externalAt(ctx, ctx.externalEngine, run, newest.policyVersion) : (await policies.of(ctx, run)).atVersion(newest.policyVersion));
         last = { runId, policyVersion: newest.policyVersion, sha256: newest.sha256 };
       } catch (err) {
         // An external engine that cannot confirm fails the weight sync (and is marked failed).

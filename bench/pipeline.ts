@@ -25,13 +25,15 @@ import { measureMonitoringOverhead, stepIntervals } from './monitoring-overhead'
 
 export const pipelineBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 20);
-  const config = parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps, eval_every: steps, warmup_steps: Math.min(ADD2_GRPO.train?.warmup_steps ?? 0, steps) } });
+  // The add2 GRPO recipe, `n` steps long, evaluated at its start and end.
+  const recipe = (n: number) => parseRunConfig({ ...ADD2_GRPO, train: { ...ADD2_GRPO.train, steps: n, eval_every: n, warmup_steps: Math.min(ADD2_GRPO.train?.warmup_steps ?? 0, n) } });
+  const config = recipe(steps);
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(config, ADD2_SFT, relaxEnvironment().warmStartCache, ctx.log);
   const samplesPerStep = config.rollout.prompts_per_step * config.algorithm.group_size;
   const warmupSteps = Number(ctx.options.warmup_run ?? 2);
   if (!Number.isInteger(warmupSteps) || warmupSteps < 0) throw new Error(`--set warmup_run=${ctx.options.warmup_run}: expected a whole number of steps (0: measure cold processes)`);
-  const warmup = warmupSteps ? warmupConfig(config, warmupSteps) : undefined;
+  const warmup = warmupSteps ? recipe(warmupSteps) : undefined;
 
   // The in-process loop runs before the first placement and again after each one: each placement
   // is compared with the mean of the runs on either side of it, so the machine's drift between
@@ -124,6 +126,7 @@ function baselineOf(pair: InProcessResult[], steps: number): Baseline {
   const wallS = pair.reduce((n, l) => n + l.wallS, 0) / pair.length;
   return { wallS, stepMs: (wallS * 1000) / steps, steadyMs: median(pair.flatMap((l) => l.curve.map((r) => r.stepMs).slice(1))) };
 }
+
 interface WorkflowRun {
   wallS: number;
   steadyMs: number;
@@ -137,11 +140,6 @@ function placementsOf(option: string | undefined): Placement[] {
   if (value === 'both') return ['colocated', 'stages'];
   if (value === 'colocated' || value === 'stages') return [value];
   throw new Error(`--set placement=${value}: expected colocated, stages or both`);
-}
-
-/** The same run, `steps` long: the untimed warm-up. */
-function warmupConfig(config: RunConfig, steps: number): RunConfig {
-  return { ...config, train: { ...config.train, steps, eval_every: steps, warmup_steps: Math.min(config.train.warmup_steps, steps) } };
 }
 
 /** The run through the trainingRun workflow on a fresh local stack (after `warmup` on it, untimed); wall time from start to result. */
