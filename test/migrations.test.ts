@@ -61,3 +61,25 @@ test('a sample is unique per (run, iteration, group, index), so retried writes c
   await db.pool.query(insert);
   await assert.rejects(db.pool.query(insert), /duplicate key/);
 });
+
+test("the transfer queue's references hold, checked per statement: unknown runs and steps are refused, deletes cascade", async () => {
+  const { rows: fks } = await db.pool.query<{ n: string }>(
+    `SELECT count(*) AS n FROM pg_constraint WHERE contype = 'f' AND conrelid IN ('samples'::regclass, 'train_step_samples'::regclass)`,
+  );
+  assert.equal(Number(fks[0].n), 0, 'no per-row foreign key is left on samples or train_step_samples');
+  const sample = (run: string, index: number) =>
+    `INSERT INTO samples (run_id, iteration, group_index, sample_index, prompt_tokens, response_tokens, loss_mask, policy_version)
+     VALUES ('${run}', 0, 0, ${index}, '{1}', '{2}', '{1}', 0)`;
+  await assert.rejects(db.pool.query(sample('no-such-run', 0)), (err: { code?: string; message: string }) => err.code === '23503' && /run_id is not in runs/.test(err.message));
+  await db.pool.query(`INSERT INTO runs (run_id, workflow_id, kind, config) VALUES ('fk', 'w', 'test', '{}')`);
+  await db.pool.query(sample('fk', 0));
+  await db.pool.query(sample('fk', 1));
+  const set = `INSERT INTO train_step_samples (run_id, step, iteration, group_index, sample_index) VALUES ('fk', 1, 0, 0, 0), ('fk', 1, 0, 0, 1)`;
+  await assert.rejects(db.pool.query(set), (err: { code?: string; message: string }) => err.code === '23503' && /not in train_steps/.test(err.message));
+  await db.pool.query(`INSERT INTO train_steps (run_id, step, sample_count) VALUES ('fk', 1, 2)`);
+  await db.pool.query(set);
+  const count = async (table: string) => Number((await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE run_id = 'fk'`)).rows[0].n);
+  assert.deepEqual([await count('samples'), await count('train_step_samples')], [2, 2]);
+  await db.pool.query(`DELETE FROM runs WHERE run_id = 'fk'`);
+  assert.deepEqual([await count('samples'), await count('train_steps'), await count('train_step_samples')], [0, 0, 0]);
+});
