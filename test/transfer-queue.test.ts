@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Pool } from 'pg';
+import fc from 'fast-check';
 import { createPool } from '../store/db';
 import {
   getTrainStep,
@@ -375,4 +376,20 @@ test('consumed samples are never overwritten nor re-queued, even after pruning; 
   const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM train_steps WHERE run_id = $1', [runId]);
   assert.equal(rows[0].n, 4, 'train steps are kept');
   assert.deepEqual((await queueStats(db.pool, runId)).byStatus, { generated: 0, scored: 0, consumed: 2, failed: 0 });
+});
+
+test('real columns hold exactly the float32 of each value written (written to 9 significant digits), for any double in its range', async () => {
+  const runId = await newRun();
+  const values = fc.sample(fc.oneof(fc.double({ min: -3.4e38, max: 3.4e38, noNaN: true }), fc.double({ min: -50, max: 0, noNaN: true }), fc.constantFrom(-0, 1e-45, -3.4e38, 5e-324, -Infinity, 0.1, 2 ** 30 + 0.5)), 2_000);
+  const samples = Array.from({ length: values.length / 4 }, (_, i) => {
+    const logprobs = values.slice(4 * i, 4 * i + 4);
+    return sample(0, i, 0, { responseTokens: [1, 2, 3, 4], lossMask: [1, 1, 1, 1], rolloutLogprobs: logprobs, advantages: logprobs.map((x) => -x) });
+  });
+  await insertSamples(db.pool, runId, samples);
+  const read = await readSamples(db.pool, runId);
+  assert.equal(read.length, samples.length);
+  read.forEach((r, i) => {
+    assert.deepEqual(r.rolloutLogprobs?.map(Math.fround), Array.from(samples[i].rolloutLogprobs ?? [], Math.fround), `sample ${i}`);
+    assert.deepEqual(r.advantages?.map(Math.fround), Array.from(samples[i].advantages ?? [], Math.fround), `sample ${i}`);
+  });
 });
