@@ -204,13 +204,17 @@ function intArrayLiteral(values: ArrayLike<number> | null | undefined): string |
 function realArrayLiteral(values: ArrayLike<number> | null | undefined): string | null {
   if (values == null) return null;
   let literal = '{';
-  for (let i = 0; i < values.length; i++) {
-    const f = Math.fround(values[i]);
-    // Past float32's range (or NaN, an infinity): as written, for Postgres to accept or refuse; a
-    // value too small for float32 is its nearest float32, (-)0, as in memory (training/sample-buffer.ts).
-    literal += (i ? ',' : '') + (!Number.isFinite(f) ? String(values[i]) : Object.is(f, -0) ? '-0' : Number.isInteger(f) ? String(f) : f.toPrecision(9));
-  }
+  for (let i = 0; i < values.length; i++) literal += (i ? ',' : '') + realLiteral(values[i]);
   return literal + '}';
+}
+
+function realLiteral(x: number): string {
+  const f = Math.fround(x);
+  // Past float32's range (or NaN, an infinity): as written, for Postgres to accept or refuse. A value
+  // too small for float32 is its nearest float32, (-)0, as in memory (training/sample-buffer.ts).
+  if (!Number.isFinite(f)) return String(x);
+  if (Object.is(f, -0)) return '-0';
+  return Number.isInteger(f) ? String(f) : f.toPrecision(9);
 }
 
 function keyColumns(keys: readonly SampleKey[]): [number[], number[], number[]] {
