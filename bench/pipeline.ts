@@ -21,6 +21,7 @@ import { startEphemeralStack } from '../workers/local-stack';
 import type { TrainingResult } from '../workflows/training-run';
 import type { Bench } from './index';
 import { median } from './measure';
+import { cpuMeter } from './process-cpu';
 import { measureMonitoringOverhead, stepIntervals } from './monitoring-overhead';
 
 export const pipelineBench: Bench = async (ctx) => {
@@ -39,9 +40,15 @@ export const pipelineBench: Bench = async (ctx) => {
   // is compared with the mean of the runs on either side of it, so the machine's drift between
   // them cancels (its speed varies by more than the overhead measured here from minute to minute).
   const placements = placementsOf(ctx.options.placement);
+  // Each in-process run's CPU (this process: every thread of the trainer and the engine), per step.
+  const localCpuMs: number[] = [];
   const inProcess = async (when: string) => {
     ctx.log(`[bench] (a) in-process loop, ${when}: ${steps} steps of ${samplesPerStep} samples`);
-    return runInProcess(config, warm.weights, { evalEvery: steps });
+    const meter = cpuMeter({ in_process: [process.pid] });
+    const run = await runInProcess(config, warm.weights, { evalEvery: steps });
+    const cpu = meter.stop(steps).in_process;
+    if (cpu !== undefined) localCpuMs.push(cpu);
+    return run;
   };
   ctx.log(`[bench] (a) in-process warm-up: ${warmup ? `an untimed ${warmupSteps}-step run` : 'none (cold)'}`);
   if (warmup) await runInProcess(warmup, warm.weights, { evalEvery: warmupSteps });
@@ -53,7 +60,7 @@ export const pipelineBench: Bench = async (ctx) => {
     ctx.log(`[bench] (b) the trainingRun workflow on the local stack, placement "${placement}" (starting it${warmup ? ` and a ${warmupSteps}-step warm-up run on it` : ''}; not timed)`);
     const w = await workflowRun({ ...config, placement }, warm.dir, warmup && { ...warmup, placement });
     locals.push(await inProcess(`after placement "${placement}"`));
-    through[placement] = { ...w, baseline: baselineOf(locals.slice(-2), steps) };
+    through[placement] = { ...w, baseline: { ...baselineOf(locals.slice(-2), steps), ...meanOf(localCpuMs.slice(-2)) } };
   }
   const first = through[placements[0]] as WorkflowRun & { baseline: Baseline };
   const { wallS: workflowWallS, steadyMs: workflowSteadyMs, result } = first;
@@ -71,7 +78,19 @@ export const pipelineBench: Bench = async (ctx) => {
       const b = w.baseline;
       return [
         placement,
-        { wall_s: w.wallS, step_ms: stepMs, step_intervals_ms: w.intervals.map(Math.round), in_process_step_ms: b.stepMs, overhead_fraction_of_step: (stepMs - b.stepMs) / b.stepMs, steady_state_step_ms: w.steadyMs, in_process_steady_state_step_ms: b.steadyMs, steady_state_overhead_fraction_of_step: (w.steadyMs - b.steadyMs) / b.steadyMs, final_accuracy: w.result.evalAccuracy },
+        {
+          wall_s: w.wallS,
+          step_ms: stepMs,
+          step_intervals_ms: w.intervals.map(Math.round),
+          in_process_step_ms: b.stepMs,
+          overhead_fraction_of_step: (stepMs - b.stepMs) / b.stepMs,
+          steady_state_step_ms: w.steadyMs,
+          in_process_steady_state_step_ms: b.steadyMs,
+          steady_state_overhead_fraction_of_step: (w.steadyMs - b.steadyMs) / b.steadyMs,
+          final_accuracy: w.result.evalAccuracy,
+          ...(Object.keys(w.cpuMsPerStep).length ? { cpu_ms_per_step: w.cpuMsPerStep } : {}),
+          ...(b.cpuMsPerStep !== undefined ? { in_process_cpu_ms_per_step: b.cpuMsPerStep } : {}),
+        },
       ];
     }),
   );
@@ -106,6 +125,10 @@ export const pipelineBench: Bench = async (ctx) => {
   ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
   for (const [placement, p] of Object.entries(byPlacement)) {
     ctx.log(`[bench] placement "${placement}": ${p.step_ms.toFixed(0)} ms/step (overhead ${(p.overhead_fraction_of_step * 100).toFixed(0)}%), steady state ${p.steady_state_step_ms.toFixed(0)} ms (overhead ${(p.steady_state_overhead_fraction_of_step * 100).toFixed(0)}%)`);
+    if (p.cpu_ms_per_step && p.in_process_cpu_ms_per_step !== undefined) {
+      const each = Object.entries(p.cpu_ms_per_step).map(([k, v]) => `${k} ${v.toFixed(0)}`);
+      ctx.log(`[bench] placement "${placement}", CPU per step: in-process loop ${p.in_process_cpu_ms_per_step.toFixed(0)} ms; through the workflow (ms): ${each.join(', ')}`);
+    }
   }
   if (monitoring) {
     ctx.log(`[bench] monitoring off ${monitoring.off_step_ms.toFixed(0)} ms/step, on ${monitoring.on_step_ms.toFixed(0)} ms/step (health checks every ${monitoring.health_interval_s} s: ${monitoring.health_checks}; scrapes every ${monitoring.scrape_interval_s} s: ${monitoring.scrapes}): overhead ${monitoring.overhead_ms_per_step.toFixed(1)} ms (${(monitoring.overhead_fraction_of_step * 100).toFixed(2)}% of a step; runs of the same mode differ by ${(monitoring.noise_fraction * 100).toFixed(1)}%)`);
@@ -120,6 +143,12 @@ interface Baseline {
   wallS: number;
   stepMs: number;
   steadyMs: number;
+  /** CPU per step of the in-process loop (every thread of its process), when /proc could say. */
+  cpuMsPerStep?: number;
+}
+
+function meanOf(cpuMs: number[]): { cpuMsPerStep?: number } {
+  return cpuMs.length ? { cpuMsPerStep: cpuMs.reduce((a, b) => a + b, 0) / cpuMs.length } : {};
 }
 
 function baselineOf(pair: InProcessResult[], steps: number): Baseline {
@@ -132,6 +161,11 @@ interface WorkflowRun {
   steadyMs: number;
   intervals: number[];
   result: TrainingResult;
+  /**
+   * CPU per step of each of the stack's processes over the timed run, by role; `bench_process` is
+   * this process, which also serves the embedded database (PGlite) when DATABASE_URL is not set.
+   */
+  cpuMsPerStep: Record<string, number>;
 }
 
 /** `--set placement=colocated|stages|both` (default both, colocated first: the sync fast path). */
@@ -152,12 +186,15 @@ async function workflowRun(config: RunConfig, warmDir: string, warmup: RunConfig
       const start = (c: RunConfig, name: string) =>
         client.startTraining({ ...c, run_id: `bench-pipeline-${name}-${Date.now().toString(36)}`, checkpoint: { ...c.checkpoint, init_from: warmDir, dir: path.join(home, `checkpoints-${name}`) } });
       if (warmup) await (await start(warmup, `${config.placement}-warmup`)).result();
+      const temporal = stack.temporalPid();
+      const meter = cpuMeter({ bench_process: [process.pid], ...(temporal ? { temporal: [temporal] } : {}), ...stack.childPids().workers });
       const t0 = performance.now();
       const handle = await start(config, config.placement);
       const result = await handle.result();
       const wallS = (performance.now() - t0) / 1000;
+      const cpuMsPerStep = meter.stop(config.train.steps);
       const intervals = await stepIntervals(stack.databaseUrl, result.runId);
-      return { wallS, steadyMs: median(intervals), intervals, result };
+      return { wallS, steadyMs: median(intervals), intervals, result, cpuMsPerStep };
     } finally {
       await client.close();
     }
