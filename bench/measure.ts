@@ -30,6 +30,12 @@ export function median(values: readonly number[]): number {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
+/** The item whose `key` is the median, so every figure reported with it comes from one real measurement (for an even count, the upper of the two middle ones). */
+export function medianBy<T>(items: readonly T[], key: (item: T) => number): T {
+  if (items.length === 0) throw new Error('medianBy of no items');
+  return items.map((item) => ({ item, k: key(item) })).sort((a, b) => a.k - b.k)[items.length >> 1].item;
+}
+
 /** Times `fn` (awaited; a sync function works too) per the options. */
 export async function timeCalls(fn: () => unknown, options: TimingOptions = {}): Promise<Timing> {
   const { warmup = 1, minCalls = 3, minMs = 0, maxCalls = 1000 } = options;

@@ -20,7 +20,7 @@ import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { TrainingResult } from '../workflows/training-run';
 import type { Bench } from './index';
-import { median } from './measure';
+import { median, medianBy } from './measure';
 import { cpuMeter } from './process-cpu';
 import { measureMonitoringOverhead, stepIntervals } from './monitoring-overhead';
 
@@ -40,6 +40,8 @@ export const pipelineBench: Bench = async (ctx) => {
   // is compared with the mean of the runs on either side of it, so the machine's drift between
   // them cancels (its speed varies by more than the overhead measured here from minute to minute).
   const placements = placementsOf(ctx.options.placement);
+  const repeats = Number(ctx.options.repeats ?? 1);
+  if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--set repeats=${ctx.options.repeats}: expected a whole number of bracketed runs per placement, at least 1`);
   // Each in-process run's CPU (this process: every thread of the trainer and the engine), per step.
   const localCpuMs: number[] = [];
   const inProcess = async (when: string) => {
@@ -54,17 +56,26 @@ export const pipelineBench: Bench = async (ctx) => {
   if (warmup) await runInProcess(warmup, warm.weights, { evalEvery: warmupSteps });
   const locals = [await inProcess('before the workflow runs')];
 
-  // (b) through the workflow, once per placement; the first one named gives the top-level figures.
-  const through: Partial<Record<Placement, WorkflowRun & { baseline: Baseline }>> = {};
-  for (const placement of placements) {
-    ctx.log(`[bench] (b) the trainingRun workflow on the local stack, placement "${placement}" (starting it${warmup ? ` and a ${warmupSteps}-step warm-up run on it` : ''}; not timed)`);
-    const w = await workflowRun({ ...config, placement }, warm.dir, warmup && { ...warmup, placement });
-    locals.push(await inProcess(`after placement "${placement}"`));
-    through[placement] = { ...w, baseline: { ...baselineOf(locals.slice(-2), steps), ...meanOf(localCpuMs.slice(-2)) } };
+  // (b) through the workflow, once per placement and repeat; the first placement named gives the top-level figures.
+  const through: Partial<Record<Placement, Bracketed[]>> = {};
+  for (let r = 1; r <= repeats; r++) {
+    for (const placement of placements) {
+      const which = `placement "${placement}"${repeats > 1 ? ` (repeat ${r} of ${repeats})` : ''}`;
+      ctx.log(`[bench] (b) the trainingRun workflow on the local stack, ${which} (starting it${warmup ? ` and a ${warmupSteps}-step warm-up run on it` : ''}; not timed)`);
+      const w = await workflowRun({ ...config, placement }, warm.dir, warmup && { ...warmup, placement });
+      locals.push(await inProcess(`after ${which}`));
+      (through[placement] ??= []).push({ ...w, baseline: { ...baselineOf(locals.slice(-2), steps), ...meanOf(localCpuMs.slice(-2)) } });
+    }
   }
-  const first = through[placements[0]] as WorkflowRun & { baseline: Baseline };
-  const { wallS: workflowWallS, steadyMs: workflowSteadyMs, result } = first;
-  const { stepMs: localStepMs, steadyMs: localSteadyMs, wallS: localWallS } = first.baseline;
+  // With repeats, each figure is the median repeat's (wall-clock figures: the repeat with the median
+  // overhead on the wall clock; steady-state figures: the one with the median steady-state overhead).
+  const firstRuns = through[placements[0]] as Bracketed[];
+  const first = medianBy(firstRuns, (w) => overheadOf(w, steps));
+  const firstSteady = medianBy(firstRuns, steadyOverheadOf);
+  const { wallS: workflowWallS, result } = first;
+  const { stepMs: localStepMs, wallS: localWallS } = first.baseline;
+  const { steadyMs: workflowSteadyMs } = firstSteady;
+  const { steadyMs: localSteadyMs } = firstSteady.baseline;
   const local = locals[0];
 
   // Monitoring (metrics endpoints scraped, the health manager checking) on vs off, same workflow run.
@@ -73,7 +84,9 @@ export const pipelineBench: Bench = async (ctx) => {
 
   // Each placement's figures side by side, against the in-process runs on either side of it.
   const byPlacement = Object.fromEntries(
-    Object.entries(through).map(([placement, w]) => {
+    Object.entries(through).map(([placement, all]) => {
+      const w = medianBy(all, (x) => overheadOf(x, steps));
+      const steady = medianBy(all, steadyOverheadOf);
       const stepMs = (w.wallS * 1000) / steps;
       const b = w.baseline;
       return [
@@ -83,10 +96,12 @@ export const pipelineBench: Bench = async (ctx) => {
           step_ms: stepMs,
           step_intervals_ms: w.intervals.map(Math.round),
           in_process_step_ms: b.stepMs,
-          overhead_fraction_of_step: (stepMs - b.stepMs) / b.stepMs,
-          steady_state_step_ms: w.steadyMs,
-          in_process_steady_state_step_ms: b.steadyMs,
-          steady_state_overhead_fraction_of_step: (w.steadyMs - b.steadyMs) / b.steadyMs,
+          overhead_fraction_of_step: overheadOf(w, steps),
+          steady_state_step_ms: steady.steadyMs,
+          in_process_steady_state_step_ms: steady.baseline.steadyMs,
+          steady_state_overhead_fraction_of_step: steadyOverheadOf(steady),
+          overhead_fraction_of_step_by_repeat: all.map((x) => overheadOf(x, steps)),
+          steady_state_overhead_fraction_of_step_by_repeat: all.map(steadyOverheadOf),
           final_accuracy: w.result.evalAccuracy,
           ...(Object.keys(w.cpuMsPerStep).length ? { cpu_ms_per_step: w.cpuMsPerStep } : {}),
           ...(b.cpuMsPerStep !== undefined ? { in_process_cpu_ms_per_step: b.cpuMsPerStep } : {}),
@@ -100,7 +115,7 @@ export const pipelineBench: Bench = async (ctx) => {
   // built in each worker, the first and last evaluations) that the wall times include.
   const steadyOverheadMs = workflowSteadyMs - localSteadyMs;
   // The same computation on both sides: identical per-step mean rewards and final accuracy (every in-process run, every placement).
-  const runs = Object.values(through) as WorkflowRun[];
+  const runs = Object.values(through).flat() as WorkflowRun[];
   const maxRewardDifference = Math.max(...runs.flatMap((w) => locals.flatMap((l) => l.curve.map((r, i) => Math.abs(r.rewardMean - (w.result.rewards[i]?.[1] ?? Number.NaN))))));
   const sameComputation = maxRewardDifference < 1e-9 && runs.every((w) => locals.every((l) => l.finalAccuracy === w.result.evalAccuracy));
   const summary = {
@@ -108,6 +123,7 @@ export const pipelineBench: Bench = async (ctx) => {
     steps,
     samples_per_step: samplesPerStep,
     warmup_run_steps: warmupSteps,
+    repeats,
     placement: placements[0],
     in_process: { wall_s: localWallS, step_ms: localStepMs, samples_per_s: (steps * samplesPerStep) / localWallS, final_accuracy: local.finalAccuracy, runs_wall_s: locals.map((l) => l.wallS) },
     workflow: { wall_s: workflowWallS, step_ms: workflowStepMs, samples_per_s: (steps * samplesPerStep) / workflowWallS, final_accuracy: result.evalAccuracy },
@@ -118,13 +134,15 @@ export const pipelineBench: Bench = async (ctx) => {
     same_computation: sameComputation,
     ...(monitoring ? { monitoring } : {}),
     max_step_reward_difference: maxRewardDifference,
-    note: `both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; each placement is compared with the mean of the in-process runs before and after it (in_process: those around the first placement); the workflow path also writes every sample to Postgres and publishes a checkpoint per step. ${warmup ? `Both sides are warm: each ran an untimed ${warmupSteps}-step run first (the bench's process; the stack's workers)` : 'Cold: the timed runs are the first of their processes (--set warmup_run=0)'}. The top-level workflow figures are placement "${placements[0]}"'s; by_placement has each one measured`,
+    note: `both paths run the same RL core with the same seeds, and include one held-out evaluation at the start and one at the end; each placement is compared with the mean of the in-process runs before and after it (in_process: those around the first placement); the workflow path also writes every sample to Postgres and publishes a checkpoint per step. ${warmup ? `Both sides are warm: each ran an untimed ${warmupSteps}-step run first (the bench's process; the stack's workers)` : 'Cold: the timed runs are the first of their processes (--set warmup_run=0)'}. The top-level workflow figures are placement "${placements[0]}"'s; by_placement has each one measured${repeats > 1 ? `. Each placement ran ${repeats} times, each bracketed by in-process runs: the figures are the median repeat's (wall clock and steady state each by its own overhead; *_by_repeat lists every repeat's)` : ''}`,
   };
   ctx.log(`[bench] same computation on both sides: ${sameComputation ? 'yes' : 'NO'} (per-step mean rewards differ by at most ${maxRewardDifference}; final accuracy ${local.finalAccuracy} in process, ${result.evalAccuracy} through the workflow)`);
   ctx.log(`[bench] placement "${placements[0]}", steady state (median step): in-process ${localSteadyMs.toFixed(0)} ms, workflow ${workflowSteadyMs.toFixed(0)} ms: overhead ${steadyOverheadMs.toFixed(0)} ms (${((steadyOverheadMs / localSteadyMs) * 100).toFixed(0)}%)`);
   ctx.log(`[bench] in-process ${localStepMs.toFixed(0)} ms/step, workflow ${workflowStepMs.toFixed(0)} ms/step: overhead ${overheadMs.toFixed(0)} ms/step (${(summary.overhead_fraction_of_step * 100).toFixed(0)}% of a step)`);
+  const percents = (fractions: number[]) => fractions.map((f) => `${(f * 100).toFixed(1)}%`).join(', ');
   for (const [placement, p] of Object.entries(byPlacement)) {
     ctx.log(`[bench] placement "${placement}": ${p.step_ms.toFixed(0)} ms/step (overhead ${(p.overhead_fraction_of_step * 100).toFixed(0)}%), steady state ${p.steady_state_step_ms.toFixed(0)} ms (overhead ${(p.steady_state_overhead_fraction_of_step * 100).toFixed(0)}%)`);
+    if (repeats > 1) ctx.log(`[bench] placement "${placement}", each repeat's overhead: wall ${percents(p.overhead_fraction_of_step_by_repeat)}; steady state ${percents(p.steady_state_overhead_fraction_of_step_by_repeat)}`);
     if (p.cpu_ms_per_step && p.in_process_cpu_ms_per_step !== undefined) {
       const each = Object.entries(p.cpu_ms_per_step).map(([k, v]) => `${k} ${v.toFixed(0)}`);
       ctx.log(`[bench] placement "${placement}", CPU per step: in-process loop ${p.in_process_cpu_ms_per_step.toFixed(0)} ms; through the workflow (ms): ${each.join(', ')}`);
@@ -146,6 +164,12 @@ interface Baseline {
   /** CPU per step of the in-process loop (every thread of its process), when /proc could say. */
   cpuMsPerStep?: number;
 }
+
+/** A workflow run with the in-process runs around it. */
+type Bracketed = WorkflowRun & { baseline: Baseline };
+
+const overheadOf = (w: Bracketed, steps: number) => ((w.wallS * 1000) / steps - w.baseline.stepMs) / w.baseline.stepMs;
+const steadyOverheadOf = (w: Bracketed) => (w.steadyMs - w.baseline.steadyMs) / w.baseline.steadyMs;
 
 function meanOf(cpuMs: number[]): { cpuMsPerStep?: number } {
   return cpuMs.length ? { cpuMsPerStep: cpuMs.reduce((a, b) => a + b, 0) / cpuMs.length } : {};
