@@ -42,15 +42,12 @@ export const pipelineBench: Bench = async (ctx) => {
   const placements = placementsOf(ctx.options.placement);
   const repeats = Number(ctx.options.repeats ?? 1);
   if (!Number.isInteger(repeats) || repeats < 1) throw new Error(`--set repeats=${ctx.options.repeats}: expected a whole number of bracketed runs per placement, at least 1`);
-  // Each in-process run's CPU (this process: every thread of the trainer and the engine), per step.
-  const localCpuMs: number[] = [];
-  const inProcess = async (when: string) => {
+  // Each in-process run with its CPU per step (this process: every thread of the trainer and the engine).
+  const inProcess = async (when: string): Promise<LocalRun> => {
     ctx.log(`[bench] (a) in-process loop, ${when}: ${steps} steps of ${samplesPerStep} samples`);
     const meter = cpuMeter({ in_process: [process.pid] });
     const run = await runInProcess(config, warm.weights, { evalEvery: steps });
-    const cpu = meter.stop(steps).in_process;
-    if (cpu !== undefined) localCpuMs.push(cpu);
-    return run;
+    return { ...run, cpuMsPerStep: meter.stop(steps).in_process };
   };
   ctx.log(`[bench] (a) in-process warm-up: ${warmup ? `an untimed ${warmupSteps}-step run` : 'none (cold)'}`);
   if (warmup) await runInProcess(warmup, warm.weights, { evalEvery: warmupSteps });
@@ -64,14 +61,13 @@ export const pipelineBench: Bench = async (ctx) => {
       ctx.log(`[bench] (b) the trainingRun workflow on the local stack, ${which} (starting it${warmup ? ` and a ${warmupSteps}-step warm-up run on it` : ''}; not timed)`);
       const w = await workflowRun({ ...config, placement }, warm.dir, warmup && { ...warmup, placement });
       locals.push(await inProcess(`after ${which}`));
-      (through[placement] ??= []).push({ ...w, baseline: { ...baselineOf(locals.slice(-2), steps), ...meanOf(localCpuMs.slice(-2)) } });
+      (through[placement] ??= []).push({ ...w, baseline: baselineOf(locals.slice(-2), steps) });
     }
   }
   // With repeats, each figure is the median repeat's (wall-clock figures: the repeat with the median
   // overhead on the wall clock; steady-state figures: the one with the median steady-state overhead).
-  const firstRuns = through[placements[0]] as Bracketed[];
-  const first = medianBy(firstRuns, (w) => overheadOf(w, steps));
-  const firstSteady = medianBy(firstRuns, steadyOverheadOf);
+  const chosen = Object.fromEntries(Object.entries(through).map(([p, all]) => [p, { wall: medianBy(all, (x) => overheadOf(x, steps)), steady: medianBy(all, steadyOverheadOf) }]));
+  const { wall: first, steady: firstSteady } = chosen[placements[0]];
   const { wallS: workflowWallS, result } = first;
   const { stepMs: localStepMs, wallS: localWallS } = first.baseline;
   const { steadyMs: workflowSteadyMs } = firstSteady;
@@ -85,8 +81,7 @@ export const pipelineBench: Bench = async (ctx) => {
   // Each placement's figures side by side, against the in-process runs on either side of it.
   const byPlacement = Object.fromEntries(
     Object.entries(through).map(([placement, all]) => {
-      const w = medianBy(all, (x) => overheadOf(x, steps));
-      const steady = medianBy(all, steadyOverheadOf);
+      const { wall: w, steady } = chosen[placement];
       const stepMs = (w.wallS * 1000) / steps;
       const b = w.baseline;
       return [
@@ -171,13 +166,18 @@ type Bracketed = WorkflowRun & { baseline: Baseline };
 const overheadOf = (w: Bracketed, steps: number) => ((w.wallS * 1000) / steps - w.baseline.stepMs) / w.baseline.stepMs;
 const steadyOverheadOf = (w: Bracketed) => (w.steadyMs - w.baseline.steadyMs) / w.baseline.steadyMs;
 
-function meanOf(cpuMs: number[]): { cpuMsPerStep?: number } {
-  return cpuMs.length ? { cpuMsPerStep: cpuMs.reduce((a, b) => a + b, 0) / cpuMs.length } : {};
-}
+/** An in-process run, with its CPU per step when /proc could say. */
+type LocalRun = InProcessResult & { cpuMsPerStep?: number };
 
-function baselineOf(pair: InProcessResult[], steps: number): Baseline {
+function baselineOf(pair: LocalRun[], steps: number): Baseline {
   const wallS = pair.reduce((n, l) => n + l.wallS, 0) / pair.length;
-  return { wallS, stepMs: (wallS * 1000) / steps, steadyMs: median(pair.flatMap((l) => l.curve.map((r) => r.stepMs).slice(1))) };
+  const cpu = pair.map((l) => l.cpuMsPerStep).filter((c): c is number => c !== undefined);
+  return {
+    wallS,
+    stepMs: (wallS * 1000) / steps,
+    steadyMs: median(pair.flatMap((l) => l.curve.map((r) => r.stepMs).slice(1))),
+    ...(cpu.length ? { cpuMsPerStep: cpu.reduce((a, b) => a + b, 0) / cpu.length } : {}),
+  };
 }
 
 interface WorkflowRun {
