@@ -53,16 +53,18 @@ test('a backlog from a slow reward scales rollout out; an empty queue scales it 
   assert.equal(started.status, 201, JSON.stringify(started.json));
   assert.equal((await call('POST', '/autoscaler', {})).status, 409, 'one autoscaler at a time');
 
-  // Six rollout slices of 3 s each per step on one engine that runs one at a time: a backlog of 5.
-  // With three engines an iteration takes two rounds (6 s), half of it with an empty queue: the
-  // scale-in window (8 s) is longer, so the autoscaler holds while the run trains.
+  // Twelve rollout slices of 3 s each per step on one engine that runs one at a time: a backlog of
+  // 11. With three engines an iteration still starts with a backlog of 3 per engine for 3 s (then 2,
+  // then 1), so a wanted scale-out is held at max_engines whatever the decision cadence of a slow
+  // host; it takes four rounds (12 s), the last with an empty queue: the scale-in window (8 s) is
+  // longer, so the autoscaler holds while the run trains.
   const runId = uniqueId('autoscale');
   const run = await call('POST', '/runs', {
     run_id: runId,
     task: 'add2',
     model: { context_length: 16 },
     algorithm: { group_size: 2 },
-    rollout: { prompts_per_step: 6, max_new_tokens: 4, parallelism: 6 },
+    rollout: { prompts_per_step: 12, max_new_tokens: 4, parallelism: 12 },
     reward: { module: SLOW_REWARD, timeout_ms: 20_000 },
     train: { steps: 4, eval_every: 1000 },
   });
