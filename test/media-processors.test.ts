@@ -7,7 +7,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { checkAudio, processAudio, resample } from '../engines/media/audio';
 import { fitWithin, normalize, patchify, processImage, resizeBilinear, type RgbImage } from '../engines/media/image';
-import { logMel, melFilterbank, powerSpectrum } from '../engines/media/mel';
+import { logMel, melFilterbank, powerSpectra, powerSpectrum, stftPower } from '../engines/media/mel';
 
 const root = path.resolve(__dirname, '..', '..');
 interface Reference {
@@ -148,23 +148,50 @@ test('resample: equal rates copy exactly; 44.1k -> 16k keeps a 1 kHz sine and re
   assert.throws(() => checkAudio({ sampleRate: 16000, samples: [0] as unknown as Float32Array }), /Float32Array/);
 });
 
-test('the 400-point DFT (Bluestein over fft.js) matches a direct DFT', () => {
+test('the 400-point DFT (Bluestein over fft.js) matches a direct DFT, one frame or two frames in one transform', () => {
   let seed = 12345;
-  const frame = Float64Array.from({ length: 400 }, () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31) * 2 - 1);
-  const fast = new Float64Array(201);
-  powerSpectrum(frame, fast);
-  let worst = 0;
-  for (let k = 0; k <= 200; k++) {
+  const noise = () => Float64Array.from({ length: 400 }, () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31) * 2 - 1);
+  const frame = noise();
+  // A second frame of very different scale: the pair's split must not leak one into the other.
+  const quiet = noise().map((v, n) => 1e-3 * v + 0.5 * Math.sin((2 * Math.PI * 25 * n) / 400));
+  const direct = (x: Float64Array, k: number) => {
     let re = 0;
     let im = 0;
     for (let n = 0; n < 400; n++) {
       const a = (-2 * Math.PI * ((n * k) % 400)) / 400;
-      re += frame[n] * Math.cos(a);
-      im += frame[n] * Math.sin(a);
+      re += x[n] * Math.cos(a);
+      im += x[n] * Math.sin(a);
     }
-    worst = Math.max(worst, Math.abs(fast[k] - (re * re + im * im)) / Math.max(1, re * re + im * im));
+    return re * re + im * im;
+  };
+  const fast = new Float64Array(201);
+  powerSpectrum(frame, fast);
+  const pairA = new Float64Array(201);
+  const pairB = new Float64Array(201);
+  powerSpectra(frame, quiet, pairA, pairB);
+  let worst = 0;
+  for (let k = 0; k <= 200; k++) {
+    for (const [got, x] of [[fast[k], frame], [pairA[k], frame], [pairB[k], quiet]] as const) {
+      const want = direct(x, k);
+      worst = Math.max(worst, Math.abs(got - want) / Math.max(1, want));
+    }
   }
   assert.ok(worst < 1e-9, `relative error ${worst}`);
+  assert.throws(() => powerSpectra(frame, new Float64Array(399), pairA, pairB), /frames of 400 and 399 samples/);
+  // An odd frame count: the last frame goes alone, and every frame matches its own transform.
+  const clip = Float64Array.from({ length: 160 * 7 + 50 }, (_, n) => Math.sin(n / 3) * (n % 7 === 0 ? 1 : 0.3));
+  const { power, nFrames, nBins } = stftPower(clip);
+  assert.equal(nFrames, 7);
+  const alone = new Float64Array(nBins);
+  const padded = Float64Array.from({ length: clip.length + 400 }, (_, i) => {
+    const j = i - 200;
+    return j < 0 ? clip[-j] : j >= clip.length ? clip[2 * clip.length - 2 - j] : clip[j];
+  });
+  const window = Float64Array.from({ length: 400 }, (_, i) => 0.5 - 0.5 * Math.cos((2 * Math.PI * i) / 400));
+  for (const t of [0, 5, 6]) {
+    powerSpectrum(padded.subarray(t * 160, t * 160 + 400).map((v, i) => v * window[i]), alone);
+    for (let k = 0; k < nBins; k++) assert.ok(Math.abs(power[t * nBins + k] - alone[k]) <= 1e-9 * Math.max(1, alone[k]), `frame ${t} bin ${k}`);
+  }
 });
 
 test('the slaney mel filterbank matches librosa.filters.mel(sr=16000, n_fft=400, n_mels=80)', () => {

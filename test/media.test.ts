@@ -139,6 +139,17 @@ test('decode: 16-bit stereo WAV averages to the right mono samples and sample ra
   }
   const round = decodeAudio(encodeWav({ sampleRate: 16000, samples: Float32Array.of(0.25, -0.75) }));
   assert.ok(Math.abs(round.samples[0] - 0.25) < 1e-4 && Math.abs(round.samples[1] + 0.75) < 1e-4);
+  // encodeWav writes its header by hand: wavefile's full parser reads it as mono 16-bit PCM with the same samples.
+  const written = encodeWav({ sampleRate: 22050, samples: Float32Array.of(0, 0.5, -1, 1, -0.25) });
+  const parsed = new WaveFile(written);
+  assert.deepEqual([parsed.container, (parsed as unknown as { bitDepth: string }).bitDepth], ['RIFF', '16']);
+  assert.deepEqual(parsed.fmt, { ...(parsed.fmt as object), audioFormat: 1, numChannels: 1, sampleRate: 22050, byteRate: 44100, blockAlign: 2, bitsPerSample: 16 });
+  assert.deepEqual(Array.from(parsed.getSamples(false, Int16Array) as unknown as Int16Array), [0, 16384, -32768, 32767, -8192]);
+  // The 16-bit fast path and wavefile's own unpacking (a 24-bit file of the same values, 32767 as 32767 * 256) agree; a cut-short data chunk yields the samples present.
+  const as24 = new WaveFile();
+  as24.fromScratch(1, 22050, '24', [0, 4194304, -8388608, 8388352, -2097152]);
+  assert.deepEqual(Array.from(decodeAudio(written).samples), Array.from(decodeAudio(as24.toBuffer()).samples).map((v) => Math.round(v * 32768) / 32768));
+  assert.equal(decodeAudio(written.subarray(0, written.length - 3)).samples.length, 3);
 });
 
 test('decode: a 60 s clip is refused with maxSeconds 30, naming both durations', () => {

@@ -148,17 +148,24 @@ function dftPlan(n: number): DftPlan {
   return plan;
 }
 
-/** |X[k]|^2 for k = 0 .. floor(n/2) of the n-point DFT of the real frame, written into out. */
-export function powerSpectrum(frame: ArrayLike<number>, out: Float64Array): void {
-  const n = frame.length;
+/**
+ * |X[k]|^2 for k = 0 .. floor(n/2) of the n-point DFTs of two real frames at once (b optional):
+ * one complex transform of z = a + i b, split by conjugate symmetry, A[k] = (Z[k] + conj Z[n-k]) / 2
+ * and B[k] = (Z[k] - conj Z[n-k]) / 2i. Half the FFTs of one transform per frame, exact to rounding.
+ */
+export function powerSpectra(a: ArrayLike<number>, b: ArrayLike<number> | undefined, outA: Float64Array, outB?: Float64Array): void {
+  const n = a.length;
+  if (b && b.length !== n) throw new Error(`powerSpectra: frames of ${n} and ${b.length} samples; both must have the same length`);
   const p = dftPlan(n);
-  const { a, spectrum, conv, chirp, kernelSpectrum } = p;
-  a.fill(0);
+  const { a: z, spectrum, conv, chirp, kernelSpectrum } = p;
+  z.fill(0);
   for (let m = 0; m < n; m++) {
-    a[2 * m] = frame[m] * chirp[2 * m];
-    a[2 * m + 1] = frame[m] * chirp[2 * m + 1];
+    const re = a[m];
+    const im = b ? b[m] : 0;
+    z[2 * m] = re * chirp[2 * m] - im * chirp[2 * m + 1];
+    z[2 * m + 1] = re * chirp[2 * m + 1] + im * chirp[2 * m];
   }
-  p.fft.transform(spectrum, a);
+  p.fft.transform(spectrum, z);
   for (let i = 0; i < spectrum.length; i += 2) {
     const re = spectrum[i] * kernelSpectrum[i] - spectrum[i + 1] * kernelSpectrum[i + 1];
     const im = spectrum[i] * kernelSpectrum[i + 1] + spectrum[i + 1] * kernelSpectrum[i];
@@ -166,11 +173,28 @@ export function powerSpectrum(frame: ArrayLike<number>, out: Float64Array): void
     spectrum[i + 1] = im;
   }
   p.fft.inverseTransform(conv, spectrum);
+  // Z[k] = c[k] conv[k] for every k < n (the split needs Z[n - k] as well), in place.
+  for (let k = 0; k < n; k++) {
+    const vr = conv[2 * k];
+    const vi = conv[2 * k + 1];
+    conv[2 * k] = chirp[2 * k] * vr - chirp[2 * k + 1] * vi;
+    conv[2 * k + 1] = chirp[2 * k] * vi + chirp[2 * k + 1] * vr;
+  }
   const nBins = Math.floor(n / 2) + 1;
   for (let k = 0; k < nBins; k++) {
-    // |c[k] * conv[k]| = |conv[k]| since |c[k]| = 1
-    out[k] = conv[2 * k] * conv[2 * k] + conv[2 * k + 1] * conv[2 * k + 1];
+    const j = (n - k) % n;
+    const zr = conv[2 * k];
+    const zi = conv[2 * k + 1];
+    const yr = conv[2 * j];
+    const yi = conv[2 * j + 1];
+    outA[k] = ((zr + yr) * (zr + yr) + (zi - yi) * (zi - yi)) / 4;
+    if (outB) outB[k] = ((zi + yi) * (zi + yi) + (zr - yr) * (zr - yr)) / 4;
   }
+}
+
+/** |X[k]|^2 for k = 0 .. floor(n/2) of the n-point DFT of the real frame, written into out. */
+export function powerSpectrum(frame: ArrayLike<number>, out: Float64Array): void {
+  powerSpectra(frame, undefined, out);
 }
 
 /** The periodic Hann window (torch.hann_window(n), periodic=True): 0.5 - 0.5 cos(2 pi i / n). */
@@ -199,13 +223,16 @@ export function stftPower(samples: ArrayLike<number>, nFft = WHISPER_N_FFT, hop 
   const nBins = Math.floor(nFft / 2) + 1;
   const nFrames = Math.floor((padded.length - nFft) / hop) + 1 - 1; // torch's frame count, minus the last
   const power = new Float64Array(nFrames * nBins);
-  const frame = new Float64Array(nFft);
-  const row = new Float64Array(nBins);
-  for (let t = 0; t < nFrames; t++) {
-    const start = t * hop;
-    for (let i = 0; i < nFft; i++) frame[i] = padded[start + i] * window[i];
-    powerSpectrum(frame, row);
-    power.set(row, t * nBins);
+  const frames = [new Float64Array(nFft), new Float64Array(nFft)];
+  const rows = [new Float64Array(nBins), new Float64Array(nBins)];
+  for (let t = 0; t < nFrames; t += 2) {
+    const pair = Math.min(2, nFrames - t); // two frames a transform (powerSpectra), the last maybe alone
+    for (let f = 0; f < pair; f++) {
+      const start = (t + f) * hop;
+      for (let i = 0; i < nFft; i++) frames[f][i] = padded[start + i] * window[i];
+    }
+    powerSpectra(frames[0], pair === 2 ? frames[1] : undefined, rows[0], rows[1]);
+    for (let f = 0; f < pair; f++) power.set(rows[f], (t + f) * nBins);
   }
   return { power, nFrames, nBins };
 }
