@@ -183,7 +183,7 @@ export function decodeAudio(bytes: Uint8Array, options: DecodeAudioOptions = {})
  * depths, float), which takes wavefile's path.
  */
 function pcm16Samples(bytes: Uint8Array, fmt: WavFmt, depth: string): Float32Array | undefined {
-  if (depth !== '16' || fmt.audioFormat === 3) return undefined;
+  if (depth !== '16') return undefined;
   const wav = new WaveFile();
   try {
     wav.fromBuffer(bytes, true);
