@@ -1,23 +1,25 @@
 // Reference stage activity: log-probs of each in-flight sample's response under the frozen reference
 // policy (policy version 0 of the run), for the KL term. Served on the shared reference queue; errors
 // a retry cannot fix leave as non-retryable failures (activities/context.ts asActivityFailure).
-import { Trainer } from '../engines/trainer';
+import { parseDevice } from '../engines/device';
 import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
 import { referenceTrainerOptions } from '../training/options';
 import { withBaseWeights } from '../training/policy-model';
 import { loadPolicyWeights } from '../training/policy-versions';
+import { RemoteTrainer } from '../training/trainer-thread';
 import type { RunContext } from '../training/run-context';
 import { referenceLogprobs, withSequenceMedia } from '../training/update';
 import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
-// The frozen reference policy of each run, forward passes only.
-const references = new Map<string, Trainer>();
+// The frozen reference policy of each run, forward passes only, on this process's trainer thread.
+const references = new Map<string, RemoteTrainer>();
 
-export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<Trainer> {
+export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<RemoteTrainer> {
   let reference = references.get(run.runId);
+  if (reference?.lost) reference = undefined;
   if (!reference) {
     const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));
-    reference = Trainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights)));
+    reference = await RemoteTrainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights)), parseDevice(ctx.device));
     references.set(run.runId, reference);
   }
   return reference;

@@ -7,7 +7,8 @@
 // Over 400 lines because the step's pieces, its exactly-once rules and the hooks placement
 // "colocated" pipelines them with read best side by side.
 import { ApplicationFailure } from '@temporalio/activity';
-import { NonFiniteUpdateError, Trainer } from '../engines/trainer';
+import { parseDevice } from '../engines/device';
+import { NonFiniteUpdateError } from '../engines/trainer';
 import { getCheckpoint, type CheckpointRecord } from '../store/checkpoint-registry';
 import { CheckpointOverwriteError, loadCheckpoint } from '../engines/checkpoint';
 import type { PolicyWeights } from '../engines/model';
@@ -18,6 +19,7 @@ import { checkTrainerFitsMemory, trainerOptions } from '../training/options';
 import { initialPolicyWeights, withBaseWeights } from '../training/policy-model';
 import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion, resolveInitFrom } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
+import { RemoteTrainer } from '../training/trainer-thread';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
 import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia, type UpdateRule } from '../training/update';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
@@ -59,9 +61,10 @@ export interface TrainStepResult extends PolicyVersionInfo {
   worker: string;
 }
 
-// The trainer of each run this process serves, with the policy version its weights are at (and those
-// weights as published). Its optimizer state lives only here; a new instance rebuilds both from the last published version.
-const trainers = new Map<string, { trainer: Trainer; version: number; weights?: PolicyWeights }>();
+// The trainer of each run this process serves (on the process's trainer thread), with the policy
+// version its weights are at (and those weights as published). Its optimizer state lives only
+// there; a new instance rebuilds both from the last published version.
+const trainers = new Map<string, { trainer: RemoteTrainer; version: number; weights?: PolicyWeights }>();
 // The advantage estimator and policy loss of each run (a user module loads once), with the
 // algorithm hyperparameters they were built with: an update of those rebuilds them.
 const rules = new Map<string, { key: string; rule: Promise<UpdateRule> }>();
@@ -112,7 +115,7 @@ export async function heldTrainerWeights(runId: string, version: number): Promis
 }
 
 function dropTrainer(runId: string): void {
-  trainers.get(runId)?.trainer.dispose();
+  trainers.get(runId)?.trainer.dispose().catch((err: Error) => console.warn(`[train] run ${runId}: disposing its trainer failed: ${err.message}`));
   trainers.delete(runId);
 }
 
@@ -125,19 +128,19 @@ function checkFitsThisWorker(run: RunContext): void {
   }
 }
 
-async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): Promise<Trainer> {
+async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): Promise<RemoteTrainer> {
   const held = trainers.get(run.runId);
-  if (held && held.version === version) {
+  if (held && held.version === version && !held.trainer.lost) {
     // The kept trainer follows the learning rate in force (setHyperparameters) from this step on.
     const { optimizer, schedule } = trainerOptions(run.config, run.model, {});
-    held.trainer.setLearningRate(optimizer.lr, schedule ?? { kind: 'constant' });
+    await held.trainer.setLearningRate(optimizer.lr, schedule ?? { kind: 'constant' });
     return held.trainer;
   }
   dropTrainer(run.runId);
   checkFitsThisWorker(run);
   const [weights, optimizerState] = await failuresMapped(() => Promise.all([loadPolicyWeights(ctx.pool, run, version), loadOptimizerState(run, version)]));
-  const trainer = Trainer.create(trainerOptions(run.config, run.model, await withBaseWeights(run.policy, weights)));
-  if (optimizerState) trainer.importOptimizerState(optimizerState);
+  const trainer = await RemoteTrainer.create(trainerOptions(run.config, run.model, await withBaseWeights(run.policy, weights)), parseDevice(ctx.device));
+  if (optimizerState) await trainer.importOptimizerState(optimizerState);
   else if (version > 0) console.warn(`[train] run ${run.runId}: no optimizer state for version ${version}; continuing with fresh AdamW moments`);
   trainers.set(run.runId, { trainer, version });
   return trainer;
@@ -229,11 +232,11 @@ async function claimBatch(ctx: WorkerContext, run: RunContext, input: Required<P
  * (training/update.ts). A non-finite update is never applied: NonFiniteUpdateError is rethrown for
  * the caller to skip or stop; after any failure the next attempt rebuilds the trainer.
  */
-async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRule, fromVersion: number, samples: TrainSample[], advantages: number[]): Promise<{ trainer: Trainer; metrics: Record<string, number> }> {
+async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRule, fromVersion: number, samples: TrainSample[], advantages: number[]): Promise<{ trainer: RemoteTrainer; metrics: Record<string, number> }> {
   const trainer = await trainerAt(ctx, run, fromVersion);
   try {
     const withMedia = await withSequenceMedia(samples, run.media);
-    return { trainer, metrics: await withHeartbeats(() => computeUpdate(trainer, rule, withMedia, advantages, fromVersion)) };
+    return { trainer, metrics: await withHeartbeats(() => computeUpdate((sequences, r) => trainer.trainStep(sequences, r.algorithm), rule, withMedia, advantages, fromVersion)) };
   } catch (err) {
     dropTrainer(run.runId);
     throw err;
@@ -263,7 +266,7 @@ async function publishVersion(ctx: WorkerContext, run: RunContext, state: Traine
 type TrainerSnapshot = { weights: PolicyWeights; optimizerState: Uint8Array };
 
 /** The trainer's state after an update, exported once; the trainer is kept at `version` from here (a colocated step after it may start before the files are written). */
-async function snapshotAt(runId: string, trainer: Trainer, version: number): Promise<TrainerSnapshot> {
+async function snapshotAt(runId: string, trainer: RemoteTrainer, version: number): Promise<TrainerSnapshot> {
   const state = { weights: await trainer.exportWeights(), optimizerState: await trainer.exportOptimizerState() };
   trainers.set(runId, { trainer, version, weights: state.weights });
   return state;

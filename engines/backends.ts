@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { preloadCudaLibraries, readOnnxCudaManifest } from './cuda-libraries';
 import type { Device } from './device';
+import { parameterCount, type ModelConfig } from './model';
 
 export interface TfjsBackendInfo {
   /** The tfjs backend name: 'tensorflow' (native, CPU or CUDA) or 'wasm'. */
@@ -49,9 +50,27 @@ export function nativeTfjsAvailable(env: NodeJS.ProcessEnv = process.env): boole
   return tfjsBackendChoice(env) !== 'wasm' && ['@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu'].some(nativeBindingBuilt);
 }
 
-/** The native backend's intra-op threads unless TF_NUM_INTRAOP_THREADS says otherwise: half the cores, at least 1. */
-export function defaultIntraOpThreads(cores = os.availableParallelism()): number {
-  return Math.max(1, Math.floor(cores / 2));
+/** Models below this many parameters run their engines on one thread (see engineThreads). */
+export const SMALL_MODEL_PARAMETERS = 5_000_000;
+
+/**
+ * Intra-op threads for one engine (the trainer's TensorFlow, a rollout engine's ONNX Runtime) of a
+ * `model`: RELAX_ENGINE_THREADS when set; else one for a small model, whose ops are too small to
+ * repay the thread pool's hand-offs (one thread trained the 104k-parameter engines-bench model 1.4x
+ * faster than two on 2 cores); else every core this process may use: on a real model the matmuls
+ * scale (SmolLM2-135M's [808 x 576] x [576 x 1536] runs at ~80 GFLOP/s on one core, ~150 on two).
+ * `relax dev` gives every engine all cores: in sync mode its stages take turns, so two busy engines
+ * never share a core; in async mode rollout and training overlap and share them.
+ */
+export function engineThreads(model?: ModelConfig, env: NodeJS.ProcessEnv = process.env, cores = os.availableParallelism()): number {
+  const set = env.RELAX_ENGINE_THREADS?.trim();
+  if (set) {
+    const n = Number(set);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ENGINE_THREADS: expected a whole number of threads >= 1, got "${env.RELAX_ENGINE_THREADS}"`);
+    return n;
+  }
+  if (model && parameterCount(model) < SMALL_MODEL_PARAMETERS) return 1;
+  return Math.max(1, cores);
 }
 
 /** Loads the native TensorFlow backend for `device` and makes it current; the reason when none loads. */
@@ -59,10 +78,9 @@ export async function loadNativeBackend(device: Device, packages: readonly strin
   const tf = await import('@tensorflow/tfjs');
   // TensorFlow's own INFO and WARNING logs off (two absl/oneDNN lines at load still print on 2.21).
   process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
-  // Read once, when TensorFlow loads. Half the cores: the trainer shares the host with rollout
-  // workers, and on the 2-core machines one thread trained the engines bench's model 1.4x faster
-  // than two (small ops pay for the thread pool's hand-offs). TF_NUM_INTRAOP_THREADS overrides.
-  process.env.TF_NUM_INTRAOP_THREADS ??= String(defaultIntraOpThreads());
+  // Read once, when TensorFlow loads (engineThreads; TF_NUM_INTRAOP_THREADS overrides). The
+  // trainer thread (training/trainer-thread.ts) sets it for its model before it loads TensorFlow.
+  process.env.TF_NUM_INTRAOP_THREADS ??= String(engineThreads());
   const reasons: string[] = [];
   for (const pkg of packages) {
     if (!nativeBindingBuilt(pkg)) {

@@ -71,7 +71,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
       }
       await buffer.put(samples);
       const claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
-      const metrics = await computeUpdate(trainer, rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
+      const metrics = await computeUpdate((sequences) => trainer.trainStep(sequences, rule.loss), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
       engine.setWeights(step, await trainer.exportWeights());
       const rewards = samples.filter((s) => s.reward != null).map((s) => s.reward as number);
       const report: StepReport = {

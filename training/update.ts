@@ -5,7 +5,7 @@
 // update and metrics out. Also the reference policy's log-probs, which both paths write to samples.
 import type { RunConfig } from '../config/run-config';
 import { staleTokenMask } from '../engines/rl/losses';
-import { trainSequenceFromSample, type Trainer, type TrainingLoss, type TrainSequence } from '../engines/trainer';
+import { trainSequenceFromSample, type ScoredSequence, type TrainingLoss, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
 import { batchAdvantages, resolveAdvantageEstimator, type BatchSample, type ResolvedEstimator } from './advantages';
 import { resolvePolicyLoss } from './losses';
 import type { TrainSample } from './sample-buffer';
@@ -95,14 +95,20 @@ export function stalenessMetrics(samples: ReadonlyArray<Pick<TrainSample, 'polic
 }
 
 /**
- * One policy-gradient update of `trainer` on the batch: its metrics, or { trained_samples: 0 } when
- * no sample carries a learning signal (no update is applied). Throws the trainer's
+ * One optimizer step on the sequences with the rule's loss: a local Trainer's trainStep with
+ * rule.loss, or a trainer thread's (training/trainer-thread.ts) with rule.algorithm.
+ */
+export type TrainStepFn = (sequences: readonly TrainSequence[], rule: UpdateRule) => Promise<TrainStepMetrics>;
+
+/**
+ * One policy-gradient update on the batch through `trainStep`: its metrics, or { trained_samples: 0 }
+ * when no sample carries a learning signal (no update is applied). Throws the trainer's
  * NonFiniteUpdateError, applying nothing, when the loss or a gradient is not finite.
  */
-export async function computeUpdate(trainer: Trainer, rule: UpdateRule, samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number): Promise<Record<string, number>> {
+export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number): Promise<Record<string, number>> {
   const sequences = trainSequences(samples, advantages, fromVersion, rule.algorithm.max_token_staleness);
   if (!sequences.length) return { trained_samples: 0 };
-  const m = await trainer.trainStep(sequences, rule.loss);
+  const m = await trainStep(sequences, rule);
   return {
     loss: m.loss,
     grad_norm: m.gradNorm,
@@ -122,7 +128,7 @@ export async function computeUpdate(trainer: Trainer, rule: UpdateRule, samples:
 }
 
 /** Per response token, the frozen reference policy's log-probs of each sample (the KL term's ref_logprobs), with its `sequenceMedia`. */
-export async function referenceLogprobs(reference: Trainer, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> } & WithSequenceMedia>): Promise<number[][]> {
+export async function referenceLogprobs(reference: { logprobs(sequences: ReadonlyArray<ScoredSequence>): Promise<Float32Array[]> }, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> } & WithSequenceMedia>): Promise<number[][]> {
   const full = await reference.logprobs(samples.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], media: s.sequenceMedia })));
   return samples.map((s, i) => Array.from(full[i].slice(s.promptTokens.length - 1)));
 }

@@ -1,0 +1,100 @@
+// The trainer thread's side of training/trainer-thread.ts: loads the best tfjs backend for the
+// device, then serves one request at a time on the Trainers it holds by handle. Replies carry
+// results (big arrays by transfer) or the error's name and message.
+import { parentPort, workerData } from 'node:worker_threads';
+import { loadTfjsBackend } from '../engines/backends';
+import type { Device } from '../engines/device';
+import { Trainer, type TrainingLoss } from '../engines/trainer';
+import { resolvePolicyLoss } from './losses';
+import type { Algorithm, TrainerReply, TrainerRequest } from './trainer-thread';
+
+const port = parentPort;
+if (!port) throw new Error('training/trainer-thread-entry.js runs as a worker thread (training/trainer-thread.ts starts it)');
+
+const trainers = new Map<number, Trainer>();
+const losses = new Map<string, Promise<TrainingLoss>>();
+
+function lossOf(algorithm: Algorithm): Promise<TrainingLoss> {
+  const key = JSON.stringify(algorithm);
+  let loss = losses.get(key);
+  if (!loss) {
+    loss = resolvePolicyLoss(algorithm);
+    losses.set(key, loss);
+    loss.catch(() => losses.delete(key));
+  }
+  return loss;
+}
+
+function trainerOf(handle: number): Trainer {
+  const trainer = trainers.get(handle);
+  if (!trainer) throw new Error(`trainer ${handle} does not exist on the trainer thread (disposed, or never created)`);
+  return trainer;
+}
+
+/** The ArrayBuffers of typed arrays in `value` (an array or record of them), to transfer instead of copy. */
+function buffersOf(value: unknown): ArrayBuffer[] {
+  const arrays = ArrayBuffer.isView(value) ? [value] : value && typeof value === 'object' ? Object.values(value) : [];
+  const out = new Set<ArrayBuffer>();
+  for (const a of arrays) if (ArrayBuffer.isView(a) && a.buffer instanceof ArrayBuffer) out.add(a.buffer);
+  return [...out];
+}
+
+async function handle(req: TrainerRequest): Promise<unknown> {
+  const a = req.args as never[];
+  switch (req.op) {
+    case 'create': {
+      const trainer = Trainer.create(a[0]);
+      trainers.set(req.handle, trainer);
+      return { step: trainer.step };
+    }
+    case 'trainStep': {
+      const trainer = trainerOf(req.handle);
+      return trainer.trainStep(a[0], await lossOf(a[1]));
+    }
+    case 'logprobs':
+      return trainerOf(req.handle).logprobs(a[0], a[1]);
+    case 'exportWeights':
+      return trainerOf(req.handle).exportWeights();
+    case 'loadWeights':
+      return trainerOf(req.handle).loadWeights(a[0]);
+    case 'exportOptimizerState':
+      return trainerOf(req.handle).exportOptimizerState();
+    case 'importOptimizerState': {
+      const trainer = trainerOf(req.handle);
+      trainer.importOptimizerState(a[0]);
+      return { step: trainer.step };
+    }
+    case 'setLearningRate':
+      return trainerOf(req.handle).setLearningRate(a[0], a[1]);
+    case 'dispose':
+      trainers.get(req.handle)?.dispose();
+      trainers.delete(req.handle);
+      return undefined;
+  }
+}
+
+// One request at a time, in arrival order: the engine is busy anyway, and a trainer's operations
+// must not interleave (a train step and an export of the same weights).
+let queue: Promise<void> = Promise.resolve();
+port.on('message', (req: TrainerRequest) => {
+  queue = queue.then(async () => {
+    let reply: TrainerReply;
+    let transfer: ArrayBuffer[] = [];
+    try {
+      const value = await handle(req);
+      reply = { id: req.id, ok: true, value };
+      transfer = buffersOf(value);
+    } catch (err) {
+      const e = err instanceof Error ? err : new Error(String(err));
+      reply = { id: req.id, ok: false, error: { name: e.name, message: e.message, ...(e.stack ? { stack: e.stack } : {}) } };
+    }
+    port.postMessage(reply, transfer);
+  });
+});
+
+void loadTfjsBackend((workerData as { device: Device }).device).then(
+  (info) => port.postMessage({ ready: { backend: info.backend } }),
+  (err: Error) => {
+    throw err;
+  },
+);
