@@ -534,7 +534,40 @@ function inputEmbeddings<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<strin
 
 /** The model's forward pass. `w` maps parameter names (parameterSpec) to backend tensors. */
 export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): ForwardOutputs<T> {
-  if (cfg.architecture === 'llama') return llamaForward(ops, cfg, w, inputs);
+  const { hidden, present } = forwardHidden(ops, cfg, w, inputs);
+  return { logits: unembed(ops, cfg, w, hidden), present };
+}
+
+/**
+ * The forward pass up to the final norm: the hidden states the unembedding reads ([B, T, D], or the
+ * positions lastPositionOnly / logitsFrom select), for a backend that computes the vocabulary head
+ * its own way (the trainer's chunked log-probs, engines/vocab-head.ts).
+ */
+export function forwardHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): { hidden: T; present: LayerCache<T>[] } {
+  const out = cfg.architecture === 'llama' ? llamaHidden(ops, cfg, w, inputs) : gptHidden(ops, cfg, w, inputs);
+  let h = out.hidden;
+  if (inputs.lastPositionOnly) h = ops.lastPosition(h);
+  else if (inputs.logitsFrom) h = ops.positionsFrom(h, inputs.logitsFrom);
+  return { hidden: h, present: out.present };
+}
+
+/**
+ * The unembedding weight as [D, V] (`transposed` false) or the tied token embedding [V, D]
+ * (`transposed` true). A tied model may still be given lm_head.weight (the embedding, transposed
+ * once) to skip the transpose.
+ */
+export function unembeddingWeight<T>(w: Record<string, T>): { weight: T; transposed: boolean } {
+  const head = w['lm_head.weight'];
+  return head ? { weight: head, transposed: false } : { weight: w['tok_emb.weight'], transposed: true };
+}
+
+/** Logits of hidden states [B, T, D] -> [B, T, V]. */
+export function unembed<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, hidden: T): T {
+  const { weight, transposed } = unembeddingWeight(w);
+  return transposed ? ops.linearTransposed(hidden, weight) : ops.linear(hidden, weight);
+}
+
+function gptHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): { hidden: T; present: LayerCache<T>[] } {
   let x = ops.add(inputEmbeddings(ops, cfg, w, inputs), ops.embed(w['pos_emb.weight'], inputs.positions)); // [B, T, D]
   const present: LayerCache<T>[] = [];
   for (let l = 0; l < cfg.nLayers; l++) {
@@ -542,17 +575,18 @@ export function forward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
     present.push(block.cache);
     x = block.x;
   }
-  let h = ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS);
-  if (inputs.lastPositionOnly) h = ops.lastPosition(h);
-  else if (inputs.logitsFrom) h = ops.positionsFrom(h, inputs.logitsFrom);
-  return { logits: ops.linear(h, w['lm_head.weight']), present };
+  return { hidden: ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS), present };
 }
 
-/** A projection's LoRA term (alpha / rank) (x A) B, or undefined when `w` holds no adapter for it. */
+/**
+ * A projection's LoRA term (alpha / rank) (x A) B, or undefined when `w` holds no adapter for it. The
+ * scale multiplies the rank-wide x A, not the projection-wide output: the same product, rank / out
+ * of the elementwise work (and of what the trainer's tape keeps).
+ */
 function loraDelta<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T) => T): T | undefined {
   const a = w[`${prefix}.lora_a`];
   if (!a || !cfg.lora) return undefined;
-  return ops.scale(ops.linear(ops.linear(loraInput ? loraInput(x) : x, a), w[`${prefix}.lora_b`]), cfg.lora.alpha / cfg.lora.rank);
+  return ops.linear(ops.scale(ops.linear(loraInput ? loraInput(x) : x, a), cfg.lora.alpha / cfg.lora.rank), w[`${prefix}.lora_b`]);
 }
 
 /** A llama projection x @ W (+ b), plus its LoRA adapter (alpha / rank) (x A) B when `w` holds one. */
@@ -642,7 +676,7 @@ function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   return { y: project(ops, cfg, w, `${p}o`, merged, inputs.loraInput), cache: { k: kT, v } };
 }
 
-function llamaForward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): ForwardOutputs<T> {
+function llamaHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): { hidden: T; present: LayerCache<T>[] } {
   const eps = cfg.rmsNormEps ?? 1e-5;
   let x = inputEmbeddings(ops, cfg, w, inputs);
   const present: LayerCache<T>[] = [];
@@ -655,12 +689,7 @@ function llamaForward<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, 
     const [gate, up] = projectAll(ops, cfg, w, p, FUSED_PROJECTIONS[1], [cfg.dFF, cfg.dFF], h, inputs.loraInput);
     x = ops.add(x, project(ops, cfg, w, `${p}mlp.down`, ops.mul(ops.mul(gate, ops.sigmoid(gate)), up), inputs.loraInput)); // SwiGLU
   }
-  let h = ops.rmsNorm(x, w['norm_f.weight'], eps);
-  if (inputs.lastPositionOnly) h = ops.lastPosition(h);
-  else if (inputs.logitsFrom) h = ops.positionsFrom(h, inputs.logitsFrom);
-  // A tied model may still be given lm_head.weight (the embedding, transposed once) to skip the transpose.
-  const head = w['lm_head.weight'];
-  return { logits: head ? ops.linear(h, head) : ops.linearTransposed(h, w['tok_emb.weight']), present };
+  return { hidden: ops.rmsNorm(x, w['norm_f.weight'], eps), present };
 }
 
 /**

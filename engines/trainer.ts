@@ -23,14 +23,15 @@
 // files. Padding and the batch arrays, which need none of it, are in engines/trainer-batch.ts.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
-import { attentionBias, checkWeights, forward, fuseFrozenProjections, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
+import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
 import { BucketedAdamW, type AdamWOptions } from './adamw';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
-import { aggregateLoss, entropyFromLogSoftmax, klLoss, targetLogprobs, tokenLogprobs, vocabLogSoftmax } from './rl/losses';
+import { aggregateLoss, entropyFromLogSoftmax, klLoss, targetLogprobs, vocabLogSoftmax } from './rl/losses';
 import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
 import { columnsFrom, firstLossColumn, mediaTensors, padBatch } from './trainer-batch';
+import { headLogprobsAndEntropy } from './vocab-head';
 
 export type { AdamWOptions } from './adamw';
 export { TRAINABLE_PARTS, type TrainablePart } from './model';
@@ -277,6 +278,11 @@ export class Trainer {
   private readonly loraDropout: number;
   private readonly adamw: BucketedAdamW;
   private readonly ops: ReturnType<typeof createTfjsOps>;
+  /**
+   * Native backends compute the vocabulary head fused, in row chunks (engines/vocab-head.ts); wasm
+   * keeps the unfused head, whose transposed matmuls are its fast path.
+   */
+  private readonly fusedHead: boolean;
   private optimizer: AdamWOptions;
   private schedule: LrSchedule;
   private readonly maxGradNorm: number;
@@ -298,6 +304,7 @@ export class Trainer {
     const backend = tf.getBackend();
     if (backend === 'wasm') registerWasmTrainingKernels();
     this.ops = createTfjsOps({ explicitTransposeGrad: backend === 'wasm' });
+    this.fusedHead = backend !== 'wasm';
     Trainer.instances += 1;
     const trained = selectedParameterSpec(this.model, options.trainable);
     const isTrained = new Set(trained.map((p) => p.name));
@@ -432,6 +439,30 @@ export class Trainer {
    * clips (mediaTensors), whose embeddings replace their placeholder positions.
    */
   private logits(inputs: tf.Tensor2D, training = false, from = 0, media?: MediaInputs<tf.Tensor>): tf.Tensor3D {
+    return unembed(this.ops, this.model, this.weightTensors(), this.hidden(inputs, training, from, media)) as tf.Tensor3D;
+  }
+
+  /**
+   * Per target, its log-prob and the policy's entropy, [B, T - from] each, from the hidden states
+   * (`hidden`, [B, T - from, D]): fused and chunked on native backends, else through the full logits.
+   */
+  private headOutputs(hidden: tf.Tensor3D, targets: tf.Tensor2D): { logprobs: tf.Tensor2D; entropy: tf.Tensor2D } {
+    const [B, T, D] = hidden.shape;
+    if (!this.fusedHead) {
+      const logSoftmax = vocabLogSoftmax(unembed(this.ops, this.model, this.weightTensors(), hidden) as tf.Tensor3D);
+      return { logprobs: targetLogprobs(logSoftmax, targets), entropy: entropyFromLogSoftmax(logSoftmax) };
+    }
+    // A frozen tied embedding is held in both layouts (the [D, V] copy made at construction).
+    const w = this.weightTensors();
+    const { weight, transposed } = unembeddingWeight(w);
+    const head = transposed ? { vd: weight as tf.Tensor2D } : { dv: weight as tf.Tensor2D, ...(this.model.tieEmbeddings ? { vd: w['tok_emb.weight'] as tf.Tensor2D } : {}) };
+    const trained = weight instanceof tf.Variable ? (transposed ? 'vd' : 'dv') : undefined;
+    const both = headLogprobsAndEntropy(tf.reshape(hidden, [B * T, D]), head, tf.reshape(tf.cast(targets, 'int32'), [B * T]), trained);
+    return { logprobs: tf.reshape(tf.slice(both, [0, 0], [-1, 1]), [B, T]), entropy: tf.reshape(tf.slice(both, [0, 1], [-1, 1]), [B, T]) };
+  }
+
+  /** The final hidden states [B, T - from, D] (the logits' input); see logits(). */
+  private hidden(inputs: tf.Tensor2D, training = false, from = 0, media?: MediaInputs<tf.Tensor>): tf.Tensor3D {
     const [B, T] = inputs.shape;
     const positions = tf.tile(tf.range(0, T, 1, 'int32').reshape([1, T]), [B, 1]);
     const bias = tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]);
@@ -442,7 +473,7 @@ export class Trainer {
       rope = { cos: tf.tensor(tables.cos, [1, 1, T, Dh]), sin: tf.tensor(tables.sin, [1, 1, T, Dh]) };
     }
     const loraInput = training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
-    return forward(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput, logitsFrom: from, media }).logits as tf.Tensor3D;
+    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput, logitsFrom: from, media }).hidden as tf.Tensor3D;
   }
 
   /**
@@ -459,7 +490,7 @@ export class Trainer {
       const lp = tf.tidy(() => {
         const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
         const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
-        return tokenLogprobs(this.logits(inputs, false, 0, mediaTensors(batch)), targets);
+        return this.headOutputs(this.hidden(inputs, false, 0, mediaTensors(batch)), targets).logprobs;
       });
       const values = (await lp.data()) as Float32Array;
       lp.dispose();
@@ -558,12 +589,29 @@ export class Trainer {
         let g: tf.NamedTensorMap;
         try {
           const microBatchLoss = () => {
-            const logits = this.logits(data.inputs, true, from, media);
-            const logSoftmax = vocabLogSoftmax(logits);
-            const logprobs = targetLogprobs(logSoftmax, data.targets);
-            const entropy = entropyFromLogSoftmax(logSoftmax);
+            const hidden = this.hidden(data.inputs, true, from, media);
+            const { logprobs, entropy } = this.headOutputs(hidden, data.targets);
             const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
-            const out = loss.compute({ logits, logSoftmax, logprobs, entropy, targets, mask, oldLogprobs, refLogprobs, advantages });
+            // The full [B, T, V] logits and log-softmax only for a loss that reads them (the built-in ones do not).
+            let logits: tf.Tensor3D | undefined;
+            let logSoftmax: tf.Tensor3D | undefined;
+            const fullLogits = () => (logits ??= unembed(this.ops, this.model, this.weightTensors(), hidden) as tf.Tensor3D);
+            const inputs: LossInputs = {
+              get logits() {
+                return fullLogits();
+              },
+              get logSoftmax() {
+                return (logSoftmax ??= vocabLogSoftmax(fullLogits()));
+              },
+              logprobs,
+              entropy,
+              targets,
+              mask,
+              oldLogprobs,
+              refLogprobs,
+              advantages,
+            };
+            const out = loss.compute(inputs);
             for (const [k, v] of Object.entries(out.metrics ?? {})) lossMetrics[`loss.${k}`] = tf.keep(v);
             keptLogprobs = tf.keep(logprobs);
             keptEntropy = tf.keep(entropy);
