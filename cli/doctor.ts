@@ -1,7 +1,7 @@
 // `relax doctor`: is everything a run needs reachable and loadable here? One row per check, and a
 // how-to-fix line for each that fails.
 import { Connection } from '@temporalio/client';
-import { loadTfjsBackend, onnxRuntimeInfo, tfjsBackendChoice } from '../engines/backends';
+import { engineThreads, loadTfjsBackend, onnxRuntimeInfo, SMALL_MODEL_PARAMETERS, tfjsBackendChoice } from '../engines/backends';
 import type { Device } from '../engines/device';
 import { createPool, redactUrl } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
@@ -101,6 +101,15 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
       return `onnxruntime-node ${info.version}, providers ${info.executionProviders.join(', ')}${info.cudaProblem ? `; not cuda: ${info.cudaProblem}` : ''}`;
     },
     'run `npm ci` (with ONNXRUNTIME_NODE_INSTALL=skip where its CUDA download is unreachable)',
+  );
+  await check(
+    'engine threads',
+    async () => {
+      const n = engineThreads();
+      const why = process.env.RELAX_ENGINE_THREADS?.trim() ? 'RELAX_ENGINE_THREADS' : `every core this process may use`;
+      return `${n} intra-op thread${n === 1 ? '' : 's'} per engine (${why}): TensorFlow on each train and reference worker's trainer thread, ONNX Runtime in each rollout engine; 1 for models under ${SMALL_MODEL_PARAMETERS / 1e6}M parameters`;
+    },
+    'set RELAX_ENGINE_THREADS to a whole number of threads >= 1',
   );
   if (opts.model) {
     const from = opts.model;

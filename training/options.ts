@@ -4,6 +4,7 @@
 // rollout/producers.ts samplingParams.)
 import { formatBytes, memoryLimitText, runMemoryLimitBytes } from '../config/run-bounds';
 import { TINY_POLICY_DEFAULTS, runContextLength, type RunConfig } from '../config/run-config';
+import { nativeTfjsAvailable } from '../engines/backends';
 import { withoutLora } from '../engines/lora';
 import { parameterCount, shapeSize, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import type { TrainerOptions } from '../engines/trainer';
@@ -84,25 +85,40 @@ export interface TrainerMemoryEstimate {
  * gradient + AdamW moments of the trained parameters, and the micro-batch's activations kept for
  * the backward pass.
  */
-export function trainerMemoryEstimate(model: ModelConfig, microBatch: number): TrainerMemoryEstimate {
+export function trainerMemoryEstimate(model: ModelConfig, microBatch: number, backend: 'native' | 'wasm' = 'wasm'): TrainerMemoryEstimate {
   const all = parameterCount(withoutLora(model)) + trainableParameterSpec(model).filter((p) => p.adapter).reduce((n, p) => n + shapeSize(p.shape), 0);
   const trained = trainableParameterSpec(model).reduce((n, p) => n + shapeSize(p.shape), 0);
   const tokens = microBatch * model.contextLength;
-  // tfjs keeps every op's output of the forward for the backward pass: measured ~20 MB per token on
-  // SmolLM2-135M (30 layers, d_model 576, d_ff 1536), which this formula reproduces.
-  const perToken = model.nLayers * (150 * model.dModel + 40 * model.dFF + 4 * model.nHeads * model.contextLength) + 10 * model.vocabSize;
+  // tfjs keeps the forward's tensors for the backward pass. Measured on SmolLM2-135M (30 layers,
+  // d_model 576, d_ff 1536, vocabulary 49,152): ~20 MB per token with the unfused vocabulary head
+  // (wasm), ~7 MB (peak RSS) with the native backends' fused, chunked head (engines/vocab-head.ts);
+  // these formulas reproduce both.
+  const perToken =
+    backend === 'wasm'
+      ? model.nLayers * (150 * model.dModel + 40 * model.dFF + 4 * model.nHeads * model.contextLength) + 10 * model.vocabSize
+      : model.nLayers * (50 * model.dModel + 14 * model.dFF + 4 * model.nHeads * model.contextLength) + model.vocabSize;
   const parts = { weights: 4 * all, packedWeights: 4 * all, optimizer: 12 * trained, activations: 4 * tokens * perToken };
   return { bytes: parts.weights + parts.packedWeights + parts.optimizer + parts.activations, parts };
 }
 
+/**
+ * The most full-context sequences one micro-batch may hold: train.micro_batch, or fewer under a
+ * train.micro_batch_tokens budget (a sequence longer than the budget still goes alone).
+ */
+export function microBatchSequences(config: RunConfig, model: ModelConfig): number {
+  const budget = config.train.micro_batch_tokens;
+  if (budget === undefined) return config.train.micro_batch;
+  return Math.min(config.train.micro_batch, Math.max(1, Math.floor(budget / model.contextLength)));
+}
+
 /** Throws, with the estimate and what to change, when the run's trainer cannot fit the wasm heap. */
 export function checkTrainerFitsWasm(config: RunConfig, model: ModelConfig): void {
-  const estimate = trainerMemoryEstimate(model, config.train.micro_batch);
+  const estimate = trainerMemoryEstimate(model, microBatchSequences(config, model));
   if (estimate.bytes <= WASM_HEAP_LIMIT_BYTES) return;
   const gib = (b: number) => (b / 2 ** 30).toFixed(2);
   const p = estimate.parts;
   throw new Error(
-    `train.micro_batch: the trainer needs about ${gib(estimate.bytes)} GiB (weights ${gib(p.weights)}, their packed copy ${gib(p.packedWeights)}, gradients + AdamW ${gib(p.optimizer)}, activations of ${config.train.micro_batch} x ${model.contextLength} tokens ${gib(p.activations)}) but the tfjs wasm backend's heap holds 4 GiB: lower train.micro_batch or model.context_length, train LoRA adapters (lora), or install a native backend (@tensorflow/tfjs-node)`,
+    `train.micro_batch: the trainer needs about ${gib(estimate.bytes)} GiB (weights ${gib(p.weights)}, their packed copy ${gib(p.packedWeights)}, gradients + AdamW ${gib(p.optimizer)}, activations of ${microBatchSequences(config, model)} x ${model.contextLength} tokens ${gib(p.activations)}) but the tfjs wasm backend's heap holds 4 GiB: lower train.micro_batch or model.context_length, train LoRA adapters (lora), or install a native backend (@tensorflow/tfjs-node)`,
   );
 }
 
@@ -114,13 +130,13 @@ export function checkTrainerFitsWasm(config: RunConfig, model: ModelConfig): voi
  * starts with the field to change, like checkTrainerFitsWasm's.
  */
 export function checkTrainerFitsMemory(config: RunConfig, model: ModelConfig, limitBytes = runMemoryLimitBytes()): void {
-  const { parts } = trainerMemoryEstimate(model, config.train.micro_batch);
+  const { parts } = trainerMemoryEstimate(model, microBatchSequences(config, model), nativeTfjsAvailable() ? 'native' : 'wasm');
   const bytes = parts.weights + parts.optimizer + parts.activations;
   if (bytes <= limitBytes) return;
   const what = config.model.from === undefined ? 'the tiny GPT' : `model.from ${JSON.stringify(config.model.from.slice(0, 80))}`;
   throw new Error(
     `train.micro_batch: ${what} has ~${(parameterCount(withoutLora(model)) as number).toPrecision(2)} parameters; its trainer needs ~${formatBytes(bytes)} ` +
-      `(weights ${formatBytes(parts.weights)}, gradients + AdamW ${formatBytes(parts.optimizer)}, activations of ${config.train.micro_batch} x ${model.contextLength} tokens ${formatBytes(parts.activations)}); ` +
-      `${memoryLimitText(limitBytes)}: lower train.micro_batch or model.context_length, or train LoRA adapters (lora)`,
+      `(weights ${formatBytes(parts.weights)}, gradients + AdamW ${formatBytes(parts.optimizer)}, activations of ${microBatchSequences(config, model)} x ${model.contextLength} tokens ${formatBytes(parts.activations)}); ` +
+      `${memoryLimitText(limitBytes)}: lower train.micro_batch (or train.micro_batch_tokens) or model.context_length, or train LoRA adapters (lora)`,
   );
 }

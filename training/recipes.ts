@@ -52,13 +52,20 @@ export interface RealModelRecipeOptions {
   /** The train and eval files (default: the shipped arithmetic problems). */
   train?: string;
   eval?: string;
+  /** train.micro_batch_tokens (default REAL_MODEL_MICRO_BATCH_TOKENS). */
+  microBatchTokens?: number;
 }
+
+/** The real-model recipe's micro-batch token budget: a SmolLM2 LoRA trainer's peak stays near 5 GB. */
+export const REAL_MODEL_MICRO_BATCH_TOKENS = 512;
 
 /**
  * GRPO + LoRA on a pretrained instruct model and the shipped arithmetic word problems, graded by the
- * last number of the answer (tuned for SmolLM2-135M-Instruct on the 2-core CPU machines): one
- * sequence per micro-batch keeps each synchronous tfjs stretch well inside the trainer's heartbeat
- * timeout, and the trainer inside the wasm heap (training/options.ts trainerMemoryEstimate).
+ * last number of the answer (tuned for SmolLM2-135M-Instruct on the 2-core CPU machines). The
+ * trainer runs on the worker's trainer thread (training/trainer-thread.ts), so a micro-batch may
+ * compute for longer than the heartbeat timeout: micro-batches are packed by a token budget
+ * (REAL_MODEL_MICRO_BATCH_TOKENS) that trades throughput (bigger matmuls, fewer passes) against
+ * the activations tfjs keeps for the backward pass (~7 MB a token on SmolLM2; docs/benchmarks.md).
  */
 export function realModelRecipe(o: RealModelRecipeOptions): RunConfigInput {
   return {
@@ -72,7 +79,7 @@ export function realModelRecipe(o: RealModelRecipeOptions): RunConfigInput {
     },
     algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: o.groupSize, clip_low: 0.2, clip_high: 0.28 },
     rollout: { prompts_per_step: o.promptsPerStep, max_new_tokens: o.maxNewTokens, temperature: 1 },
-    train: { steps: o.steps, lr: o.lr, warmup_steps: 0, lr_decay: 'constant', grad_clip: 1, micro_batch: 1, eval_every: o.evalEvery },
+    train: { steps: o.steps, lr: o.lr, warmup_steps: 0, lr_decay: 'constant', grad_clip: 1, micro_batch: o.promptsPerStep * o.groupSize, micro_batch_tokens: o.microBatchTokens ?? REAL_MODEL_MICRO_BATCH_TOKENS, eval_every: o.evalEvery },
     checkpoint: { every: 5, keep_last: 3 },
   };
 }
