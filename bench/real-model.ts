@@ -1,11 +1,16 @@
 // `relax bench real-model`: GRPO + LoRA on a pretrained model (default SmolLM2-135M-Instruct) through
 // the trainingRun workflow on the local stack, on the shipped arithmetic word-problem dataset:
-// reward and held-out accuracy per step, the wall time per step split into rollout and train, and
-// peak memory. The recipe is training/recipes.ts REAL_MODEL_GRPO.
+// reward and held-out accuracy per step, the wall time per step (the median over steps with and
+// without an evaluation running beside them), split into rollout and train, peak memory, and how
+// the activities fared: their most attempts, timeouts, and every worker's worst event-loop lag
+// (scraped from its /metrics). The recipe is training/recipes.ts realModelRecipe.
 //
 // Options (--set key=value): model (a named model, .gguf file or HF directory), steps, eval_every,
-// prompts (per step), group (group size), lr, rank, max_new_tokens.
+// prompts (per step), group (or group_size), lr, rank, max_new_tokens, micro_batch_tokens, mode
+// (sync | async), max_staleness (async), contention (1: one CPU-spinning process per core beside
+// the run, a busy machine).
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,36 +27,67 @@ import { median, peakRssMb } from './measure';
 
 interface StepTimes {
   step: number;
+  /** Wall time from the previous step's train end (the run's first span for step 1) to this one's. */
+  wallS: number;
   rolloutS: number;
   trainS: number;
+  /** Whether an evaluation ran during the step's wall-time window. */
+  withEval: boolean;
 }
 
-/** Per step: the generate spans of its iteration (wall time from first start to last end) and its train span. */
+/** Per step: its wall time, the generate spans of its iteration (first start to last end), its train span, and whether an evaluation overlapped it. */
 async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[]> {
   const pool = new Pool({ connectionString: databaseUrl, max: 1 });
   try {
     const { rows } = await pool.query<{ stage: string; step: number | null; iteration: number | null; started_at: Date; ended_at: Date }>(
-      `SELECT stage, step, iteration, started_at, ended_at FROM stage_spans WHERE run_id = $1 AND stage IN ('generate', 'train') ORDER BY started_at`,
+      `SELECT stage, step, iteration, started_at, ended_at FROM stage_spans WHERE run_id = $1 AND stage IN ('generate', 'train', 'evaluate') ORDER BY started_at`,
       [runId],
     );
     const rollout = new Map<number, { start: number; end: number }>();
-    const train = new Map<number, number>();
+    const train = new Map<number, { start: number; end: number }>();
+    const evals: Array<{ start: number; end: number }> = [];
     for (const r of rows) {
-      const start = r.started_at.getTime();
-      const end = r.ended_at.getTime();
+      const span = { start: r.started_at.getTime(), end: r.ended_at.getTime() };
       if (r.stage === 'generate' && r.iteration !== null) {
         const w = rollout.get(r.iteration);
-        rollout.set(r.iteration, w ? { start: Math.min(w.start, start), end: Math.max(w.end, end) } : { start, end });
-      } else if (r.stage === 'train' && r.step !== null) train.set(r.step, (end - start) / 1000);
+        rollout.set(r.iteration, w ? { start: Math.min(w.start, span.start), end: Math.max(w.end, span.end) } : span);
+      } else if (r.stage === 'train' && r.step !== null) train.set(r.step, span);
+      else if (r.stage === 'evaluate') evals.push(span);
     }
-    // Sync mode: step s trains on iteration s - 1.
-    return [...train.entries()].map(([step, trainS]) => {
-      const w = rollout.get(step - 1);
-      return { step, trainS, rolloutS: w ? (w.end - w.start) / 1000 : Number.NaN };
-    });
+    const first = rows.length ? Math.min(...rows.filter((r) => r.stage !== 'evaluate').map((r) => r.started_at.getTime())) : 0;
+    // Step s trains on iteration s - 1 (in async mode the rollout ran earlier, beside other steps).
+    return [...train.entries()]
+      .sort(([a], [b]) => a - b)
+      .map(([step, t]) => {
+        const w = rollout.get(step - 1);
+        const from = train.get(step - 1)?.end ?? first;
+        return { step, wallS: (t.end - from) / 1000, trainS: (t.end - t.start) / 1000, rolloutS: w ? (w.end - w.start) / 1000 : Number.NaN, withEval: evals.some((e) => e.start < t.end && e.end > from) };
+      });
   } finally {
     await pool.end();
   }
+}
+
+/** The worst event-loop lag each worker's /metrics reports now (prom-client resets it at every scrape), by role. */
+async function eventLoopLags(workers: Array<{ role: string; metricsUrls?: string[] }>): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  await Promise.all(
+    workers.map(async (w) => {
+      const url = w.metricsUrls?.[0];
+      if (!url) return;
+      const text = await (await fetch(url)).text().catch(() => '');
+      const m = /^relax_worker_nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
+      if (m) out[w.role] = Math.max(out[w.role] ?? 0, Number(m[1]));
+    }),
+  );
+  return out;
+}
+
+/** The most attempts any activity of the run took, and how many timed out (Temporal's history). */
+async function activityAttempts(handle: { fetchHistory(): Promise<{ events?: Array<{ activityTaskStartedEventAttributes?: { attempt?: number | null } | null; activityTaskTimedOutEventAttributes?: unknown }> | null }> }): Promise<{ maxAttempt: number; timeouts: number }> {
+  const events = (await handle.fetchHistory()).events ?? [];
+  const attempts = events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes?.attempt ?? 1);
+  return { maxAttempt: Math.max(1, ...attempts), timeouts: events.filter((e) => e.activityTaskTimedOutEventAttributes).length };
 }
 
 async function peakWorkerRssMb(): Promise<number> {
@@ -80,17 +116,31 @@ export const realModelBench: Bench = async (ctx) => {
     steps: num('steps', 30),
     evalEvery: num('eval_every', 5),
     promptsPerStep: num('prompts', 8),
-    groupSize: num('group', 8),
+    groupSize: num('group', num('group_size', 8)),
     lr: num('lr', 3e-4),
     rank: num('rank', 16),
     maxNewTokens: num('max_new_tokens', 32),
+    ...(o.micro_batch_tokens !== undefined ? { microBatchTokens: num('micro_batch_tokens', 0) } : {}),
   });
+  if (o.mode === 'async') Object.assign(input, { mode: 'async', max_staleness: num('max_staleness', 1) });
+  else if (o.mode !== undefined && o.mode !== 'sync') throw new Error(`--set mode: expected sync or async, got "${o.mode}"`);
+  const contention = num('contention', 0) > 0;
   const config = parseRunConfig(input);
   const stackHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-real-model-'));
   ctx.log(`[bench] GRPO + LoRA (rank ${config.lora?.rank}) on ${modelDir}: ${config.train.steps} steps of ${config.rollout.prompts_per_step}x${config.algorithm.group_size} samples, through the workflow`);
   const stack = await startEphemeralStack(stackHome);
+  // The busy neighbour: one spinning process per core for the run (at most an hour).
+  const burners = contention ? Array.from({ length: os.availableParallelism() }, () => spawn(process.execPath, ['-e', 'const end = Date.now() + 3600000; while (Date.now() < end) {}'], { stdio: 'ignore' })) : [];
+  if (contention) ctx.log(`[bench] contention: ${burners.length} CPU-spinning processes beside the run`);
   const t0 = performance.now();
   let summary: Record<string, unknown>;
+  const lags: Record<string, number> = {};
+  const scraping = setInterval(() => {
+    eventLoopLags(stack.workers()).then(
+      (now) => Object.entries(now).forEach(([role, lag]) => (lags[role] = Math.max(lags[role] ?? 0, lag))),
+      () => undefined,
+    );
+  }, 2_000);
   try {
     const client = await RelaxClient.connect(stack.temporalAddress, undefined, PLAINTEXT_TEMPORAL);
     try {
@@ -98,11 +148,13 @@ export const realModelBench: Bench = async (ctx) => {
       const handle = await client.startTraining({ ...input, run_id: runId, checkpoint: { ...input.checkpoint, dir: path.join(stackHome, 'checkpoints') } });
       const result = await handle.result();
       const wallS = (performance.now() - t0) / 1000;
+      const attempts = await activityAttempts(client.client.workflow.getHandle(runId));
       const times = await stepTimes(stack.databaseUrl, runId);
       const peak = Math.max(peakRssMb(), await peakWorkerRssMb());
       const rewards = new Map(result.rewards.map(([s, r]) => [s, r]));
       const accuracy = new Map(result.accuracies.map(([s, a]) => [s, a]));
-      const curve = times.map((t) => ({ step: t.step, reward: rewards.get(t.step) ?? null, held_out_accuracy: accuracy.get(t.step) ?? null, rollout_s: t.rolloutS, train_s: t.trainS }));
+      const curve = times.map((t) => ({ step: t.step, reward: rewards.get(t.step) ?? null, held_out_accuracy: accuracy.get(t.step) ?? null, step_s: t.wallS, with_eval: t.withEval, rollout_s: t.rolloutS, train_s: t.trainS }));
+      const medianOf = (ts: StepTimes[]) => (ts.length ? median(ts.map((t) => t.wallS)) : null);
       const evals = result.accuracies.map(([s, a]) => ({ step: s, accuracy: a }));
       ctx.log('');
       ctx.log('mean reward per step:');
@@ -116,11 +168,19 @@ export const realModelBench: Bench = async (ctx) => {
         final_accuracy: result.evalAccuracy ?? null,
         steps: result.steps,
         samples_per_step: config.rollout.prompts_per_step * config.algorithm.group_size,
-        step_s: median(times.map((t) => t.rolloutS + t.trainS).filter(Number.isFinite)),
+        mode: config.mode,
+        contention,
+        train_micro_batch_tokens: config.train.micro_batch_tokens ?? null,
+        step_s: medianOf(times),
+        step_s_without_eval: medianOf(times.filter((t) => !t.withEval)),
+        step_s_with_eval: medianOf(times.filter((t) => t.withEval)),
         rollout_s: median(times.map((t) => t.rolloutS).filter(Number.isFinite)),
         train_s: median(times.map((t) => t.trainS)),
         wall_s: wallS,
         peak_rss_mb: peak,
+        activity_attempts_max: attempts.maxAttempt,
+        activity_timeouts: attempts.timeouts,
+        eventloop_lag_max_s: lags,
         curve,
         evals,
       };
@@ -128,6 +188,8 @@ export const realModelBench: Bench = async (ctx) => {
       await client.close();
     }
   } finally {
+    clearInterval(scraping);
+    for (const b of burners) b.kill('SIGKILL');
     await stack.stop();
     fs.rmSync(stackHome, { recursive: true, force: true });
   }
