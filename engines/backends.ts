@@ -50,6 +50,9 @@ export function nativeTfjsAvailable(env: NodeJS.ProcessEnv = process.env): boole
   return tfjsBackendChoice(env) !== 'wasm' && ['@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu'].some(nativeBindingBuilt);
 }
 
+/** TF_NUM_INTRAOP_THREADS as the user set it (read at load, before any backend here sets it for TensorFlow). */
+export const USER_TF_INTRAOP_THREADS = process.env.TF_NUM_INTRAOP_THREADS;
+
 /** Models below this many parameters run their engines on one thread (see engineThreads). */
 export const SMALL_MODEL_PARAMETERS = 5_000_000;
 

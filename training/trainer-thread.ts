@@ -18,7 +18,7 @@
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import type { RunConfig } from '../config/run-config';
-import { engineThreads } from '../engines/backends';
+import { engineThreads, USER_TF_INTRAOP_THREADS } from '../engines/backends';
 import type { Device } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { NonFiniteUpdateError, type LrSchedule, type ScoredSequence, type TrainerOptions, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
@@ -69,10 +69,10 @@ class TrainerThread {
   readonly ready: Promise<TrainerThreadInfo>;
 
   constructor(device: Device, model: ModelConfig) {
-    const intraOpThreads = engineThreads(model);
-    // Read by TensorFlow from the OS environment when the thread loads it (a thread's own
-    // process.env is a copy that never reaches getenv).
-    process.env.TF_NUM_INTRAOP_THREADS ??= String(intraOpThreads);
+    // Read by TensorFlow from the OS environment when the thread creates its context (a thread's
+    // own process.env is a copy that never reaches getenv); the main thread may have set it for
+    // itself, so only a value the user set wins over this model's count.
+    process.env.TF_NUM_INTRAOP_THREADS = USER_TF_INTRAOP_THREADS ?? String(engineThreads(model));
     process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
     this.worker = new Worker(path.join(__dirname, 'trainer-thread-entry.js'), { workerData: { device } });
     this.worker.unref();
