@@ -236,7 +236,7 @@ async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRu
   const trainer = await trainerAt(ctx, run, fromVersion);
   try {
     const withMedia = await withSequenceMedia(samples, run.media);
-    return { trainer, metrics: await withHeartbeats(() => computeUpdate((sequences, r) => trainer.trainStep(sequences, r.algorithm), rule, withMedia, advantages, fromVersion)) };
+    return { trainer, metrics: await computeUpdate((sequences, r) => trainer.trainStep(sequences, r.algorithm), rule, withMedia, advantages, fromVersion) };
   } catch (err) {
     dropTrainer(run.runId);
     throw err;
@@ -431,9 +431,11 @@ export async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promis
 export function createTrainActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
-    initPolicy: (input: InitPolicyInput) => failuresMapped(() => initPolicy(ctx, input)),
+    initPolicy: (input: InitPolicyInput) => failuresMapped(() => withHeartbeats(() => initPolicy(ctx, input))),
     warmStart: (input: WarmStartInput) => failuresMapped(() => warmStart(ctx, input)),
-    trainStep: (input: TrainStepInput) => failuresMapped(() => oneStepAtATime(input.runId, () => trainStep(ctx, input))),
+    // Heartbeats for the whole step: building a trainer (its weights copied to the trainer thread) and
+    // publishing take seconds on a real model, like the update itself.
+    trainStep: (input: TrainStepInput) => failuresMapped(() => withHeartbeats(() => oneStepAtATime(input.runId, () => trainStep(ctx, input)))),
     skipStep: (input: SkipStepInput) => failuresMapped(() => skipStep(ctx, input)),
   };
 }

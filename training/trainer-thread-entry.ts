@@ -4,7 +4,8 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { loadTfjsBackend } from '../engines/backends';
 import type { Device } from '../engines/device';
-import { Trainer, type TrainingLoss } from '../engines/trainer';
+import type { PolicyWeights } from '../engines/model';
+import { Trainer, type TrainerOptions, type TrainingLoss } from '../engines/trainer';
 import { resolvePolicyLoss } from './losses';
 import type { Algorithm, TrainerReply, TrainerRequest } from './trainer-thread';
 
@@ -12,6 +13,8 @@ const port = parentPort;
 if (!port) throw new Error('training/trainer-thread-entry.js runs as a worker thread (training/trainer-thread.ts starts it)');
 
 const trainers = new Map<number, Trainer>();
+/** Initial weights received for a trainer not created yet, by handle. */
+const staged = new Map<number, PolicyWeights>();
 const losses = new Map<string, Promise<TrainingLoss>>();
 
 function lossOf(algorithm: Algorithm): Promise<TrainingLoss> {
@@ -42,8 +45,13 @@ function buffersOf(value: unknown): ArrayBuffer[] {
 async function handle(req: TrainerRequest): Promise<unknown> {
   const a = req.args as never[];
   switch (req.op) {
+    case 'stageWeights':
+      staged.set(req.handle, { ...staged.get(req.handle), ...(a[0] as PolicyWeights) });
+      return undefined;
     case 'create': {
-      const trainer = Trainer.create(a[0]);
+      const weights = staged.get(req.handle);
+      staged.delete(req.handle);
+      const trainer = Trainer.create({ ...(a[0] as TrainerOptions), ...(weights ? { weights } : {}) });
       trainers.set(req.handle, trainer);
       return { step: trainer.step };
     }

@@ -27,6 +27,8 @@ export type Algorithm = RunConfig['algorithm'];
 
 /** The operations a RemoteTrainer sends, with their arguments and results (the thread's protocol). */
 export interface TrainerOps {
+  /** Part of a trainer's initial weights, sent before its create (see RemoteTrainer.create). */
+  stageWeights: { args: [weights: PolicyWeights]; result: void };
   create: { args: [options: TrainerOptions]; result: { step: number } };
   trainStep: { args: [sequences: readonly TrainSequence[], algorithm: Algorithm]; result: TrainStepMetrics };
   logprobs: { args: [sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number }]; result: Float32Array[] };
@@ -138,6 +140,9 @@ function rebuiltError(e: { name: string; message: string; stack?: string }): Err
 
 let current: TrainerThread | undefined;
 
+/** The most bytes of weights one message copies to the thread. */
+const STAGE_BYTES = 32 * 2 ** 20;
+
 function threadFor(device: Device, model: ModelConfig): TrainerThread {
   current ??= new TrainerThread(device, model);
   return current;
@@ -171,12 +176,31 @@ export class RemoteTrainer {
     this.stepCount = step;
   }
 
-  /** Creates a trainer on the thread (started for `device` on first use). The weights are copied: the caller keeps its arrays. */
+  /**
+   * Creates a trainer on the thread (started for `device` on first use). The weights are copied
+   * (the caller keeps its arrays), in parts of at most STAGE_BYTES: copying a message is synchronous
+   * on the sending side, and half a gigabyte at once would stall this thread's event loop.
+   */
   static async create(options: TrainerOptions, device: Device = { kind: 'cpu' }): Promise<RemoteTrainer> {
     const thread = threadFor(device, options.model);
     await thread.ready;
     const handle = thread.newHandle();
-    const { step } = await thread.call(handle, 'create', [options]);
+    const { weights, ...rest } = options;
+    let part: PolicyWeights = {};
+    let bytes = 0;
+    const send = async () => {
+      if (bytes === 0) return;
+      await thread.call(handle, 'stageWeights', [part]);
+      part = {};
+      bytes = 0;
+    };
+    for (const [name, w] of Object.entries(weights ?? {})) {
+      if (bytes > 0 && bytes + w.byteLength > STAGE_BYTES) await send();
+      part[name] = w;
+      bytes += w.byteLength;
+    }
+    await send();
+    const { step } = await thread.call(handle, 'create', [rest]);
     return new RemoteTrainer(options.model, thread, handle, step);
   }
 

@@ -1,0 +1,106 @@
+// A SmolLM2-135M GRPO + LoRA run through the workflow whose train step is one micro-batch of the
+// whole batch computing for longer than the train activity's heartbeat timeout (10 s), on a
+// machine whose cores other processes keep busy: the trainer runs on the worker's trainer thread
+// (training/trainer-thread.ts), so the worker's main thread keeps heartbeating. Asserted from
+// Temporal's history and the workers' own metrics: each update was one micro-batch that computed
+// for more than 10 s, every activity ran exactly one attempt, nothing timed out, and the train
+// worker's event loop never lagged by a second or more.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import fs from 'node:fs';
+import { relaxEnvironment } from '../config/environment';
+import { roleTaskQueue } from '../config/task-queues';
+import { resolveModelSource } from '../engines/model-sources';
+import { EXAMPLE_DATA_DIR, realModelRecipe } from '../training/recipes';
+import { readMetrics } from '../store/metrics';
+import type { TrainingResult } from '../workflows/training-run';
+import { startWorkerStack, uniqueId, type WorkerStack } from './helpers';
+
+// Rewards that vary within each group (a hash of the response), so every step has samples to train on.
+const HASH_REWARD = path.resolve(__dirname, '../../test/fixtures/hash-reward.cjs');
+const STEPS = 2;
+// 2 prompts x 4 samples of up to 32 new tokens: ~600 tokens in one micro-batch, 6-8 s of LoRA
+// forward + backward on 2 idle cores, two to three times that beside the burners.
+const PROMPTS = 2;
+const GROUP = 4;
+const HEARTBEAT_TIMEOUT_MS = 10_000;
+
+let stack: WorkerStack;
+let modelDir: string;
+let evalFile: string;
+const burners: ChildProcess[] = [];
+
+before(async () => {
+  modelDir = await resolveModelSource('smollm2-135m-instruct', { home: relaxEnvironment().home, log: (l) => console.log(l) });
+  evalFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-long-step-eval-')), 'eval.jsonl');
+  fs.writeFileSync(evalFile, fs.readFileSync(path.join(EXAMPLE_DATA_DIR, 'arith-eval.jsonl'), 'utf8').split('\n').slice(0, 4).join('\n') + '\n');
+  stack = await startWorkerStack(['control', 'rollout', 'train'], {}, 'relax-long-step-');
+  // The busy neighbours: two spinning processes per core, for at most 10 minutes.
+  for (let i = 0; i < 2 * os.availableParallelism(); i++) {
+    burners.push(spawn(process.execPath, ['-e', 'const end = Date.now() + 600000; while (Date.now() < end) {}'], { stdio: 'ignore' }));
+  }
+});
+
+after(async () => {
+  for (const b of burners) b.kill('SIGKILL');
+  await stack?.close();
+  if (evalFile) fs.rmSync(path.dirname(evalFile), { recursive: true, force: true });
+});
+
+/** The max event-loop lag each worker's /metrics reports now (prom-client resets it at every scrape). */
+async function eventLoopLags(urls: string[]): Promise<number[]> {
+  return Promise.all(
+    urls.map(async (url) => {
+      const text = await (await fetch(url)).text();
+      const m = /^relax_worker_nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
+      assert.ok(m, `${url} reports relax_worker_nodejs_eventloop_lag_max_seconds`);
+      return Number(m[1]);
+    }),
+  );
+}
+
+test('SmolLM2 GRPO + LoRA beside CPU burners: a train call longer than the heartbeat timeout, one attempt per activity, no timeout, the trainer\'s event loop under 1 s', async () => {
+  const config = { ...realModelRecipe({ modelFrom: modelDir, steps: STEPS, evalEvery: STEPS, promptsPerStep: PROMPTS, groupSize: GROUP, lr: 5e-4, rank: 16, maxNewTokens: 32, eval: evalFile, microBatchTokens: 4096 }), reward: { module: HASH_REWARD } };
+  // The train worker's (the last one) metrics: its main thread is the one a blocking trainer would stall.
+  const metricsUrls = stack.workers.slice(2).map((w) => /\bmetrics (http:\/\/\S+)/.exec(w.output.find((l) => /^relax worker ready/.test(l)) ?? '')?.[1]);
+  assert.ok(metricsUrls.every((u) => u !== undefined), 'every worker prints its metrics URL');
+  const id = uniqueId('long-step');
+  const handle = await stack.temporal.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [config] });
+  let worstLag = 0;
+  await eventLoopLags(metricsUrls as string[]);
+  const scraping = setInterval(() => {
+    eventLoopLags(metricsUrls as string[]).then(
+      (lags) => (worstLag = Math.max(worstLag, ...lags)),
+      () => undefined,
+    );
+  }, 2_000);
+  let result: TrainingResult;
+  try {
+    result = (await handle.result().catch((err: Error & { cause?: Error & { cause?: Error } }) => {
+      throw new Error(`the run failed: ${err.cause?.message ?? err.message}${err.cause?.cause ? `: ${err.cause.cause.message}` : ''}`);
+    })) as TrainingResult;
+  } finally {
+    clearInterval(scraping);
+  }
+  worstLag = Math.max(worstLag, ...(await eventLoopLags(metricsUrls as string[])));
+  assert.equal(result.steps, STEPS);
+
+  // Each update was one micro-batch of the whole batch and computed for longer than the heartbeat timeout.
+  const metrics = await readMetrics(stack.db.pool, id);
+  const of = (name: string) => (metrics[name] ?? []).map(([, value]) => value);
+  assert.deepEqual(of('micro_batches'), new Array(STEPS).fill(1), `one micro-batch a step (trained samples: ${JSON.stringify(of('trained_samples'))})`);
+  assert.ok(Math.max(...of('duration_ms')) > HEARTBEAT_TIMEOUT_MS, `a train call computed for longer than the ${HEARTBEAT_TIMEOUT_MS} ms heartbeat timeout (durations ${of('duration_ms').map(Math.round).join(', ')} ms)`);
+
+  // Temporal saw one attempt of every activity and no timeout.
+  const events = (await handle.fetchHistory()).events ?? [];
+  const typeOf = new Map(events.filter((e) => e.activityTaskScheduledEventAttributes).map((e) => [String(e.eventId), e.activityTaskScheduledEventAttributes?.activityType?.name ?? '?']));
+  const started = events.filter((e) => e.activityTaskStartedEventAttributes).map((e) => e.activityTaskStartedEventAttributes!);
+  assert.ok(started.length > 0);
+  const retried = started.filter((a) => (a.attempt ?? 1) > 1).map((a) => `${typeOf.get(String(a.scheduledEventId))} attempt ${a.attempt}: ${a.lastFailure?.message ?? ''}`);
+  assert.deepEqual(retried, [], 'no activity was retried');
+  assert.equal(events.filter((e) => e.activityTaskTimedOutEventAttributes).length, 0, 'no activity timed out');
+  assert.ok(worstLag < 1, `the train worker's event loop lagged < 1 s (worst ${worstLag.toFixed(3)} s)`);
+});
