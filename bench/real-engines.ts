@@ -1,6 +1,8 @@
 // `relax bench engines --set model=<pretrained>`: the engines on a pretrained model (e.g.
-// smollm2-135m-instruct), side by side in one run: rollout tokens/s at batch 1/8/32 with LoRA
-// adapters as separate low-rank matmuls and with the adapters merged into the weights, train
+// smollm2-135m-instruct), side by side in one run: rollout tokens/s at batch 1/8/32 (distinct
+// prompts) and for a GRPO group batch (8 prompts x 4 samples, each prompt prefilled once), with LoRA
+// adapters as separate low-rank matmuls (at 1 thread and at the thread count the rollout workers
+// use, engines/backends.ts ortThreads) and with the adapters merged into the weights, train
 // tokens/s for LoRA and for full fine-tuning, weight sync ms for adapters vs full weights (in one
 // process, and through a checkpoint as between processes), peak RSS,
 // and each figure as a fraction of its engine's matmul roofline (bench/engines.ts measures that).
@@ -10,7 +12,7 @@ import path from 'node:path';
 import { relaxEnvironment } from '../config/environment';
 import { loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
 import { seededRandom } from '../config/seeds';
-import { loadTfjsBackend } from '../engines/backends';
+import { loadTfjsBackend, ortThreads } from '../engines/backends';
 import type { Device } from '../engines/device';
 import { loadHfModel } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
@@ -25,13 +27,18 @@ import type { BenchContext } from './index';
 import { median, peakRssMb, round, timeCalls } from './measure';
 
 const BATCHES = [1, 8, 32];
-const QUESTIONS = ['What is 12 + 7?', 'Name a prime number above 20.', 'What is the capital of Italy?', 'Count from 1 to 5.'];
+/** The GRPO shape of `rollout_tokens_per_s.group`: this many distinct prompts, each sampled GROUP_SIZE times. */
+const GROUP_PROMPTS = 8;
+const GROUP_SIZE = 4;
+const COUNTRIES = ['Italy', 'France', 'Spain', 'Japan', 'Peru', 'Egypt', 'Canada', 'Norway'];
+/** Question templates; the i-th prompt fills one with i, so every prompt of a batch is distinct (none shares a prefill). */
+const QUESTIONS = [(i: number) => `What is ${12 + i} + 7?`, (i: number) => `Name a prime number above ${20 + i}.`, (i: number) => `What is the capital of ${COUNTRIES[i % COUNTRIES.length]}?`, (i: number) => `Count from ${1 + i} to ${5 + i}.`];
 
-/** Chat prompts of the model's own template, `n` of them. */
+/** `n` distinct chat prompts of the model's own template. */
 function chatPrompts(dir: string, n: number): number[][] {
   const tokenizer = HfTokenizer.fromFile(`${dir}/tokenizer.json`);
   const chat = ChatTemplate.fromTokenizerConfig(dir);
-  return Array.from({ length: n }, (_, i) => tokenizer.encode(chat.render([{ role: 'user', content: QUESTIONS[i % QUESTIONS.length] }])));
+  return Array.from({ length: n }, (_, i) => tokenizer.encode(chat.render([{ role: 'user', content: QUESTIONS[i % QUESTIONS.length](Math.floor(i / QUESTIONS.length)) }])));
 }
 
 /** Adapters with nonzero B (a trained-looking adapter), seeded. */
@@ -63,31 +70,38 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const maxNewTokens = Number(ctx.options.max_new_tokens ?? 16);
   const minMs = Number(ctx.options.min_ms ?? 1000);
   const trainSequences = Number(ctx.options.train_sequences ?? 8);
-  // As the rollout workers run: one intra-op thread per engine (ort_threads 0 = ONNX Runtime's default).
-  const ortThreads = Number(ctx.options.ort_threads ?? 1);
-  const engineOptions = { device, maxBatchSize: 64, ...(ortThreads > 0 ? { intraOpNumThreads: ortThreads } : {}) };
   const backend = await loadTfjsBackend(device);
   const dir = await resolveModelSource(from, { home: relaxEnvironment().home, log: ctx.log });
   const base = await loadHfModel(dir, { contextLength: 512 });
   const cfg: ModelConfig = { ...base.config, lora: { rank: 8, alpha: 16, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } };
+  // As the rollout workers run (ortThreads: every core for a real model; ort_threads overrides).
+  const threads = Number(ctx.options.ort_threads ?? ortThreads(cfg));
+  if (!Number.isInteger(threads) || threads < 1) throw new Error(`ort_threads: expected a whole number of threads >= 1, got ${ctx.options.ort_threads}`);
+  const engineOptions = { device, maxBatchSize: 64, intraOpNumThreads: threads };
   const parameters = parameterCount(base.config);
   const adapters = randomAdapters(cfg, 3);
   ctx.log(`engines bench on ${from}: ${parameters.toLocaleString('en-US')} parameters, LoRA rank 8 on all projections (${Object.values(adapters).reduce((n, w) => n + w.length, 0).toLocaleString('en-US')} adapter parameters); tfjs ${backend.backend}`);
 
-  // Rollout: the LoRA graph (adapters as inputs) and the plain graph fed merged weights.
+  // Rollout: the LoRA graph (adapters as inputs, the base built in) and the plain graph fed merged
+  // weights; the LoRA graph at 1 thread as well, for the side-by-side of thread counts.
   const loraEngine = await RolloutEngine.create(cfg, engineOptions);
+  const oneThreadEngine = threads === 1 ? loraEngine : await RolloutEngine.create(cfg, { ...engineOptions, intraOpNumThreads: 1 });
   const mergedEngine = await RolloutEngine.create(withoutLora(cfg), engineOptions);
-  const rollout: Record<string, Record<string, number>> = { lora_adapters: {}, merged: {} };
+  const rollout: Record<string, Record<string, number>> = { lora_adapters: {}, lora_one_thread: {}, merged: {} };
   const syncMs: Record<string, number> = {};
   try {
-    loraEngine.setFrozenWeights(base.weights);
-    loraEngine.setWeights(0, adapters);
+    for (const engine of new Set([loraEngine, oneThreadEngine])) {
+      engine.setFrozenWeights(base.weights);
+      engine.setWeights(0, adapters);
+    }
     mergedEngine.setWeights(0, mergeLoraWeights(cfg, base.weights, adapters));
-    for (const batch of BATCHES) {
-      const prompts = chatPrompts(dir, batch);
-      rollout.lora_adapters[batch] = await rolloutTokensPerS(loraEngine, prompts, maxNewTokens, minMs);
-      rollout.merged[batch] = await rolloutTokensPerS(mergedEngine, prompts, maxNewTokens, minMs);
-      ctx.log(`rollout batch ${String(batch).padStart(3)}: ${rollout.lora_adapters[batch].toFixed(0)} tokens/s with adapters as matmuls, ${rollout.merged[batch].toFixed(0)} merged`);
+    const distinct = chatPrompts(dir, Math.max(...BATCHES, GROUP_PROMPTS));
+    const cases: Array<[string, number[][]]> = [...BATCHES.map((b): [string, number[][]] => [String(b), distinct.slice(0, b)]), ['group', distinct.slice(0, GROUP_PROMPTS).flatMap((p) => Array.from({ length: GROUP_SIZE }, () => p))]];
+    for (const [name, prompts] of cases) {
+      rollout.lora_adapters[name] = await rolloutTokensPerS(loraEngine, prompts, maxNewTokens, minMs);
+      rollout.lora_one_thread[name] = threads === 1 ? rollout.lora_adapters[name] : await rolloutTokensPerS(oneThreadEngine, prompts, maxNewTokens, minMs);
+      rollout.merged[name] = await rolloutTokensPerS(mergedEngine, prompts, maxNewTokens, minMs);
+      ctx.log(`rollout ${name === 'group' ? `group (${GROUP_PROMPTS} prompts x ${GROUP_SIZE})` : `batch ${name.padStart(3)}`}: ${rollout.lora_adapters[name].toFixed(0)} tokens/s with adapters as matmuls on ${threads} thread${threads === 1 ? '' : 's'} (${rollout.lora_one_thread[name].toFixed(0)} on 1), ${rollout.merged[name].toFixed(0)} merged`);
     }
     // Weight sync in one process: a version's adapters, the adapters merged into full weights, full weights.
     let version = 1;
@@ -114,7 +128,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     }
     ctx.log(`weight sync in process: adapters ${syncMs.adapters.toFixed(1)} ms, merge + full ${syncMs.merged.toFixed(0)} ms, full weights ${syncMs.full.toFixed(1)} ms; through a checkpoint: adapters ${syncMs.adapters_checkpoint.toFixed(0)} ms, full ${syncMs.full_checkpoint.toFixed(0)} ms`);
   } finally {
-    await Promise.all([loraEngine.release(), mergedEngine.release()]);
+    await Promise.all([...new Set([loraEngine, oneThreadEngine, mergedEngine])].map((e) => e.release()));
   }
 
   // Train: PPO steps on chat prompts + short sampled responses, LoRA first, then full fine-tuning.
@@ -165,8 +179,10 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     model: from,
     parameters,
     tfjs_backend: backend.backend,
-    ort_threads: ortThreads || 'onnxruntime default',
+    ort_threads: threads,
+    threads: { onnxruntime: threads, ...(backend.backend === 'tensorflow' ? { tensorflow: Number(process.env.TF_NUM_INTRAOP_THREADS) } : {}) },
     rollout_tokens_per_s: rollout.lora_adapters,
+    rollout_tokens_per_s_one_thread: rollout.lora_one_thread,
     rollout_tokens_per_s_merged: rollout.merged,
     train_tokens_per_s: train,
     train_step_ms: stepMs,
@@ -179,6 +195,6 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     roofline_gflops: roofline,
     rollout_roofline_fraction: rolloutFraction,
     train_roofline_fraction: trainFraction,
-    median_rollout_tokens_per_s: round(median(Object.values(rollout.lora_adapters))),
+    median_rollout_tokens_per_s: round(median(BATCHES.map((b) => rollout.lora_adapters[b]))),
   };
 }

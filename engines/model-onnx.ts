@@ -54,9 +54,19 @@ export class OnnxGraphBuilder implements TensorOps<string> {
     return this.constant(`f32:${value}`, floatScalar(value));
   }
 
-  /** Gives value `from` the graph-visible name `to` (for graph outputs). */
+  /**
+   * Gives value `from` the graph-visible name `to` (for graph outputs): its producer's output is
+   * renamed in place, since an Identity node copies its tensor on every run (for the KV cache that
+   * was 5% of a SmolLM2 decode step). A graph input has no producer and gets an Identity.
+   */
   rename(from: string, to: string): void {
-    this.nodes.push({ opType: 'Identity', inputs: [from], outputs: [to], name: this.fresh('Identity'), attributes: {} });
+    if (!this.nodes.some((n) => n.outputs.includes(from))) {
+      this.nodes.push({ opType: 'Identity', inputs: [from], outputs: [to], name: this.fresh('Identity'), attributes: {} });
+      return;
+    }
+    for (const n of this.nodes) {
+      for (const names of [n.inputs, n.outputs]) for (let i = 0; i < names.length; i++) if (names[i] === from) names[i] = to;
+    }
   }
 
   embed(table: string, ids: string): string {
@@ -162,6 +172,8 @@ export const GRAPH_NAMES = {
   ropeSin: 'rope_sin',
   attentionBias: 'attention_bias',
   logits: 'logits',
+  /** exp(logits - max over the vocabulary), per row. */
+  expLogits: 'exp_logits',
   pastKey: (l: number) => `past_key_${l}`,
   pastValue: (l: number) => `past_value_${l}`,
   presentKey: (l: number) => `present_key_${l}`,
@@ -202,12 +214,18 @@ function addMediaInputs(cfg: ModelConfig, media: GraphMedia, inputs: OnnxValueIn
  * int32, attention_bias [batch, 1, new, past + new] float, for llama models rope_cos / rope_sin
  * [batch, 1, new, Dh] (engines/model.ts ropeTables), and with `withPast` the cache
  * past_key_l [batch, Hkv, Dh, past] / past_value_l [batch, Hkv, past, Dh]. Outputs: logits of the
- * last position [batch, 1, V] and present_key_l / present_value_l covering past + new positions.
+ * last position [batch, 1, V], exp_logits (exp(logits - their max), same shape) and
+ * present_key_l / present_value_l covering past + new positions.
  * Prefill is withPast = false (the prompt), decode is withPast = true (one token per step). A prefill
  * graph with `media` also takes those media inputs (addMediaInputs) and places their embeddings at
  * the prompt's placeholder positions; decode graphs take none (the cache holds the prompt).
+ * A decode graph fed an empty past ([batch, Hkv, Dh, 0]) is a prefill graph.
+ *
+ * Weights named in `constants` are graph initializers instead of inputs: ONNX Runtime then prepacks
+ * the MatMul operands once per session instead of on every run (a SmolLM2 decode step at batch 8:
+ * 92 -> 52 ms on 2 threads), at the price of a new session when they change (a LoRA base: never).
  */
-export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean, media: GraphMedia = {}): OnnxGraph {
+export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean, media: GraphMedia = {}, constants: Readonly<Record<string, Float32Array>> = {}): OnnxGraph {
   if (withPast && (media.images || media.audio)) throw new Error('a decode graph (withPast) takes no media: the prefill graph encodes them into the key/value cache');
   const b = new OnnxGraphBuilder();
   const { Hkv: H, Dh } = attentionDims(cfg);
@@ -247,18 +265,41 @@ export function buildGenerationGraph(cfg: ModelConfig, withPast: boolean, media:
     ...(mediaInputs ? { media: mediaInputs } : {}),
   });
   b.rename(out.logits, GRAPH_NAMES.logits);
-  const outputs: OnnxValueInfo[] = [{ name: GRAPH_NAMES.logits, dataType: F, shape: ['batch', 1, cfg.vocabSize] }];
+  // exp(logits - max) as well: the rollout engine's log-probs and temperature-1 sampling need only
+  // its sum and a running subtraction, where a float64 log-softmax in JS cost ~1 ms per row for a
+  // 49,152-token vocabulary (as long as a SmolLM2 decode step's matmuls at batch 32 / 4 rows).
+  const max = b.node('ReduceMax', [GRAPH_NAMES.logits], { axes: { kind: 'ints', value: [-1] }, keepdims: { kind: 'int', value: 1 } })[0];
+  b.nodes.push({ opType: 'Exp', inputs: [b.node('Sub', [GRAPH_NAMES.logits, max])[0]], outputs: [GRAPH_NAMES.expLogits], name: 'exp_logits', attributes: {} });
+  const outputs: OnnxValueInfo[] = [
+    { name: GRAPH_NAMES.logits, dataType: F, shape: ['batch', 1, cfg.vocabSize] },
+    { name: GRAPH_NAMES.expLogits, dataType: F, shape: ['batch', 1, cfg.vocabSize] },
+  ];
   out.present.forEach((c, l) => {
     b.rename(c.k, GRAPH_NAMES.presentKey(l));
     b.rename(c.v, GRAPH_NAMES.presentValue(l));
     outputs.push({ name: GRAPH_NAMES.presentKey(l), dataType: F, shape: ['batch', H, Dh, 'total'] });
     outputs.push({ name: GRAPH_NAMES.presentValue(l), dataType: F, shape: ['batch', H, 'total', Dh] });
   });
-  return { name: withPast ? 'relax_policy_decode' : 'relax_policy_prefill', nodes: b.nodes, inputs, outputs };
+  for (const name of Object.keys(constants)) if (!inputs.some((i) => i.name === name)) throw new Error(`constant "${name}" is not a weight of this model`);
+  const initializers = inputs
+    .filter((i) => constants[i.name] !== undefined)
+    .map((i) => {
+      const values = constants[i.name];
+      const dims = i.shape as number[];
+      if (values.length !== dims.reduce((a, d) => a * d, 1)) throw new Error(`constant "${i.name}" has ${values.length} values, expected shape [${dims}]`);
+      return { name: i.name, dims, dataType: F, rawData: new Uint8Array(values.buffer, values.byteOffset, values.byteLength) };
+    });
+  return {
+    name: withPast ? 'relax_policy_decode' : 'relax_policy_prefill',
+    nodes: b.nodes,
+    inputs: inputs.filter((i) => constants[i.name] === undefined),
+    outputs,
+    initializers,
+  };
 }
 
-export function buildGenerationModel(cfg: ModelConfig, withPast: boolean, media: GraphMedia = {}): Uint8Array {
-  return encodeOnnxModel(buildGenerationGraph(cfg, withPast, media), ONNX_OPSET);
+export function buildGenerationModel(cfg: ModelConfig, withPast: boolean, media: GraphMedia = {}, constants: Readonly<Record<string, Float32Array>> = {}): Uint8Array {
+  return encodeOnnxModel(buildGenerationGraph(cfg, withPast, media, constants), ONNX_OPSET);
 }
 
 /**

@@ -35,11 +35,18 @@ export interface OnnxValueInfo {
   shape: OnnxDim[];
 }
 
+/** A graph initializer: a constant tensor ONNX Runtime owns (and may prepack for its kernels). */
+export interface OnnxInitializer extends OnnxTensor {
+  name: string;
+}
+
 export interface OnnxGraph {
   name: string;
   nodes: OnnxNode[];
   inputs: OnnxValueInfo[];
   outputs: OnnxValueInfo[];
+  /** Constant tensors by name; a name here is not also a graph input. */
+  initializers?: OnnxInitializer[];
 }
 
 const IR_VERSION = 8;
@@ -93,9 +100,13 @@ class ProtoWriter {
   }
 
   message(field: number, build: (w: ProtoWriter) => void): void {
+    // The inner chunks are adopted, not concatenated: a graph with initializers nests hundreds of
+    // MB of raw_data, copied once (finish) instead of once per nesting level.
     const inner = new ProtoWriter();
     build(inner);
-    this.bytes(field, inner.finish());
+    this.tag(field, 2);
+    this.varint(BigInt(inner.length));
+    for (const c of inner.chunks) this.push(c);
   }
 
   packedInts(field: number, values: number[]): void {
@@ -115,9 +126,10 @@ class ProtoWriter {
   }
 }
 
-function writeTensor(w: ProtoWriter, t: OnnxTensor): void {
+function writeTensor(w: ProtoWriter, t: OnnxTensor, name?: string): void {
   w.packedInts(1, t.dims); // dims
   w.int(2, t.dataType); // data_type
+  if (name !== undefined) w.string(8, name); // name
   w.bytes(9, t.rawData); // raw_data
 }
 
@@ -172,6 +184,7 @@ export function encodeOnnxModel(graph: OnnxGraph, opset: number, producer = 'rel
       });
     }
     g.string(2, graph.name);
+    for (const t of graph.initializers ?? []) g.message(5, (tw) => writeTensor(tw, t, t.name));
     for (const i of graph.inputs) g.message(11, (vw) => writeValueInfo(vw, i));
     for (const o of graph.outputs) g.message(12, (vw) => writeValueInfo(vw, o));
   });

@@ -1,7 +1,13 @@
 // The rollout engine: batched generation with ONNX Runtime from the policy graphs that
-// engines/model-onnx.ts builds out of the shared model definition. A prefill graph runs the prompts,
-// a KV-cache decode graph adds one token per step. Weights are graph inputs, so switching to a new
-// policy version is a pointer swap before the next generate() (no session rebuild).
+// engines/model-onnx.ts builds out of the shared model definition. One KV-cache graph runs the
+// prompts (prefill, an empty past) and then adds one token per step (decode). Weights that change
+// with the version are graph inputs, so switching to a new policy version is a pointer swap before
+// the next generate() (no session rebuild); a LoRA base (setFrozenWeights) is built into the session
+// as initializers, which ONNX Runtime prepacks once for its matmuls.
+//
+// A group's samples share their prompt: generate() prefills each distinct prompt once and copies its
+// cache rows and last-position logits to every sample of it, so the samples draw exactly what they
+// would after prefilling the prompt each (test/rollout.test.ts asserts it).
 //
 // Log-probs: every sample carries `logprobs`, the log-probability of each generated token under the
 // policy itself (softmax of the logits at temperature 1, no top-p/top-k truncation). That is what the
@@ -14,16 +20,16 @@
 // a prefill graph that also takes the media inputs, one per combination of kinds, built on first
 // use; the encoders' embeddings then sit in the key/value cache, so decoding is the same as for text.
 import * as ort from 'onnxruntime-node';
-import { onnxRuntimeInfo } from './backends';
+import { onnxRuntimeInfo, ortThreads } from './backends';
 import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
 import type { Device } from './device';
 import { mixSeed, seededRandom } from '../config/seeds';
-import { attentionBias, checkWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
+import { attentionBias, attentionDims, checkWeights, parameterSpec, parseModelConfig, ropeTables, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { transpose2d } from './hf-checkpoint';
 import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead, type GraphMedia } from './model-onnx';
 import { batchMediaInputs, placeholderIds, type SequenceMedia } from './media/model-inputs';
 import { checkPromptMedia, mediaFeeds } from './rollout-media';
-import { argmax, checkSamplingParams, logSoftmax, sampleToken } from './rollout-sampling';
+import { argmax, checkSamplingParams, sampleToken } from './rollout-sampling';
 
 // The sampler, re-exported for the callers that import it from here.
 export { sampleToken } from './rollout-sampling';
@@ -77,17 +83,20 @@ export interface RolloutEngineOptions {
   /** ONNX Runtime execution providers, best first; overrides `device`. */
   executionProviders?: string[];
   /**
-   * Threads per session for one operator; default: ONNX Runtime's choice (all cores). For models as
-   * small as the add2 policy, 1 thread decoded ~2x faster than 2 on a 2-core machine (thread sync
-   * costs more than these tiny matmuls).
+   * Threads per session for one operator; default ortThreads(model) (engines/backends.ts: one for
+   * small models such as the add2 policy, whose matmuls are too small to repay thread hand-offs;
+   * else every core, RELAX_ORT_THREADS to override).
    */
   intraOpNumThreads?: number;
   /** Prompts per prefill/decode batch; longer prompt lists are generated in chunks. Default 64. */
   maxBatchSize?: number;
+  /** Prefill each distinct prompt of a batch once and share its cache among its samples. Default true. */
+  sharePrompts?: boolean;
 }
 
 interface LoadedPolicy {
   version: number;
+  /** The version's weights the text session takes as inputs (with frozen weights: the adapters). */
   feeds: Record<string, ort.Tensor>;
 }
 
@@ -105,8 +114,8 @@ interface Row {
   rand: () => number;
 }
 
-/** Keeps the rows `keep` (indices into the batch) of a [B, ...] float tensor. */
-function selectRows(t: ort.Tensor, keep: number[]): ort.Tensor {
+/** The rows `keep` (indices into the batch, repeats allowed) of a [B, ...] float tensor. */
+function selectRows(t: ort.Tensor, keep: readonly number[]): ort.Tensor {
   const dims = t.dims as number[];
   const rowSize = dims.slice(1).reduce((a, b) => a * b, 1);
   const src = t.data as Float32Array;
@@ -123,7 +132,7 @@ export type GenerationEngine = Pick<RolloutEngine, 'model' | 'policyVersion' | '
 
 export class RolloutEngine {
   private policy: LoadedPolicy | undefined;
-  /** LoRA: the frozen base weights every version shares (setFrozenWeights). */
+  /** LoRA: the frozen base weights every version shares (setFrozenWeights), as feeds of the media prefill graphs. */
   private frozen: Record<string, ort.Tensor> = {};
   /** Prefill sessions with media inputs, by combination of kinds ('images', 'audio', 'images+audio'), opened on first use. */
   private readonly mediaPrefill = new Map<string, Promise<ort.InferenceSession>>();
@@ -132,15 +141,16 @@ export class RolloutEngine {
 
   private constructor(
     readonly model: ModelConfig,
-    private readonly prefill: ort.InferenceSession,
-    private readonly decode: ort.InferenceSession,
+    /** The KV-cache graph, prefill and decode; rebuilt with the frozen weights inside by setFrozenWeights. */
+    private text: Promise<ort.InferenceSession>,
     private readonly maxBatchSize: number,
+    private readonly sharePrompts: boolean,
     private readonly sessionOptions: ort.InferenceSession.SessionOptions,
   ) {
     this.placeholders = Object.values(placeholderIds(model));
   }
 
-  /** Builds the prefill and decode graphs for `model` and opens one ONNX Runtime session for each. */
+  /** Builds the generation graph for `model` and opens an ONNX Runtime session for it. */
   static async create(model: ModelConfig, options: RolloutEngineOptions = {}): Promise<RolloutEngine> {
     parseModelConfig(model);
     const executionProviders = options.executionProviders ?? (options.device ? (await onnxRuntimeInfo(options.device)).executionProviders : ['cpu']);
@@ -148,13 +158,10 @@ export class RolloutEngine {
       executionProviders,
       graphOptimizationLevel: 'all',
       logSeverityLevel: 3,
-      ...(options.intraOpNumThreads ? { intraOpNumThreads: options.intraOpNumThreads } : {}),
+      intraOpNumThreads: options.intraOpNumThreads ?? ortThreads(model),
     };
-    const [prefill, decode] = await Promise.all([
-      ort.InferenceSession.create(buildGenerationModel(model, false), sessionOptions),
-      ort.InferenceSession.create(buildGenerationModel(model, true), sessionOptions),
-    ]);
-    return new RolloutEngine(model, prefill, decode, options.maxBatchSize ?? 64, sessionOptions);
+    const text = await ort.InferenceSession.create(buildGenerationModel(model, true), sessionOptions);
+    return new RolloutEngine(model, Promise.resolve(text), options.maxBatchSize ?? 64, options.sharePrompts ?? true, sessionOptions);
   }
 
   /** The prefill session that takes `media`'s kinds as inputs (built and opened once per combination). */
@@ -187,15 +194,17 @@ export class RolloutEngine {
       const trainable = trainableParameterSpec(this.model);
       checkWeights(this.model, Object.fromEntries(trainable.map((p) => [p.name, weights[p.name]]).filter(([, w]) => w !== undefined)), undefined, 'trainable');
     } else checkWeights(this.model, weights);
-    const feeds: Record<string, ort.Tensor> = { ...this.frozen };
+    const feeds: Record<string, ort.Tensor> = {};
     for (const p of frozenGiven ? trainableParameterSpec(this.model) : parameterSpec(this.model)) feeds[p.name] = new ort.Tensor('float32', weights[p.name], p.shape);
-    if (tiedHead(this.model) && !feeds[TIED_HEAD]) feeds[TIED_HEAD] = this.transposedEmbedding(weights['tok_emb.weight']);
+    if (tiedHead(this.model) && !this.frozen[TIED_HEAD]) feeds[TIED_HEAD] = this.transposedEmbedding(weights['tok_emb.weight']);
     this.policy = { version, feeds };
   }
 
   /**
    * LoRA: the frozen base weights, set once; every setWeights() then needs only a version's
-   * adapters. (The engine keeps references to the arrays.)
+   * adapters. The generation session is rebuilt with them as initializers (a second or two for
+   * SmolLM2-135M), so call it before generating, not while a generate() runs. (The engine keeps
+   * references to the arrays.)
    */
   setFrozenWeights(weights: PolicyWeights): void {
     const frozen = parameterSpec(this.model).filter((p) => p.frozen);
@@ -210,6 +219,12 @@ export class RolloutEngine {
     if (tiedHead(this.model) && feeds['tok_emb.weight']) feeds[TIED_HEAD] = this.transposedEmbedding(weights['tok_emb.weight']);
     this.frozen = feeds;
     this.policy = undefined;
+    const constants = Object.fromEntries(Object.entries(feeds).map(([name, t]) => [name, t.data as Float32Array]));
+    const previous = this.text;
+    this.text = ort.InferenceSession.create(buildGenerationModel(this.model, true, {}, constants), this.sessionOptions);
+    // A failed build surfaces at the next generate(), not as an unhandled rejection here.
+    this.text.catch(() => undefined);
+    previous.then((session) => session.release()).catch(() => undefined);
   }
 
   /** The token embedding [V, D] as the tied unembedding [D, V] the graph takes. */
@@ -260,11 +275,26 @@ export class RolloutEngine {
     return results;
   }
 
+  /** Empty key/value caches for `batch` rows: the text graph's inputs for a prefill. */
+  private emptyPast(batch: number): Record<string, ort.Tensor> {
+    const { Hkv, Dh } = attentionDims(this.model);
+    const feeds: Record<string, ort.Tensor> = {};
+    for (let l = 0; l < this.model.nLayers; l++) {
+      feeds[GRAPH_NAMES.pastKey(l)] = new ort.Tensor('float32', new Float32Array(0), [batch, Hkv, Dh, 0]);
+      feeds[GRAPH_NAMES.pastValue(l)] = new ort.Tensor('float32', new Float32Array(0), [batch, Hkv, 0, Dh]);
+    }
+    return feeds;
+  }
+
   private async generateBatch(policy: LoadedPolicy, prompts: ReadonlyArray<readonly number[]>, media: ReadonlyArray<SequenceMedia | undefined> | undefined, firstIndex: number, params: SamplingParams): Promise<GeneratedSample[]> {
     const V = this.model.vocabSize;
     const C = this.model.contextLength;
     const greedy = params.greedy === true || params.temperature === 0;
     const temperature = params.temperature ?? 1;
+    const topK = params.topK ?? 0;
+    const topP = params.topP ?? 1;
+    // Temperature 1 without truncation or masked tokens samples straight from exp_logits.
+    const plainSampling = !greedy && temperature === 1 && topK === 0 && topP >= 1 && this.placeholders.length === 0;
     const stop = new Set(params.stopTokens ?? []);
     const seed = params.seed ?? 0;
     const width = Math.max(...prompts.map((p) => p.length));
@@ -280,25 +310,38 @@ export class RolloutEngine {
       rand: seededRandom(mixSeed(seed, `sample:${firstIndex + i}`)),
     }));
 
-    // Prefill: prompts left-padded to a common width; pad slots are masked out as keys.
-    const B = rows.length;
-    const tokens = new Int32Array(B * width);
-    const positions = new Int32Array(B * width);
-    rows.forEach((r, b) => {
+    // Prefill: each distinct prompt once (a prompt with media is its own), left-padded to a common
+    // width; pad slots are masked out as keys. source[b] is the prefill row that row b continues.
+    const firstOf = new Map<string, number>();
+    const prefillRows: Row[] = [];
+    const source = rows.map((r) => {
+      const key = this.sharePrompts && !media?.[r.sample] ? prompts[r.sample].join(',') : undefined;
+      const seen = key === undefined ? undefined : firstOf.get(key);
+      if (seen !== undefined) return seen;
+      if (key !== undefined) firstOf.set(key, prefillRows.length);
+      prefillRows.push(r);
+      return prefillRows.length - 1;
+    });
+    const P = prefillRows.length;
+    const tokens = new Int32Array(P * width);
+    const positions = new Int32Array(P * width);
+    prefillRows.forEach((r, b) => {
       prompts[r.sample].forEach((t, j) => (tokens[b * width + r.padding + j] = t));
       for (let s = r.padding; s < width; s++) positions[b * width + s] = s - r.padding;
     });
     // With media: the embedding index is over the padded rows (each row's media start after its padding).
-    const batchMedia = media && batchMediaInputs(this.model, rows.map((r) => ({ tokens: prompts[r.sample], media: media[r.sample], offset: r.padding })), width);
-    const prefill = batchMedia ? await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined }) : this.prefill;
-    let out = await prefill.run({
-      ...policy.feeds,
-      [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [B, width]),
-      [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [B, width]),
-      ...this.ropeFeeds(positions, B, width),
-      [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(B, width, 0, (b, s) => s < rows[b].padding), [B, 1, width, width]),
-      ...(batchMedia ? mediaFeeds(batchMedia, B, width) : {}),
-    });
+    const batchMedia = media && batchMediaInputs(this.model, prefillRows.map((r) => ({ tokens: prompts[r.sample], media: media[r.sample], offset: r.padding })), width);
+    const prefillFeeds: Record<string, ort.Tensor> = {
+      [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [P, width]),
+      [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [P, width]),
+      ...this.ropeFeeds(positions, P, width),
+      [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(P, width, 0, (b, s) => s < prefillRows[b].padding), [P, 1, width, width]),
+    };
+    const text = await this.text;
+    let out = batchMedia
+      ? await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds, ...mediaFeeds(batchMedia, P, width) })
+      : await text.run({ ...policy.feeds, ...prefillFeeds, ...this.emptyPast(P) });
+    if (P < rows.length) out = Object.fromEntries(Object.entries(out).map(([name, t]) => [name, selectRows(t, source)]));
     let cacheLength = width;
     // The version whose weights computed `out` (changes mid-call only with followUpdates).
     let current = policy;
@@ -307,19 +350,30 @@ export class RolloutEngine {
     for (;;) {
       // Pick the next token of every row from the last position's logits.
       const logits = out[GRAPH_NAMES.logits].data as Float32Array;
+      const exps = out[GRAPH_NAMES.expLogits].data as Float32Array;
       const keep: number[] = [];
       rows.forEach((r, b) => {
         const offset = b * V;
-        const policyLogq = logSoftmax(logits, offset, V);
-        // Media placeholders are never generated (they would stand for media nobody gave): they are
-        // masked out of what is sampled from; `logprobs` stay the policy's own, unmasked.
-        for (const id of this.placeholders) logits[offset + id] = -Infinity;
+        // log pi(v) = logit(v) - max - log(sum of exp(logit - max)), the sum in float64.
+        let max = -Infinity;
+        let sum = 0;
+        for (let v = 0; v < V; v++) {
+          if (logits[offset + v] > max) max = logits[offset + v];
+          sum += exps[offset + v];
+        }
+        const logNormalizer = max + Math.log(sum);
         let token: number;
         let logq = 0;
-        if (greedy) token = argmax(logits, offset, V);
-        else ({ token, logq } = sampleToken(logits, offset, V, temperature, params.topK ?? 0, params.topP ?? 1, r.rand, temperature === 1 && this.placeholders.length === 0 ? policyLogq : undefined));
+        if (plainSampling) ({ token, logq } = drawFromExps(exps, offset, V, sum, logits, logNormalizer, r.rand));
+        else {
+          // Media placeholders are never generated (they would stand for media nobody gave): they
+          // are masked out of what is sampled from; `logprobs` stay the policy's own, unmasked.
+          for (const id of this.placeholders) logits[offset + id] = -Infinity;
+          if (greedy) token = argmax(logits, offset, V);
+          else ({ token, logq } = sampleToken(logits, offset, V, temperature, topK, topP, r.rand));
+        }
         r.generated.push(token);
-        r.logprobs.push(policyLogq[token]);
+        r.logprobs.push(logits[offset + token] - logNormalizer);
         r.samplingLogprobs.push(logq);
         r.versions.push(current.version);
         let finish: FinishReason | undefined;
@@ -355,7 +409,7 @@ export class RolloutEngine {
       feeds[GRAPH_NAMES.positions] = new ort.Tensor('int32', decodePositions, [n, 1]);
       Object.assign(feeds, this.ropeFeeds(decodePositions, n, 1));
       feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, cacheLength, (b, s) => s < rows[b].padding), [n, 1, 1, cacheLength + 1]);
-      out = await this.decode.run(feeds);
+      out = await text.run(feeds);
       cacheLength += 1;
     }
     return done.map((s, i) => {
@@ -365,8 +419,27 @@ export class RolloutEngine {
   }
 
   async release(): Promise<void> {
-    const media = await Promise.allSettled(this.mediaPrefill.values());
+    const sessions = await Promise.allSettled([this.text, ...this.mediaPrefill.values()]);
     this.mediaPrefill.clear();
-    await Promise.all([this.prefill.release(), this.decode.release(), ...media.map((s) => (s.status === 'fulfilled' ? s.value.release() : undefined))]);
+    await Promise.all(sessions.map((s) => (s.status === 'fulfilled' ? s.value.release() : undefined)));
   }
+}
+
+/**
+ * Draws a token from softmax(logits) given exps = exp(logits - max) and their sum (temperature 1,
+ * no truncation): one running subtraction, no exponentials. Returns it with its log-probability.
+ */
+function drawFromExps(exps: Float32Array, offset: number, V: number, sum: number, logits: Float32Array, logNormalizer: number, rand: () => number): { token: number; logq: number } {
+  let u = rand() * sum;
+  let token = -1;
+  for (let v = 0; v < V; v++) {
+    u -= exps[offset + v];
+    if (u < 0) {
+      token = v;
+      break;
+    }
+  }
+  // Rounding left u >= 0 past the end: the last token with any mass.
+  if (token < 0) for (token = V - 1; token > 0 && !(exps[offset + token] > 0); token--);
+  return { token, logq: logits[offset + token] - logNormalizer };
 }

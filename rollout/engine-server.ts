@@ -13,6 +13,7 @@ import { createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { bearerMatches } from '../config/bearer-token';
+import { ortThreads } from '../engines/backends';
 import { decodeCheckpointWeights } from '../engines/checkpoint';
 import { parseDevice } from '../engines/device';
 import { modelConfigDifference, type ModelConfig } from '../engines/model';
@@ -146,7 +147,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     if (mismatch) throw new OpenAIError(422, `the checkpoint of ${req.model}@${req.policy_version} does not fit the run's model: ${mismatch}`, 'checkpoint_url', 'invalid_checkpoint');
     let engine = current?.configKey === configKey ? current.engine : undefined;
     if (!engine) {
-      engine = await RolloutEngine.create(policy.model, { intraOpNumThreads: 1, ...(device ? { device } : {}) });
+      engine = await RolloutEngine.create(policy.model, { intraOpNumThreads: ortThreads(policy.model), ...(device ? { device } : {}) });
       await current?.engine.release();
     }
     engine.setWeights(req.policy_version, decoded.weights);

@@ -8,6 +8,7 @@
 //                   current generate activity loaded
 //   "<run_id>@<n>"  version n, while checkpoint retention keeps its files
 import type { Pool } from 'pg';
+import { ortThreads } from '../engines/backends';
 import { parseDevice } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { RolloutEngine, type SamplingParams } from '../engines/rollout';
@@ -48,7 +49,8 @@ export class PolicyEngine {
   ) {}
 
   static async create(pool: Pool, run: { runId: string; model: ModelConfig; tokenizer: Tokenizer }, options: PolicyEngineOptions): Promise<PolicyEngine> {
-    const engine = await RolloutEngine.create(run.model, { intraOpNumThreads: 1, ...(options.device ? { device: parseDevice(options.device) } : {}) });
+    // ONNX Runtime threads: every core for a real model, one for a small one (ortThreads).
+    const engine = await RolloutEngine.create(run.model, { intraOpNumThreads: ortThreads(run.model), ...(options.device ? { device: parseDevice(options.device) } : {}) });
     if (options.frozenWeights) engine.setFrozenWeights(await options.frozenWeights());
     return new PolicyEngine(pool, run.runId, run.tokenizer, engine, options);
   }

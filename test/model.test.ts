@@ -55,11 +55,25 @@ test('both ONNX graphs load in ONNX Runtime with every weight as an input and th
     try {
       for (const p of parameterSpec(TINY_MODEL)) assert.ok(session.inputNames.includes(p.name), p.name);
       assert.equal(session.inputNames.includes(GRAPH_NAMES.pastKey(0)), withPast);
-      assert.deepEqual(session.outputNames, [GRAPH_NAMES.logits, ...[0, 1].flatMap((l) => [GRAPH_NAMES.presentKey(l), GRAPH_NAMES.presentValue(l)])]);
+      assert.deepEqual(session.outputNames, [GRAPH_NAMES.logits, GRAPH_NAMES.expLogits, ...[0, 1].flatMap((l) => [GRAPH_NAMES.presentKey(l), GRAPH_NAMES.presentValue(l)])]);
     } finally {
       await session.release();
     }
   }
+});
+
+test('weights given as constants are built into the graph (initializers), not inputs', async () => {
+  const weights = initWeights(TINY_MODEL, 1);
+  const constant = parameterSpec(TINY_MODEL)[0].name;
+  const session = await ort.InferenceSession.create(buildGenerationModel(TINY_MODEL, true, {}, { [constant]: weights[constant] }));
+  try {
+    assert.ok(!session.inputNames.includes(constant));
+    assert.ok(parameterSpec(TINY_MODEL).slice(1).every((p) => session.inputNames.includes(p.name)));
+  } finally {
+    await session.release();
+  }
+  assert.throws(() => buildGenerationModel(TINY_MODEL, true, {}, { 'no.such.weight': new Float32Array(1) }), /"no\.such\.weight" is not a weight/);
+  assert.throws(() => buildGenerationModel(TINY_MODEL, true, {}, { [constant]: new Float32Array(1) }), /has 1 values, expected shape/);
 });
 
 test('wasm: embedding gradients train through the registered UnsortedSegmentSum kernel and match one-hot matmul', (t) => {

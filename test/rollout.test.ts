@@ -49,6 +49,22 @@ test('a sample does not depend on how prompts are batched', async () => {
   }
 });
 
+test('a group prefills its prompt once: shared and unshared prefills give the same tokens and log-probs', async () => {
+  // GRPO's layout: each prompt several times in a row, prompts of different lengths (so padded).
+  const group = [[1, 4, 5], [1, 4, 5], [1, 4, 5], [3, 3], [3, 3], [1, 7, 7, 7, 7, 8], [1, 4, 5]];
+  const unshared = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1, maxBatchSize: 16, sharePrompts: false });
+  try {
+    unshared.setWeights(3, weights);
+    for (const params of [{ maxNewTokens: 8, seed: 21 }, { maxNewTokens: 8, seed: 22, topK: 4, topP: 0.9, temperature: 0.7 }, { maxNewTokens: 8, greedy: true }] satisfies SamplingParams[]) {
+      const shared = await engine.generate(group, params);
+      assert.deepEqual(shared, await unshared.generate(group, params), JSON.stringify(params));
+      if (!params.greedy) assert.notDeepEqual(shared[0].tokens, shared[1].tokens, 'samples of one prompt still draw their own tokens');
+    }
+  } finally {
+    await unshared.release();
+  }
+});
+
 test('greedy: temperature 0, the greedy flag, top-k 1 and a tiny top-p all pick the argmax', async () => {
   const base: SamplingParams = { maxNewTokens: 10 };
   const greedy = await engine.generate(prompts, { ...base, greedy: true, seed: 1 });

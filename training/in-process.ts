@@ -49,7 +49,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
   const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
   const trainer = Trainer.create(trainerOptions(config, model, init));
   const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init)) : undefined;
-  const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
+  const engine = await RolloutEngine.create(model);
   const rule = await resolveUpdateRule(config.algorithm);
   const buffer = new InMemorySampleBuffer();
   const evalEvery = hooks.evalEvery ?? config.train.eval_every;

@@ -103,7 +103,7 @@ export interface CalculatorWarmStart {
 export async function calculatorWarmStart(config: RunConfig, sftSteps: number): Promise<CalculatorWarmStart> {
   const model = policyModelConfig(config.model, calculatorTask.tokenizer().vocabSize);
   const trainer = Trainer.create({ model, seed: config.seed, optimizer: { lr: 3e-3 }, microBatchSize: 64 });
-  const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
+  const engine = await RolloutEngine.create(model);
   try {
     // band [0, 1] with an unreachable target: train all sftSteps, keep the last evaluation's weights.
     const r = await sftWarmStart({ task: calculatorTask, trainer, engine, seed: config.seed, batchSize: 64, maxSteps: sftSteps, evalEvery: sftSteps, band: [0, 1], target: 2, maxNewTokens: config.rollout.max_new_tokens });

@@ -106,7 +106,7 @@ async function trainWarmStart(config: RunConfig, sft: SftRecipe, task: Task, mod
   const dir = checkpointDir(root, 0);
   const started = performance.now();
   const trainer = Trainer.create({ model, seed: config.seed, optimizer: { lr: sft.lr }, microBatchSize: sft.batchSize });
-  const engine = await RolloutEngine.create(model, { intraOpNumThreads: 1 });
+  const engine = await RolloutEngine.create(model);
   try {
     const r = await sftWarmStart({ task, trainer, engine, seed: config.seed, batchSize: sft.batchSize, maxSteps: sft.maxSteps, evalEvery: sft.evalEvery, band: sft.band, target: sft.target, maxNewTokens: config.rollout.max_new_tokens, log }).catch((err: unknown) => {
       throw err instanceof Error && BAND_MISSED.test(err.message) ? new WarmStartBandError(err.message) : err;
