@@ -6,24 +6,27 @@
 // tokens/s for LoRA and for full fine-tuning, weight sync ms for adapters vs full weights (in one
 // process, and through a checkpoint as between processes), peak RSS,
 // and each figure as a fraction of its engine's matmul roofline (bench/engines.ts measures that).
+import { execFile } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { relaxEnvironment } from '../config/environment';
 import { loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
 import { seededRandom } from '../config/seeds';
-import { loadTfjsBackend, ortThreads } from '../engines/backends';
+import { engineThreads, loadTfjsBackend, ortThreads } from '../engines/backends';
 import type { Device } from '../engines/device';
 import { loadHfModel } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
 import { parameterCount, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { resolveModelSource } from '../engines/model-sources';
 import { RolloutEngine } from '../engines/rollout';
-import { Trainer, trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
+import { trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
 import { ChatTemplate } from '../engines/tokenizers/chat-template';
 import { HfTokenizer } from '../engines/tokenizers/hf';
-import { policyLoss } from '../training/losses';
+import { REAL_MODEL_MICRO_BATCH_TOKENS } from '../training/recipes';
 import type { BenchContext } from './index';
+import type { TrainChildInput, TrainChildResult } from './train-engine-child';
 import { median, peakRssMb, round, timeCalls } from './measure';
 
 const BATCHES = [1, 8, 32];
@@ -59,15 +62,23 @@ async function rolloutTokensPerS(engine: RolloutEngine, prompts: number[][], max
   return tokens / (timing.medianMs / 1000);
 }
 
-async function trainTokensPerS(trainer: Trainer, batch: TrainSequence[]): Promise<{ tokensPerS: number; stepMs: number }> {
-  const loss = policyLoss({ algorithm: 'ppo' });
-  const timing = await timeCalls(() => trainer.trainStep(batch, loss), { warmup: 1, minCalls: 2, minMs: 0 });
-  const tokens = batch.reduce((n, s) => n + s.tokens.length, 0);
-  return { tokensPerS: tokens / (timing.medianMs / 1000), stepMs: timing.medianMs };
+/** Runs bench/train-engine-child.ts on `file` with `threads` TensorFlow intra-op threads. */
+function trainInChild(file: string, threads: number): Promise<TrainChildResult> {
+  return new Promise((resolve, reject) => {
+    const env = { ...process.env, TF_NUM_INTRAOP_THREADS: String(threads), RELAX_ENGINE_THREADS: String(threads) };
+    execFile(process.execPath, [path.join(__dirname, 'train-engine-child.js'), file], { env, maxBuffer: 16 * 2 ** 20 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`${err.message.split('\n')[0]}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`));
+      try {
+        resolve(JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as TrainChildResult);
+      } catch {
+        reject(new Error(`the train child printed no result: ${stdout.slice(-300)}`));
+      }
+    });
+  });
 }
 
 export async function pretrainedEnginesBench(ctx: BenchContext, from: string, roofline: { onnxruntime: number; tfjs: number }, device: Device = { kind: 'cpu' }): Promise<Record<string, unknown>> {
-  const maxNewTokens = Number(ctx.options.max_new_tokens ?? 16);
+  const maxNewTokens = Number(ctx.options.max_new_tokens ?? 32);
   const minMs = Number(ctx.options.min_ms ?? 1000);
   const trainSequences = Number(ctx.options.train_sequences ?? 8);
   const backend = await loadTfjsBackend(device);
@@ -131,41 +142,58 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     await Promise.all([...new Set([loraEngine, oneThreadEngine, mergedEngine])].map((e) => e.release()));
   }
 
-  // Train: PPO steps on chat prompts + short sampled responses, LoRA first, then full fine-tuning.
+  // Train: PPO steps on chat prompts + sampled responses (8 x ~96 tokens, as the peer figures of
+  // docs/benchmarks.md), LoRA rank 16 then full fine-tuning, each in its own process per thread
+  // count (bench/train-engine-child.ts): TensorFlow fixes its threads when it loads, and the child's
+  // peak RSS is the train engine's alone.
+  const trainNewTokens = Number(ctx.options.train_new_tokens ?? 56);
+  const trainRank = Number(ctx.options.train_rank ?? 16);
+  const microBatchTokens = Number(ctx.options.micro_batch_tokens ?? REAL_MODEL_MICRO_BATCH_TOKENS);
   const prompts = chatPrompts(dir, trainSequences);
   const sampler = await RolloutEngine.create(base.config, engineOptions);
   let batch: TrainSequence[];
   try {
     sampler.setWeights(0, base.weights);
-    const samples = await sampler.generate(prompts, { maxNewTokens, temperature: 1, seed: 2 });
+    const samples = await sampler.generate(prompts, { maxNewTokens: trainNewTokens, temperature: 1, seed: 2 });
     const rand = seededRandom(9);
     batch = samples.map((s, i) => trainSequenceFromSample(prompts[i], s, { advantage: rand() < 0.5 ? -1 : 1 }));
   } finally {
     await sampler.release();
   }
-  const train: Record<string, number | string> = {};
-  const stepMs: Record<string, number> = {};
-  const lora = Trainer.create({ model: cfg, weights: { ...base.weights, ...adapters }, optimizer: { lr: 1e-4 }, microBatchSize: 1 });
+  const trainThreads = [...new Set([1, engineThreads(base.config)])];
+  const byThreads: Record<string, Record<string, number | string>> = {};
+  const stepMsByThreads: Record<string, Record<string, number>> = {};
+  let trainPeakMb = 0;
+  const scratch = await mkdtemp(path.join(tmpdir(), 'relax-bench-train-'));
   try {
-    const r = await trainTokensPerS(lora, batch);
-    train.lora = r.tokensPerS;
-    stepMs.lora = r.stepMs;
-  } finally {
-    lora.dispose();
-  }
-  try {
-    const full = Trainer.create({ model: base.config, weights: base.weights, optimizer: { lr: 1e-5 }, microBatchSize: 1 });
-    try {
-      const r = await trainTokensPerS(full, batch);
-      train.full = r.tokensPerS;
-      stepMs.full = r.stepMs;
-    } finally {
-      full.dispose();
+    const inputFile = (mode: 'lora' | 'full') => {
+      const file = path.join(scratch, `${mode}.json`);
+      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode, microBatchTokens, sequences: batch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
+      writeFileSync(file, JSON.stringify(input));
+      return file;
+    };
+    const files = { lora: inputFile('lora'), full: inputFile('full') };
+    for (const n of trainThreads) {
+      byThreads[n] = {};
+      stepMsByThreads[n] = {};
+      for (const mode of ['lora', 'full'] as const) {
+        try {
+          const r = await trainInChild(files[mode], n);
+          byThreads[n][mode] = r.tokensPerS;
+          stepMsByThreads[n][mode] = r.stepMs;
+          trainPeakMb = Math.max(trainPeakMb, r.peakRssMb);
+          ctx.log(`train ${mode} (${r.backend}, ${n} thread${n === 1 ? '' : 's'}, ${batch.length} sequences, micro-batches of <= ${microBatchTokens} tokens: ${r.microBatches}): ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
+        } catch (err) {
+          byThreads[n][mode] = `failed: ${(err as Error).message.split('\n')[0]}`;
+        }
+      }
     }
-  } catch (err) {
-    train.full = `failed: ${(err as Error).message.split('\n')[0]}`;
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
   }
-  ctx.log(`train (${backend.backend}, ${batch.length} sequences, micro-batch 1): LoRA ${typeof train.lora === 'number' ? train.lora.toFixed(0) : train.lora} tokens/s, full ${typeof train.full === 'number' ? train.full.toFixed(0) : train.full} tokens/s`);
+  const threadsUsed = trainThreads[trainThreads.length - 1];
+  const train = byThreads[threadsUsed];
+  const stepMs = stepMsByThreads[threadsUsed];
 
   // Roofline fractions: 2 FLOPs per parameter per generated token; a train token costs ~6 per
   // parameter in full fine-tuning (forward + both backward products) and ~4 with LoRA (no weight gradients).
@@ -180,18 +208,23 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     parameters,
     tfjs_backend: backend.backend,
     ort_threads: threads,
-    threads: { onnxruntime: threads, ...(backend.backend === 'tensorflow' ? { tensorflow: Number(process.env.TF_NUM_INTRAOP_THREADS) } : {}) },
+    threads: { onnxruntime: threads, tensorflow: threadsUsed },
     rollout_tokens_per_s: rollout.lora_adapters,
     rollout_tokens_per_s_one_thread: rollout.lora_one_thread,
     rollout_tokens_per_s_merged: rollout.merged,
     train_tokens_per_s: train,
+    train_tokens_per_s_by_threads: byThreads,
     train_step_ms: stepMs,
+    train_micro_batch_tokens: microBatchTokens,
+    train_lora_rank: trainRank,
     train_sequences: batch.length,
     train_tokens: batch.reduce((n, s) => n + s.tokens.length, 0),
     sync_ms: syncMs,
     adapter_mb: round(Object.values(adapters).reduce((n, w) => n + w.byteLength, 0) / 2 ** 20),
     base_mb: round(Object.values(base.weights).reduce((n, w) => n + w.byteLength, 0) / 2 ** 20),
-    peak_rss_mb: peakRssMb(),
+    // The train engine's own peak (its child process), as a train worker holds it; the bench process's beside it.
+    peak_rss_mb: round(trainPeakMb),
+    bench_process_peak_rss_mb: round(peakRssMb()),
     roofline_gflops: roofline,
     rollout_roofline_fraction: rolloutFraction,
     train_roofline_fraction: trainFraction,

@@ -1,0 +1,58 @@
+// One train-engine measurement in its own process, for `relax bench engines --set model=...`
+// (bench/real-engines.ts): TensorFlow reads its intra-op thread count once, when it loads, so each
+// thread count is a process; and the process's peak RSS is then the train engine's alone (the
+// weights as loaded, the trainer's tensors, the step's activations), as a train worker holds them.
+//
+// Input (argv[2], a JSON file): { dir, contextLength, rank, mode: 'lora' | 'full', microBatchTokens,
+// sequences: [{ tokens, lossMask, oldLogprobs, advantages }] }. Prints one JSON line:
+// { tokensPerS, stepMs, microBatches, peakRssMb, backend }.
+import fs from 'node:fs';
+import { loadTfjsBackend } from '../engines/backends';
+import { loadHfModel } from '../engines/hf-checkpoint';
+import type { ModelConfig } from '../engines/model';
+import { Trainer, type TrainSequence } from '../engines/trainer';
+import { policyLoss } from '../training/losses';
+import { peakRssMb, timeCalls } from './measure';
+
+export interface TrainChildInput {
+  dir: string;
+  contextLength: number;
+  rank: number;
+  mode: 'lora' | 'full';
+  microBatchTokens: number;
+  sequences: TrainSequence[];
+}
+
+export interface TrainChildResult {
+  tokensPerS: number;
+  stepMs: number;
+  microBatches: number;
+  peakRssMb: number;
+  backend: string;
+}
+
+async function main(): Promise<void> {
+  const input = JSON.parse(fs.readFileSync(process.argv[2], 'utf8')) as TrainChildInput;
+  const backend = await loadTfjsBackend({ kind: 'cpu' });
+  const base = await loadHfModel(input.dir, { contextLength: input.contextLength });
+  const model: ModelConfig = input.mode === 'lora' ? { ...base.config, lora: { rank: input.rank, alpha: 2 * input.rank, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } } : base.config;
+  const trainer = Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens });
+  const loss = policyLoss({ algorithm: 'ppo' });
+  let microBatches = 0;
+  const timing = await timeCalls(
+    async () => {
+      microBatches = (await trainer.trainStep(input.sequences, loss)).microBatches;
+    },
+    { warmup: 1, minCalls: 2, minMs: 0 },
+  );
+  const tokens = input.sequences.reduce((n, s) => n + s.tokens.length, 0);
+  const result: TrainChildResult = { tokensPerS: tokens / (timing.medianMs / 1000), stepMs: timing.medianMs, microBatches, peakRssMb: peakRssMb(), backend: backend.backend };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+if (require.main === module) {
+  main().catch((err: Error) => {
+    console.error(err.stack ?? err.message);
+    process.exit(1);
+  });
+}
