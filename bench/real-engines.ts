@@ -163,7 +163,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const trainThreads = [...new Set([1, engineThreads(base.config)])];
   const byThreads: Record<string, Record<string, number | string>> = {};
   const stepMsByThreads: Record<string, Record<string, number>> = {};
-  let trainPeakMb = 0;
+  const peakByMode: Record<string, number> = {};
   const scratch = await mkdtemp(path.join(tmpdir(), 'relax-bench-train-'));
   try {
     const inputFile = (mode: 'lora' | 'full') => {
@@ -181,7 +181,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
           const r = await trainInChild(files[mode], n);
           byThreads[n][mode] = r.tokensPerS;
           stepMsByThreads[n][mode] = r.stepMs;
-          trainPeakMb = Math.max(trainPeakMb, r.peakRssMb);
+          peakByMode[mode] = Math.max(peakByMode[mode] ?? 0, r.peakRssMb);
           ctx.log(`train ${mode} (${r.backend}, ${n} thread${n === 1 ? '' : 's'}, ${batch.length} sequences, micro-batches of <= ${microBatchTokens} tokens: ${r.microBatches}): ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
         } catch (err) {
           byThreads[n][mode] = `failed: ${(err as Error).message.split('\n')[0]}`;
@@ -222,8 +222,10 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     sync_ms: syncMs,
     adapter_mb: round(Object.values(adapters).reduce((n, w) => n + w.byteLength, 0) / 2 ** 20),
     base_mb: round(Object.values(base.weights).reduce((n, w) => n + w.byteLength, 0) / 2 ** 20),
-    // The train engine's own peak (its child process), as a train worker holds it; the bench process's beside it.
-    peak_rss_mb: round(trainPeakMb),
+    // The train engine's own peak (its child process), as a train worker holds it: the larger of
+    // LoRA and full fine-tuning, each by mode; the bench process's (rollout engines) beside it.
+    peak_rss_mb: round(Math.max(0, ...Object.values(peakByMode))),
+    peak_rss_mb_by_mode: Object.fromEntries(Object.entries(peakByMode).map(([k, v]) => [k, round(v)])),
     bench_process_peak_rss_mb: round(peakRssMb()),
     roofline_gflops: roofline,
     rollout_roofline_fraction: rolloutFraction,
