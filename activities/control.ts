@@ -71,7 +71,7 @@ async function checkWhatItNames(config: RunConfig): Promise<void> {
     ['reward', () => validateRewardConfig(config)],
     ['env', () => (config.env.module ? loadUserExport('env', config.env.module, config.env.export) : undefined)],
     ['generate', () => (config.generate.module ? loadUserExport('generate', config.generate.module, config.generate.export) : undefined)],
-    ['algorithm', () => resolveUpdateRule(config.algorithm)],
+    ['algorithm', () => resolveUpdateRule(config.algorithm, { maxCompletionTokens: config.rollout.max_new_tokens })],
   ] as const) {
     try {
       await check();

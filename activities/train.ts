@@ -90,7 +90,7 @@ function ruleOf(run: RunContext): Promise<UpdateRule> {
   const key = JSON.stringify([kl_coef, entropy_coef, clip_low, clip_high]);
   const held = rules.get(run.runId);
   if (held?.key === key) return held.rule;
-  const rule = failuresMapped(() => resolveUpdateRule(run.config.algorithm));
+  const rule = failuresMapped(() => resolveUpdateRule(run.config.algorithm, { maxCompletionTokens: run.config.rollout.max_new_tokens }));
   const entry = { key, rule };
   rules.set(run.runId, entry);
   rule.catch(() => rules.get(run.runId) === entry && rules.delete(run.runId));
@@ -236,7 +236,7 @@ async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRu
   const trainer = await trainerAt(ctx, run, fromVersion);
   try {
     const withMedia = await withSequenceMedia(samples, run.media);
-    return { trainer, metrics: await computeUpdate((sequences, r) => trainer.trainStep(sequences, r.algorithm), rule, withMedia, advantages, fromVersion) };
+    return { trainer, metrics: await computeUpdate((sequences, r, batch) => trainer.trainStep(sequences, r.algorithm, { batch }), rule, withMedia, advantages, fromVersion) };
   } catch (err) {
     dropTrainer(run.runId);
     throw err;

@@ -7,6 +7,7 @@
 // through an activity (activities/control.ts startRun).
 // Over 400 lines because the one schema of a run's config, and its parse, read best in one file.
 import { TRAINABLE_PARTS } from './trainable-parts';
+import { LOSS_AGGREGATIONS } from './loss-aggregations';
 import { z } from 'zod';
 import { DataConfigSchema } from './data-config';
 import { NotifyConfigSchema } from './notify-config';
@@ -107,6 +108,11 @@ export const LoraConfigSchema = z
     dropout: n('lora.dropout').default(0),
     /** Hugging Face projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj). */
     target_modules: z.array(z.enum(LORA_MODULES)).min(1).max(LORA_MODULES.length).default([...LORA_MODULES]),
+    /**
+     * How a fresh adapter's A is drawn (B is zeros): "peft", PEFT's default (kaiming-uniform with
+     * a = sqrt(5): uniform in +-1/sqrt(in)); "normal", Relax's earlier normal(0, 1/sqrt(in)).
+     */
+    init: z.enum(['peft', 'normal']).default('peft'),
   })
   .strict();
 
@@ -118,7 +124,15 @@ export const AlgorithmConfigSchema = z
     /** A registered policy loss (training/losses.ts: ppo_clip, gspo) or a user module. */
     policy_loss: z.union([str('algorithm.policy_loss'), UserFunctionSchema]).default('ppo_clip'),
     policy_loss_options: RegisteredOptionsSchema,
-    loss_aggregation: z.enum(['token_mean', 'sequence_mean', 'sequence_sum_norm']).default('token_mean'),
+    /**
+     * How token losses become the batch loss, by TRL's loss_type names (engines/rl/losses.ts
+     * LossAggregation): "dapo" (sum over the batch's loss tokens / their count), "bnpo" (the same
+     * here: one process computes the whole batch), "grpo" (per-sequence mean, then mean over
+     * sequences), "dr_grpo" (sum / (sequences x rollout.max_new_tokens)). Samples of advantage 0
+     * count in every denominator, as in TRL. Earlier names: token_mean = dapo, sequence_mean = grpo;
+     * sequence_sum_norm divides by sequences x the micro-batch's padded length (use dr_grpo).
+     */
+    loss_aggregation: z.enum(LOSS_AGGREGATIONS).default('token_mean'),
     group_size: n('algorithm.group_size').default(8),
     clip_low: n('algorithm.clip_low').default(0.2),
     clip_high: n('algorithm.clip_high').default(0.28),

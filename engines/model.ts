@@ -27,12 +27,23 @@ import { encoderParameterSpec, mediaEmbeddings } from './encoders';
 const LORA_TARGETS = ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
 
+/**
+ * How a fresh adapter's A is drawn (B is always zeros): "peft" (absent) as PEFT's default
+ * (init_lora_weights=True: torch's kaiming_uniform_ with a = sqrt(5), i.e. uniform in
+ * [-1/sqrt(in), 1/sqrt(in)], std 1/sqrt(3 in)); "normal", Relax's earlier normal(0, 1/sqrt(in)),
+ * sqrt(3) times larger.
+ */
+export const LORA_INITS = ['peft', 'normal'] as const;
+export type LoraInit = (typeof LORA_INITS)[number];
+
 /** Low-rank adapters (Hu et al. 2021) on the named projections: W x + (alpha / rank) B A x, A and B trained, W frozen. */
 export const loraConfigSchema = z
   .object({
     rank: z.number().int().min(1),
     alpha: z.number().positive(),
     targets: z.array(z.enum(LORA_TARGETS)).min(1),
+    /** How fresh adapters are drawn; absent: "peft". Not part of what the weights mean (modelConfigDifference ignores it). */
+    init: z.enum(LORA_INITS).optional(),
   })
   .strict();
 export type LoraConfig = z.infer<typeof loraConfigSchema>;
@@ -139,6 +150,9 @@ export function parseModelConfig(value: unknown): ModelConfig {
 
 /** The first field where two model configs differ, described; undefined when they agree. */
 export function modelConfigDifference(actual: ModelConfig, expected: ModelConfig): string | undefined {
+  // lora.init only says how fresh adapters were drawn, not what trained weights mean: a checkpoint
+  // loads whichever init its run (or the caller's config) names.
+  if (actual.lora?.init !== expected.lora?.init) return modelConfigDifference(withoutLoraInit(actual), withoutLoraInit(expected));
   const keys = new Set([...Object.keys(actual), ...Object.keys(expected)] as Array<keyof ModelConfig>);
   // Nested sections (lora, vision, audio) compare by value, whatever order their keys were written in.
   const canonical = (v: unknown): string | undefined =>
@@ -149,6 +163,12 @@ export function modelConfigDifference(actual: ModelConfig, expected: ModelConfig
     if (a !== e) return `model.${key} is ${a ?? 'unset'}, expected ${e ?? 'unset'}`;
   }
   return undefined;
+}
+
+function withoutLoraInit(cfg: ModelConfig): ModelConfig {
+  if (!cfg.lora || cfg.lora.init === undefined) return cfg;
+  const { init: _init, ...lora } = cfg.lora;
+  return { ...cfg, lora };
 }
 
 /** Attention shapes: H query heads, Hkv key/value heads, G = H / Hkv queries per key head, Dh head width. */
@@ -169,7 +189,8 @@ export const MASKED_BIAS = -1e9;
 export interface ParameterSpec {
   name: string;
   shape: number[];
-  init: { kind: 'normal'; std: number } | { kind: 'zeros' } | { kind: 'ones' };
+  /** normal(0, std); uniform in [-bound, bound]; or constant. Random kinds are seeded by (seed, name). */
+  init: { kind: 'normal'; std: number } | { kind: 'uniform'; bound: number } | { kind: 'zeros' } | { kind: 'ones' };
   /** With LoRA, the base weights are frozen: out of the optimizer, not in published versions. */
   frozen?: boolean;
   /** A LoRA adapter tensor (`<projection>.lora_a` / `.lora_b`). */
@@ -216,8 +237,22 @@ function llamaParameterSpec(cfg: ModelConfig): ParameterSpec[] {
 }
 
 /**
+ * The init of a fresh adapter's A for a projection of `fanIn` inputs. PEFT (init_lora_weights=True)
+ * calls torch.nn.init.kaiming_uniform_(lora_A.weight, a=math.sqrt(5)) on nn.Linear(in, r).weight of
+ * shape [r, in]: fan_in = in, gain = sqrt(2 / (1 + a^2)) = sqrt(1/3), bound = gain * sqrt(3 / fan_in)
+ * = 1 / sqrt(in) (std bound / sqrt(3)). "normal" is Relax's earlier normal(0, 1 / sqrt(in)).
+ */
+export function loraAInit(fanIn: number, init: LoraInit = 'peft'): ParameterSpec['init'] {
+  if (init === 'normal') return { kind: 'normal', std: 1 / Math.sqrt(fanIn) };
+  const a = Math.sqrt(5);
+  const gain = Math.sqrt(2 / (1 + a * a));
+  return { kind: 'uniform', bound: gain * Math.sqrt(3 / fanIn) };
+}
+
+/**
  * The LoRA adapters of `cfg.lora`: per targeted projection, `<prefix>.lora_a` [in, rank] (random,
- * as PEFT's A) and `<prefix>.lora_b` [rank, out] (zeros, so a fresh adapter changes nothing).
+ * as PEFT's A unless lora.init is "normal": loraAInit) and `<prefix>.lora_b` [rank, out] (zeros, so
+ * a fresh adapter changes nothing).
  */
 export function loraParameterSpec(cfg: ModelConfig): ParameterSpec[] {
   const lora = cfg.lora;
@@ -228,7 +263,7 @@ export function loraParameterSpec(cfg: ModelConfig): ParameterSpec[] {
   for (let l = 0; l < cfg.nLayers; l++) {
     for (const proj of llamaProjections(cfg, l)) {
       if (!targets.has(proj.target)) continue;
-      spec.push({ name: `${proj.prefix}.lora_a`, shape: [proj.in, lora.rank], init: { kind: 'normal', std: 1 / Math.sqrt(proj.in) }, adapter: true });
+      spec.push({ name: `${proj.prefix}.lora_a`, shape: [proj.in, lora.rank], init: loraAInit(proj.in, lora.init), adapter: true });
       spec.push({ name: `${proj.prefix}.lora_b`, shape: [lora.rank, proj.out], init: { kind: 'zeros' }, adapter: true });
     }
   }
@@ -350,6 +385,9 @@ export function initWeights(cfg: ModelConfig, seed: number, spec: ParameterSpec[
         const v = rand();
         values[i] = p.init.std * Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
       }
+    } else if (p.init.kind === 'uniform') {
+      const rand = seededRandom(mixSeed(seed, p.name));
+      for (let i = 0; i < values.length; i++) values[i] = p.init.bound * (2 * rand() - 1);
     }
     weights[p.name] = values;
   }

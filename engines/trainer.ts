@@ -27,7 +27,7 @@ import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unem
 import { BucketedAdamW, type AdamWOptions } from './adamw';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
-import { aggregateLoss, entropyFromLogSoftmax, klLoss, targetLogprobs, vocabLogSoftmax } from './rl/losses';
+import { aggregateLoss, entropyFromLogSoftmax, klLoss, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
 import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
 import { columnsFrom, firstLossColumn, mediaTensors, padBatch } from './trainer-batch';
@@ -110,6 +110,20 @@ export interface LossInputs {
   refLogprobs?: tf.Tensor2D;
   /** [B, T]: a per-sequence advantage is broadcast over its targets. */
   advantages?: tf.Tensor2D;
+  /**
+   * The whole batch's totals the micro-batch shares are taken of (TrainStepOptions.batch, or the
+   * step's own sequences'); `maxCompletionTokens` is dr_grpo's L.
+   */
+  batch?: BatchTotals;
+}
+
+export interface TrainStepOptions {
+  /**
+   * The totals of the whole batch the loss is normalized over, when it holds more than the
+   * sequences given (samples of advantage 0 left out because their loss and gradient are 0): each
+   * micro-batch is weighted by its share of these (microBatchShare). Default: the sequences' own.
+   */
+  batch?: BatchTotals;
 }
 
 export interface LossOutput {
@@ -121,8 +135,8 @@ export interface LossOutput {
 export interface TrainingLoss {
   name: string;
   /**
-   * How micro-batch losses combine into the batch loss: weighted by their share of loss tokens
-   * (exact for token-mean losses) or of sequences (exact for sequence-mean losses).
+   * How micro-batch losses combine into the batch loss: weighted by their share of the batch's loss
+   * tokens (exact for token-mean losses) or of its sequences (exact for sequence-mean losses).
    */
   microBatchWeighting: 'tokens' | 'sequences';
   compute(inputs: LossInputs): LossOutput;
@@ -517,22 +531,23 @@ export class Trainer {
    * gradient are finite; otherwise NonFiniteUpdateError names the culprit and the weights and
    * optimizer state are untouched.
    */
-  async trainStep(sequences: readonly TrainSequence[], loss: TrainingLoss): Promise<TrainStepMetrics> {
+  async trainStep(sequences: readonly TrainSequence[], loss: TrainingLoss, options: TrainStepOptions = {}): Promise<TrainStepMetrics> {
     if (this.busy) throw new Error('trainStep is already running on this trainer: await the previous step first');
     if (sequences.length === 0) throw new Error('trainStep needs at least one sequence');
     this.busy = true;
     try {
-      return await this.runStep(sequences, loss);
+      return await this.runStep(sequences, loss, options);
     } finally {
       this.busy = false;
     }
   }
 
-  private async runStep(sequences: readonly TrainSequence[], loss: TrainingLoss): Promise<TrainStepMetrics> {
+  private async runStep(sequences: readonly TrainSequence[], loss: TrainingLoss, options: TrainStepOptions): Promise<TrainStepMetrics> {
     const started = performance.now();
     const full = padBatch(this.model, sequences, true, false);
     if (full.lossTokens === 0) throw new Error('trainStep: no sequence has a loss token (every lossMask is all 0)');
-    const totalWeight = loss.microBatchWeighting === 'tokens' ? full.lossTokens : full.sequencesWithLoss;
+    const batch: BatchTotals = options.batch ?? { sequences: full.sequencesWithLoss, lossTokens: full.lossTokens };
+    microBatchShare(loss.microBatchWeighting, full, batch); // throws unless the totals cover the sequences given
     const names = [...this.variables.keys()];
     const varList = names.map((n) => this.variables.get(n)!);
     const parts = names.map(parameterPart);
@@ -556,7 +571,7 @@ export class Trainer {
       for (const [k, indices] of plan.entries()) {
         if (k > 0) await yieldToEventLoop();
         const mb = padBatch(this.model, indices.map((i) => sequences[i]), true);
-        const share = (loss.microBatchWeighting === 'tokens' ? mb.lossTokens : mb.sequencesWithLoss) / totalWeight;
+        const share = microBatchShare(loss.microBatchWeighting, mb, batch);
         if (share === 0) continue;
         paddedTokens += mb.B * mb.T;
         microBatches += 1;
@@ -610,6 +625,7 @@ export class Trainer {
               oldLogprobs,
               refLogprobs,
               advantages,
+              batch,
             };
             const out = loss.compute(inputs);
             for (const [k, v] of Object.entries(out.metrics ?? {})) lossMetrics[`loss.${k}`] = tf.keep(v);
@@ -685,7 +701,9 @@ export class Trainer {
       const lossMetrics: Record<string, number> = {};
       for (const k of Object.keys(sums)) if (k.startsWith('loss.')) lossMetrics[k.slice(5)] = mean(k)!;
       return {
-        loss: mean('loss')!,
+        // The batch loss: the sum of the weighted micro-batch losses (their shares sum to less than 1
+        // when the batch totals count samples not given).
+        loss: sums.loss,
         gradNorm,
         gradClipped: clipScale < 1,
         lr,

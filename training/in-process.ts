@@ -50,7 +50,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
   const trainer = Trainer.create(trainerOptions(config, model, init));
   const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init)) : undefined;
   const engine = await RolloutEngine.create(model);
-  const rule = await resolveUpdateRule(config.algorithm);
+  const rule = await resolveUpdateRule(config.algorithm, { maxCompletionTokens: config.rollout.max_new_tokens });
   const buffer = new InMemorySampleBuffer();
   const evalEvery = hooks.evalEvery ?? config.train.eval_every;
   const evaluate = (t: Task) => evaluateGreedy(engine, t, t.heldOut(), config.rollout.max_new_tokens);
@@ -71,7 +71,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
       }
       await buffer.put(samples);
       const claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
-      const metrics = await computeUpdate((sequences) => trainer.trainStep(sequences, rule.loss), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
+      const metrics = await computeUpdate((sequences, _rule, batch) => trainer.trainStep(sequences, rule.loss, { batch }), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
       engine.setWeights(step, await trainer.exportWeights());
       const rewards = samples.filter((s) => s.reward != null).map((s) => s.reward as number);
       const report: StepReport = {

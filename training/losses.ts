@@ -7,7 +7,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { z } from 'zod';
 import type { RunConfig } from '../config/run-config';
-import { aggregateLoss, behaviorImportanceWeights, gspoLoss, klLoss, ppoClipLoss, stopGradient, type KlEstimator, type LossAggregation } from '../engines/rl/losses';
+import { aggregateLoss, behaviorImportanceWeights, gspoLoss, klLoss, lossAggregationWeighting, ppoClipLoss, stopGradient, type BatchTotals, type KlEstimator, type LossAggregation } from '../engines/rl/losses';
 import type { LossInputs, TrainingLoss } from '../engines/trainer';
 import { loadUserExport } from '../envs/user-modules';
 import { AlgorithmConfigError, registeredOptions } from './advantages';
@@ -29,7 +29,13 @@ export interface PolicyLossOptions {
   /** Ratio clipped to [1 - clipLow, 1 + clipHigh]. Defaults: ppo 0.2 / 0.2; gspo 3e-4 / 4e-4 (the paper's). */
   clipLow?: number;
   clipHigh?: number;
+  /** Default: dapo (ppo), grpo (gspo). */
   aggregation?: LossAggregation;
+  /**
+   * dr_grpo's L when the step does not bring one (LossInputs.batch.maxCompletionTokens, the run's
+   * rollout.max_new_tokens, comes first).
+   */
+  maxCompletionTokens?: number;
   /** Coefficient of the KL(pi || ref) loss term (GRPO); 0 disables it. */
   klCoef?: number;
   klEstimator?: KlEstimator;
@@ -43,16 +49,43 @@ export interface PolicyLossOptions {
   importanceCap?: number;
 }
 
+/**
+ * A TrainingLoss that says whether a sample of advantage 0 has a gradient under it. The built-in
+ * policy losses do exactly when they carry a KL-to-reference or entropy term; otherwise such a
+ * sample adds 0 to the loss and its gradient, and the caller may leave it out of the forward pass
+ * while still counting it in the batch totals (BatchTotals) the loss is normalized by.
+ */
+export type PolicyTrainingLoss = TrainingLoss & { zeroAdvantageGradient: boolean };
+
+/**
+ * Whether samples of advantage 0 must be trained on under `loss` (their KL or entropy term has a
+ * gradient). A loss that does not say (a user module's) is taken not to need them: it gets them in
+ * its denominators through the batch totals, as the built-in ones do.
+ */
+export function zeroAdvantageHasGradient(loss: TrainingLoss): boolean {
+  return (loss as Partial<PolicyTrainingLoss>).zeroAdvantageGradient === true;
+}
+
+/** The whole batch's totals where the trainer passes them (LossInputs.batch); undefined from a trainer that does not. */
+function batchOf(inputs: LossInputs): BatchTotals | undefined {
+  return (inputs as LossInputs & { batch?: BatchTotals }).batch;
+}
+
 function required(inputs: LossInputs, field: 'oldLogprobs' | 'advantages' | 'refLogprobs', loss: string): tf.Tensor2D {
   const t = inputs[field];
   if (!t) throw new Error(`${loss} loss needs ${field} on every sequence`);
   return t;
 }
 
-/** Clipped policy-gradient surrogate (PPO or GSPO) + optional KL-to-reference and entropy terms. */
-export function policyLoss(options: PolicyLossOptions): TrainingLoss {
+/**
+ * Clipped policy-gradient surrogate (PPO or GSPO) + optional KL-to-reference and entropy terms, every
+ * term aggregated with `aggregation` (engines/rl/losses.ts aggregateLoss) over the micro-batch; the
+ * trainer weights micro-batches by their share of the batch's tokens or sequences
+ * (lossAggregationWeighting), which makes the sum the aggregation's formula over the whole batch.
+ */
+export function policyLoss(options: PolicyLossOptions): PolicyTrainingLoss {
   const gspo = options.algorithm === 'gspo';
-  const aggregation = options.aggregation ?? (gspo ? 'sequence_mean' : 'token_mean');
+  const aggregation = options.aggregation ?? (gspo ? 'grpo' : 'dapo');
   const clipLow = options.clipLow ?? (gspo ? 3e-4 : 0.2);
   const clipHigh = options.clipHigh ?? (gspo ? 4e-4 : 0.2);
   const klCoef = options.klCoef ?? 0;
@@ -61,9 +94,11 @@ export function policyLoss(options: PolicyLossOptions): TrainingLoss {
   const name = options.algorithm;
   return {
     name,
-    microBatchWeighting: aggregation === 'token_mean' ? 'tokens' : 'sequences',
+    microBatchWeighting: lossAggregationWeighting(aggregation),
+    zeroAdvantageGradient: klCoef > 0 || entropyCoef > 0,
     compute(inputs) {
       const behavior = required(inputs, 'oldLogprobs', name);
+      const aggregate = { maxCompletionTokens: batchOf(inputs)?.maxCompletionTokens ?? options.maxCompletionTokens };
       const metrics: Record<string, tf.Scalar> = {
         // Mean |log pi_trainer - log pi_rollout| over loss tokens: the engines' numeric mismatch plus,
         // in async mode, how far the policy moved since the sample was generated.
@@ -85,15 +120,17 @@ export function policyLoss(options: PolicyLossOptions): TrainingLoss {
         clipLow,
         clipHigh,
         aggregation,
+        ...(aggregate.maxCompletionTokens !== undefined ? { maxCompletionTokens: aggregate.maxCompletionTokens } : {}),
         ...(weights ? { weights } : {}),
       });
       let loss: tf.Scalar = surrogate.loss;
       if (klCoef > 0) {
-        const kl = klLoss(inputs.logprobs, required(inputs, 'refLogprobs', name), inputs.mask, options.klEstimator ?? 'k3', aggregation);
+        const kl = klLoss(inputs.logprobs, required(inputs, 'refLogprobs', name), inputs.mask, options.klEstimator ?? 'k3', aggregation, aggregate);
         loss = tf.add(loss, tf.mul(kl, tf.scalar(klCoef)));
       }
-      // The entropy bonus -coef * entropy (engines/rl/losses.ts entropyBonus), from the trainer's per-token entropy.
-      if (entropyCoef > 0) loss = tf.add(loss, tf.mul(aggregateLoss(inputs.entropy, inputs.mask, 'token_mean'), tf.scalar(-entropyCoef)));
+      // The entropy bonus -coef * entropy (engines/rl/losses.ts entropyBonus), from the trainer's
+      // per-token entropy, aggregated as the other terms so the micro-batch weighting is exact for it too.
+      if (entropyCoef > 0) loss = tf.add(loss, tf.mul(aggregateLoss(inputs.entropy, inputs.mask, aggregation, aggregate), tf.scalar(-entropyCoef)));
       return { loss, metrics: { ...metrics, clipFraction: surrogate.clipFraction, approxKl: surrogate.approxKl } };
     },
   };

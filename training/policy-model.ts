@@ -98,7 +98,7 @@ export async function loadRunPolicy(config: RunConfig, options: { home?: string;
   }
   let model = parseModelConfig({
     ...hf.config,
-    ...(config.lora ? { lora: { rank: config.lora.rank, alpha: config.lora.alpha, targets: config.lora.target_modules.map((m) => LORA_TARGET_OF[m]) } } : {}),
+    ...(config.lora ? { lora: { rank: config.lora.rank, alpha: config.lora.alpha, targets: config.lora.target_modules.map((m) => LORA_TARGET_OF[m]), ...(config.lora.init !== 'peft' ? { init: config.lora.init } : {}) } } : {}),
   });
   let tokenizer: HfTokenizer;
   let chat: ChatTemplate | undefined;

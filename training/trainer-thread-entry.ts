@@ -57,7 +57,7 @@ async function handle(req: TrainerRequest): Promise<unknown> {
     }
     case 'trainStep': {
       const trainer = trainerOf(req.handle);
-      return trainer.trainStep(a[0], await lossOf(a[1]));
+      return trainer.trainStep(a[0], await lossOf(a[1]), a[2] ?? {});
     }
     case 'logprobs':
       return trainerOf(req.handle).logprobs(a[0], a[1]);

@@ -21,7 +21,7 @@ import type { RunConfig } from '../config/run-config';
 import { engineThreads, USER_TF_INTRAOP_THREADS } from '../engines/backends';
 import type { Device } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
-import { NonFiniteUpdateError, type LrSchedule, type ScoredSequence, type TrainerOptions, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
+import { NonFiniteUpdateError, type LrSchedule, type ScoredSequence, type TrainerOptions, type TrainSequence, type TrainStepMetrics, type TrainStepOptions } from '../engines/trainer';
 
 export type Algorithm = RunConfig['algorithm'];
 
@@ -30,7 +30,7 @@ export interface TrainerOps {
   /** Part of a trainer's initial weights, sent before its create (see RemoteTrainer.create). */
   stageWeights: { args: [weights: PolicyWeights]; result: void };
   create: { args: [options: TrainerOptions]; result: { step: number } };
-  trainStep: { args: [sequences: readonly TrainSequence[], algorithm: Algorithm]; result: TrainStepMetrics };
+  trainStep: { args: [sequences: readonly TrainSequence[], algorithm: Algorithm, options: TrainStepOptions]; result: TrainStepMetrics };
   logprobs: { args: [sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number }]; result: Float32Array[] };
   exportWeights: { args: []; result: PolicyWeights };
   loadWeights: { args: [weights: PolicyWeights]; result: void };
@@ -214,8 +214,8 @@ export class RemoteTrainer {
     return this.thread.exited !== undefined;
   }
 
-  async trainStep(sequences: readonly TrainSequence[], algorithm: Algorithm): Promise<TrainStepMetrics> {
-    const metrics = await this.thread.call(this.handle, 'trainStep', [sequences, algorithm]);
+  async trainStep(sequences: readonly TrainSequence[], algorithm: Algorithm, options: TrainStepOptions = {}): Promise<TrainStepMetrics> {
+    const metrics = await this.thread.call(this.handle, 'trainStep', [sequences, algorithm, options]);
     this.stepCount = metrics.step;
     return metrics;
   }

@@ -4,10 +4,11 @@
 // step's metrics named as the metrics table records them. No database, no Temporal: samples in,
 // update and metrics out. Also the reference policy's log-probs, which both paths write to samples.
 import type { RunConfig } from '../config/run-config';
-import { staleTokenMask } from '../engines/rl/losses';
+import { batchTotals, staleTokenMask, type BatchTotals } from '../engines/rl/losses';
 import { trainSequenceFromSample, type ScoredSequence, type TrainingLoss, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
 import { batchAdvantages, resolveAdvantageEstimator, type BatchSample, type ResolvedEstimator } from './advantages';
-import { resolvePolicyLoss } from './losses';
+import { resolvePolicyLoss, zeroAdvantageHasGradient } from './losses';
+import { countsZeroAdvantageSamples } from '../config/loss-aggregations';
 import type { TrainSample } from './sample-buffer';
 import type { SequenceMedia } from '../engines/media/model-inputs';
 import type { MediaPrompts } from '../rollout/media-prompts';
@@ -34,11 +35,13 @@ export interface UpdateRule {
   algorithm: Algorithm;
   estimator: ResolvedEstimator;
   loss: TrainingLoss;
+  /** The run's rollout.max_new_tokens: the dr_grpo aggregation's L (TRL's max_completion_length). */
+  maxCompletionTokens?: number;
 }
 
-export async function resolveUpdateRule(algorithm: Algorithm): Promise<UpdateRule> {
+export async function resolveUpdateRule(algorithm: Algorithm, options: { maxCompletionTokens?: number } = {}): Promise<UpdateRule> {
   const [estimator, loss] = await Promise.all([resolveAdvantageEstimator(algorithm), resolvePolicyLoss(algorithm)]);
-  return { algorithm, estimator, loss };
+  return { algorithm, estimator, loss, ...(options.maxCompletionTokens !== undefined ? { maxCompletionTokens: options.maxCompletionTokens } : {}) };
 }
 
 function batchSample(s: TrainSample): BatchSample {
@@ -51,21 +54,33 @@ export function stepAdvantages(rule: UpdateRule, samples: readonly TrainSample[]
   return batchAdvantages(rule.estimator, rule.algorithm, samples.map(batchSample));
 }
 
+/** A sample's loss mask over its response tokens, with algorithm.max_token_staleness's stale tokens masked out. */
+function sampleLossMask(s: TrainSample, fromVersion: number, maxTokenStaleness: number | undefined): ArrayLike<number> {
+  if (maxTokenStaleness === undefined) return s.lossMask;
+  const fresh = staleTokenMask(s.tokenVersions ?? s.responseTokens.map(() => s.policyVersion), fromVersion, maxTokenStaleness);
+  return Float32Array.from(s.lossMask, (m, t) => m * fresh[t]);
+}
+
 /**
- * Training sequences of the batch; samples without a learning signal (advantage 0) are left out.
- * Each sample's own loss mask applies, and with algorithm.max_token_staleness tokens generated too
- * many versions before `fromVersion` are masked out too. A sample's `sequenceMedia` goes with it.
+ * The totals the step's loss is normalized over: every sample of the batch, those of advantage 0
+ * (left out of the sequences when their gradient is 0) included, as TRL counts them.
  */
-export function trainSequences(samples: ReadonlyArray<TrainSample & WithSequenceMedia>, advantages: readonly number[], fromVersion: number, maxTokenStaleness: number | undefined): TrainSequence[] {
+export function stepBatchTotals(samples: readonly TrainSample[], fromVersion: number, maxTokenStaleness: number | undefined, maxCompletionTokens?: number): BatchTotals {
+  return batchTotals(samples.map((s) => sampleLossMask(s, fromVersion, maxTokenStaleness)), maxCompletionTokens);
+}
+
+/**
+ * Training sequences of the batch; samples without a learning signal (advantage 0) are left out
+ * unless `keepZeroAdvantage` (a loss with a KL or entropy term gives them a gradient). Each sample's
+ * own loss mask applies, and with algorithm.max_token_staleness tokens generated too many versions
+ * before `fromVersion` are masked out too. A sample's `sequenceMedia` goes with it.
+ */
+export function trainSequences(samples: ReadonlyArray<TrainSample & WithSequenceMedia>, advantages: readonly number[], fromVersion: number, maxTokenStaleness: number | undefined, options: { keepZeroAdvantage?: boolean } = {}): TrainSequence[] {
   return samples
     .map((s, i) => ({ s, advantage: advantages[i] }))
-    .filter(({ advantage }) => advantage !== 0)
+    .filter(({ advantage }) => options.keepZeroAdvantage === true || advantage !== 0)
     .map(({ s, advantage }) => {
-      let lossMask: ArrayLike<number> = s.lossMask;
-      if (maxTokenStaleness !== undefined) {
-        const fresh = staleTokenMask(s.tokenVersions ?? s.responseTokens.map(() => s.policyVersion), fromVersion, maxTokenStaleness);
-        lossMask = Float32Array.from(s.lossMask, (m, t) => m * fresh[t]);
-      }
+      const lossMask = sampleLossMask(s, fromVersion, maxTokenStaleness);
       return trainSequenceFromSample(s.promptTokens, { tokens: s.responseTokens, logprobs: s.rolloutLogprobs ?? [] }, {
         advantage,
         lossMask,
@@ -98,7 +113,7 @@ export function stalenessMetrics(samples: ReadonlyArray<Pick<TrainSample, 'polic
  * One optimizer step on the sequences with the rule's loss: a local Trainer's trainStep with
  * rule.loss, or a trainer thread's (training/trainer-thread.ts) with rule.algorithm.
  */
-export type TrainStepFn = (sequences: readonly TrainSequence[], rule: UpdateRule) => Promise<TrainStepMetrics>;
+export type TrainStepFn = (sequences: readonly TrainSequence[], rule: UpdateRule, batch: BatchTotals | undefined) => Promise<TrainStepMetrics>;
 
 /**
  * One policy-gradient update on the batch through `trainStep`: its metrics, or { trained_samples: 0 }
@@ -106,9 +121,12 @@ export type TrainStepFn = (sequences: readonly TrainSequence[], rule: UpdateRule
  * NonFiniteUpdateError, applying nothing, when the loss or a gradient is not finite.
  */
 export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number): Promise<Record<string, number>> {
-  const sequences = trainSequences(samples, advantages, fromVersion, rule.algorithm.max_token_staleness);
-  if (!sequences.length) return { trained_samples: 0 };
-  const m = await trainStep(sequences, rule);
+  const staleness = rule.algorithm.max_token_staleness;
+  const wholeBatch = countsZeroAdvantageSamples(rule.algorithm.loss_aggregation);
+  const sequences = trainSequences(samples, advantages, fromVersion, staleness, { keepZeroAdvantage: wholeBatch && zeroAdvantageHasGradient(rule.loss) });
+  // No update without a learning signal, as before (zero-advantage samples kept for their KL or entropy term alone make none).
+  if (!sequences.some((q) => q.advantages !== 0)) return { trained_samples: 0 };
+  const m = await trainStep(sequences, rule, wholeBatch ? stepBatchTotals(samples, fromVersion, staleness, rule.maxCompletionTokens) : undefined);
   return {
     loss: m.loss,
     grad_norm: m.gradNorm,

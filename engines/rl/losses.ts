@@ -15,30 +15,88 @@
 // multiply-and-sum, which is differentiable everywhere (cpu, wasm, tfjs-node).
 import * as tf from '@tensorflow/tfjs';
 import { klTensor, LOG_RATIO_CLAMP, type KlEstimator } from './kl';
+import { canonicalLossAggregation, type LossAggregation } from '../../config/loss-aggregations';
 
 export type { KlEstimator } from './kl';
 
-/**
- * token_mean: sum(l * m) / sum(m) over the whole batch (DAPO; every token weighs the same).
- * sequence_mean: mean over sequences of sum_t(l * m) / sum_t(m) (original GRPO, GSPO); sequences
- *   with no valid token are left out of the mean.
- * sequence_sum_norm: sum(l * m) / (B * T) with T the padded length, a constant (Dr.GRPO's fix for
- *   the length bias of sequence_mean; verl's "seq-mean-token-sum-norm").
- */
-export type LossAggregation = 'token_mean' | 'sequence_mean' | 'sequence_sum_norm';
+export { LOSS_AGGREGATIONS, canonicalLossAggregation, lossAggregationWeighting, type LossAggregation, type CanonicalLossAggregation } from '../../config/loss-aggregations';
 
-export function aggregateLoss(perToken: tf.Tensor, mask: tf.Tensor, aggregation: LossAggregation): tf.Scalar {
+/**
+ * The counts a train step's loss is normalized by: those of the WHOLE batch, samples of advantage 0
+ * included (TRL trains every sample of the batch; a zero-advantage one adds 0 to the surrogate's
+ * sum but counts in its denominators). The caller may leave such samples out of the forward pass
+ * when they have no gradient (no KL or entropy term) and still pass their counts here.
+ */
+export interface BatchTotals {
+  /** Sequences with at least one loss token (TRL: the batch's completions). */
+  sequences: number;
+  /** Loss tokens over the batch (TRL's num_items_in_batch: its completion tokens). */
+  lossTokens: number;
+  /** The rollout's max_new_tokens (TRL's max_completion_length): dr_grpo's per-sequence length. */
+  maxCompletionTokens?: number;
+}
+
+/** BatchTotals of a batch from every sample's loss mask (0/1 per target or per response token). */
+export function batchTotals(lossMasks: ReadonlyArray<ArrayLike<number>>, maxCompletionTokens?: number): BatchTotals {
+  let sequences = 0;
+  let lossTokens = 0;
+  for (const mask of lossMasks) {
+    let n = 0;
+    for (let t = 0; t < mask.length; t++) if (mask[t] > 0) n += 1;
+    lossTokens += n;
+    if (n > 0) sequences += 1;
+  }
+  return { sequences, lossTokens, ...(maxCompletionTokens !== undefined ? { maxCompletionTokens } : {}) };
+}
+
+/**
+ * A micro-batch's weight in the batch loss: its loss tokens / the batch's ("tokens") or its
+ * sequences with a loss token / the batch's ("sequences"). Summing share x aggregateLoss(micro-batch)
+ * over the micro-batches gives aggregateLoss's formula over the whole batch with the batch's totals
+ * as denominators, for the aggregation's weighting (lossAggregationWeighting); the shares sum to
+ * less than 1 when the totals count samples left out of the forward pass.
+ */
+export function microBatchShare(weighting: 'tokens' | 'sequences', microBatch: { lossTokens: number; sequencesWithLoss: number }, batch: BatchTotals): number {
+  const total = weighting === 'tokens' ? batch.lossTokens : batch.sequences;
+  const part = weighting === 'tokens' ? microBatch.lossTokens : microBatch.sequencesWithLoss;
+  if (!(total >= part)) throw new Error(`the batch totals (${batch.lossTokens} loss tokens, ${batch.sequences} sequences) are smaller than one micro-batch's (${microBatch.lossTokens}, ${microBatch.sequencesWithLoss}): pass the totals of the whole batch`);
+  return part === 0 ? 0 : part / total;
+}
+
+/**
+ * Token losses l [B, T] and mask m [B, T] to one loss, by TRL's GRPOTrainer loss_type names. Over
+ * the rows given (a micro-batch, or the whole batch), with N = sum(m) its loss tokens, S its rows with
+ * at least one loss token (rows without one are padding) and L = maxCompletionTokens:
+ *   dapo (= token_mean): sum(l * m) / N. TRL divides by the global batch's completion tokens; with
+ *     microBatchShare's "tokens" weighting over the batch's totals the trainer's sum is exactly that.
+ *   bnpo: the same here. TRL divides by the tokens of its local batch (one device, one accumulation
+ *     step) and averages those; Relax's trainer computes the whole batch's gradient in one process,
+ *     so its local batch is the batch.
+ *   grpo (= sequence_mean): sum_i [ sum_t(l * m) / sum_t(m) ] / S (the original GRPO; GSPO).
+ *   dr_grpo: sum(l * m) / (S * L), L a constant (Dr. GRPO's fix for the length bias of grpo).
+ *   sequence_sum_norm: sum(l * m) / (B * T), T the padded length of these rows (Relax's earlier
+ *     stand-in for dr_grpo; T varies with the micro-batch).
+ */
+export function aggregateLoss(perToken: tf.Tensor, mask: tf.Tensor, aggregation: LossAggregation, options: { maxCompletionTokens?: number } = {}): tf.Scalar {
+  const a = canonicalLossAggregation(aggregation);
+  const L = options.maxCompletionTokens;
+  if (a === 'dr_grpo' && !(L !== undefined && Number.isInteger(L) && L >= 1)) {
+    throw new Error(`dr_grpo divides by the maximum completion length: pass maxCompletionTokens (the run's rollout.max_new_tokens), got ${L}`);
+  }
   return tf.tidy(() => {
     const masked = tf.mul(perToken, mask);
-    switch (aggregation) {
-      case 'token_mean':
+    const sequencesWithLoss = (tokens: tf.Tensor) => tf.sum(tf.cast(tf.greater(tokens, 0), 'float32'));
+    switch (a) {
+      case 'dapo':
+      case 'bnpo':
         return tf.div(tf.sum(masked), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
-      case 'sequence_mean': {
+      case 'grpo': {
         const tokens = tf.sum(mask, -1);
         const perSequence = tf.div(tf.sum(masked, -1), tf.maximum(tokens, 1));
-        const sequences = tf.sum(tf.cast(tf.greater(tokens, 0), 'float32'));
-        return tf.div(tf.sum(perSequence), tf.maximum(sequences, 1)) as tf.Scalar;
+        return tf.div(tf.sum(perSequence), tf.maximum(sequencesWithLoss(tokens), 1)) as tf.Scalar;
       }
+      case 'dr_grpo':
+        return tf.div(tf.sum(masked), tf.mul(tf.maximum(sequencesWithLoss(tf.sum(mask, -1)), 1), L!)) as tf.Scalar;
       case 'sequence_sum_norm':
         return tf.div(tf.sum(masked), mask.size) as tf.Scalar;
     }
@@ -100,6 +158,8 @@ export interface PolicyLossInput {
   clipLow: number;
   clipHigh: number;
   aggregation?: LossAggregation;
+  /** dr_grpo's L (the run's rollout.max_new_tokens); required by that aggregation only. */
+  maxCompletionTokens?: number;
   /**
    * Per-token importance weights multiplying the clipped surrogate (constants: no gradient flows
    * through them); see behaviorImportanceWeights. Absent: 1.
@@ -146,7 +206,7 @@ function clippedSurrogate(
   const clipped = tf.neg(tf.mul(advantages, tf.clipByValue(ratio, 1 - clipLow, 1 + clipHigh)));
   const surrogate = tf.maximum(unclipped, clipped);
   const perToken = input.weights ? tf.mul(stopGradient(input.weights), surrogate) : surrogate;
-  const loss = aggregateLoss(perToken, mask, input.aggregation ?? defaultAggregation);
+  const loss = aggregateLoss(perToken, mask, input.aggregation ?? defaultAggregation, { maxCompletionTokens: input.maxCompletionTokens });
   const clipFraction = aggregateLoss(tf.cast(tf.greater(clipped, unclipped), 'float32'), mask, 'token_mean');
   const ratioMean = aggregateLoss(stopGradient(ratio), mask, 'token_mean');
   const approxKl = aggregateLoss(stopGradient(tf.sub(input.oldLogprobs, input.logprobs)), mask, 'token_mean');
@@ -155,11 +215,11 @@ function clippedSurrogate(
 
 /**
  * PPO clipped surrogate (Schulman et al. 2017) with separate low/high clip (DAPO clip-higher,
- * Yu et al. 2025). Token ratio r_t = exp(logprobs - oldLogprobs). Default aggregation token_mean.
+ * Yu et al. 2025). Token ratio r_t = exp(logprobs - oldLogprobs). Default aggregation dapo (token mean).
  */
 export function ppoClipLoss(input: PolicyLossInput): PolicyLossOutput {
   checkClip(input.clipLow, input.clipHigh);
-  return tf.tidy(() => clippedSurrogate(tf.sub(input.logprobs, input.oldLogprobs), input, 'token_mean'));
+  return tf.tidy(() => clippedSurrogate(tf.sub(input.logprobs, input.oldLogprobs), input, 'dapo'));
 }
 
 /**
@@ -167,7 +227,7 @@ export function ppoClipLoss(input: PolicyLossInput): PolicyLossOutput {
  *   s_i = exp( sum_t m_t (logp_t - oldLogp_t) / sum_t m_t ),
  * clipped as a whole (the paper's ranges are tiny, e.g. clipLow 3e-4, clipHigh 4e-4). Implemented in
  * the paper's GSPO-token form, s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]: its value equals s_i at
- * every token and, with a per-sequence advantage and sequence_mean aggregation (the default), its
+ * every token and, with a per-sequence advantage and grpo aggregation (the default), its
  * gradient equals GSPO's; a token-level advantage [B, T] gives GSPO-token.
  */
 export function gspoLoss(input: PolicyLossInput): PolicyLossOutput {
@@ -177,7 +237,7 @@ export function gspoLoss(input: PolicyLossInput): PolicyLossOutput {
     const tokens = tf.maximum(tf.sum(mask, -1, true), 1);
     const sequenceLogRatio = tf.div(tf.sum(tf.mul(tf.sub(logprobs, oldLogprobs), mask), -1, true), tokens);
     const logRatio = tf.add(tf.sub(logprobs, stopGradient(logprobs)), stopGradient(sequenceLogRatio));
-    return clippedSurrogate(logRatio, input, 'sequence_mean');
+    return clippedSurrogate(logRatio, input, 'grpo');
   });
 }
 
@@ -226,10 +286,11 @@ export function klLoss(
   refLogprobs: tf.Tensor2D,
   mask: tf.Tensor2D,
   estimator: KlEstimator,
-  aggregation: LossAggregation = 'token_mean',
+  aggregation: LossAggregation = 'dapo',
+  options: { maxCompletionTokens?: number } = {},
 ): tf.Scalar {
   return tf.tidy(() => {
-    return aggregateLoss(klTensor(logprobs, refLogprobs, estimator), mask, aggregation);
+    return aggregateLoss(klTensor(logprobs, refLogprobs, estimator), mask, aggregation, options);
   });
 }
 
