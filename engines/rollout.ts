@@ -19,6 +19,11 @@
 // encoders), its tokens holding each medium as a run of placeholder tokens. A batch with media runs
 // a prefill graph that also takes the media inputs, one per combination of kinds, built on first
 // use; the encoders' embeddings then sit in the key/value cache, so decoding is the same as for text.
+//
+// Over 400 lines because the engine is one stateful object (its sessions, the frozen base built into
+// them, the version's feeds) whose generate loop (shared-prompt prefill, decode, sampling, dropping
+// finished rows) works on that state; the sampler and the media feeds already live in
+// engines/rollout-sampling.ts and engines/rollout-media.ts.
 import * as ort from 'onnxruntime-node';
 import { onnxRuntimeInfo, ortThreads } from './backends';
 import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
