@@ -119,6 +119,21 @@ interface Row {
   rand: () => number;
 }
 
+/** Prompt tokens (rows x padded width) one prefill run computes at most, unless one prompt is longer. */
+const PREFILL_TOKENS = 256;
+
+/** [B1, ...], [B2, ...], ... float tensors stacked along their first axis. */
+function concatRows(parts: ort.Tensor[]): ort.Tensor {
+  const dims = parts[0].dims as number[];
+  const out = new Float32Array(parts.reduce((n, t) => n + (t.data as Float32Array).length, 0));
+  let offset = 0;
+  for (const t of parts) {
+    out.set(t.data as Float32Array, offset);
+    offset += (t.data as Float32Array).length;
+  }
+  return new ort.Tensor('float32', out, [parts.reduce((n, t) => n + (t.dims[0] as number), 0), ...dims.slice(1)]);
+}
+
 /** The rows `keep` (indices into the batch, repeats allowed) of a [B, ...] float tensor. */
 function selectRows(t: ort.Tensor, keep: readonly number[]): ort.Tensor {
   const dims = t.dims as number[];
@@ -328,24 +343,39 @@ export class RolloutEngine {
       return prefillRows.length - 1;
     });
     const P = prefillRows.length;
-    const tokens = new Int32Array(P * width);
-    const positions = new Int32Array(P * width);
-    prefillRows.forEach((r, b) => {
-      prompts[r.sample].forEach((t, j) => (tokens[b * width + r.padding + j] = t));
-      for (let s = r.padding; s < width; s++) positions[b * width + s] = s - r.padding;
-    });
+    const prefillFeeds = (part: Row[]): Record<string, ort.Tensor> => {
+      const n = part.length;
+      const tokens = new Int32Array(n * width);
+      const positions = new Int32Array(n * width);
+      part.forEach((r, b) => {
+        prompts[r.sample].forEach((t, j) => (tokens[b * width + r.padding + j] = t));
+        for (let s = r.padding; s < width; s++) positions[b * width + s] = s - r.padding;
+      });
+      return {
+        [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [n, width]),
+        [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [n, width]),
+        ...this.ropeFeeds(positions, n, width),
+        [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(n, width, 0, (b, s) => s < part[b].padding), [n, 1, width, width]),
+      };
+    };
     // With media: the embedding index is over the padded rows (each row's media start after its padding).
     const batchMedia = media && batchMediaInputs(this.model, prefillRows.map((r) => ({ tokens: prompts[r.sample], media: media[r.sample], offset: r.padding })), width);
-    const prefillFeeds: Record<string, ort.Tensor> = {
-      [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [P, width]),
-      [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [P, width]),
-      ...this.ropeFeeds(positions, P, width),
-      [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(P, width, 0, (b, s) => s < prefillRows[b].padding), [P, 1, width, width]),
-    };
     const text = await this.text;
-    let out = batchMedia
-      ? await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds, ...mediaFeeds(batchMedia, P, width) })
-      : await text.run({ ...policy.feeds, ...prefillFeeds, ...this.emptyPast(P) });
+    let out: Record<string, ort.Tensor>;
+    if (batchMedia) {
+      out = await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds(prefillRows), ...mediaFeeds(batchMedia, P, width) });
+    } else {
+      // ONNX Runtime's run is synchronous on this thread: prompts are prefilled a few rows per run
+      // (about PREFILL_TOKENS tokens), so a worker's event loop gets a turn between runs instead of
+      // waiting out the whole batch's prefill (seconds for 64 prompts of a 135M model).
+      const perRun = Math.max(1, Math.floor(PREFILL_TOKENS / width));
+      const parts: Array<Record<string, ort.Tensor>> = [];
+      for (let start = 0; start < P; start += perRun) {
+        const part = prefillRows.slice(start, start + perRun);
+        parts.push(await text.run({ ...policy.feeds, ...prefillFeeds(part), ...this.emptyPast(part.length) }));
+      }
+      out = parts.length === 1 ? parts[0] : Object.fromEntries(Object.keys(parts[0]).map((name) => [name, concatRows(parts.map((o) => o[name]))]));
+    }
     if (P < rows.length) out = Object.fromEntries(Object.entries(out).map(([name, t]) => [name, selectRows(t, source)]));
     let cacheLength = width;
     // The version whose weights computed `out` (changes mid-call only with followUpdates).

@@ -49,6 +49,26 @@ test('a sample does not depend on how prompts are batched', async () => {
   }
 });
 
+test('a batch whose prompts take several prefill runs (over 256 prompt tokens) samples what one prompt at a time does', async () => {
+  const rand = seededRandom(5);
+  // 40 distinct prompts padded to 8 tokens: 320 prompt tokens, prefilled 32 rows per run.
+  const many = Array.from({ length: 40 }, (_, i) => [1, ...Array.from({ length: 6 + (i % 2) }, () => 2 + Math.floor(rand() * (MODEL.vocabSize - 2)))]);
+  const params: SamplingParams = { maxNewTokens: 6, seed: 11 };
+  const wide = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1, maxBatchSize: 64 });
+  const one = await RolloutEngine.create(MODEL, { intraOpNumThreads: 1, maxBatchSize: 1 });
+  try {
+    wide.setWeights(3, weights);
+    one.setWeights(3, weights);
+    const [batched, single] = [await wide.generate(many, params), await one.generate(many, params)];
+    single.forEach((s, i) => {
+      assert.deepEqual(batched[i].tokens, s.tokens, `prompt ${i}`);
+      s.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - batched[i].logprobs[j]) < 1e-5, `prompt ${i} token ${j}`));
+    });
+  } finally {
+    await Promise.all([wide.release(), one.release()]);
+  }
+});
+
 test('a group prefills its prompt once: shared and unshared prefills give the same tokens and log-probs', async () => {
   // GRPO's layout: each prompt several times in a row, prompts of different lengths (so padded).
   const group = [[1, 4, 5], [1, 4, 5], [1, 4, 5], [3, 3], [3, 3], [1, 7, 7, 7, 7, 8], [1, 4, 5]];
