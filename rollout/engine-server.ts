@@ -17,7 +17,7 @@ import { ortThreads } from '../engines/backends';
 import { decodeCheckpointWeights } from '../engines/checkpoint';
 import { parseDevice } from '../engines/device';
 import { modelConfigDifference, type ModelConfig } from '../engines/model';
-import { RolloutEngine } from '../engines/rollout';
+import { ThreadedRolloutEngine } from '../engines/rollout-thread';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import { modelNotFound, OpenAIError, startOpenAIServer, type OpenAIServer, type OpenAIServerOptions } from './openai-server';
 
@@ -62,7 +62,7 @@ export interface EngineServerOptions {
 interface HeldRun {
   configKey: string;
   policy: EnginePolicy;
-  engine: RolloutEngine;
+  engine: ThreadedRolloutEngine;
   version: number;
   sha256: string;
 }
@@ -147,10 +147,10 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
     if (mismatch) throw new OpenAIError(422, `the checkpoint of ${req.model}@${req.policy_version} does not fit the run's model: ${mismatch}`, 'checkpoint_url', 'invalid_checkpoint');
     let engine = current?.configKey === configKey ? current.engine : undefined;
     if (!engine) {
-      engine = await RolloutEngine.create(policy.model, { intraOpNumThreads: ortThreads(policy.model), ...(device ? { device } : {}) });
+      engine = await ThreadedRolloutEngine.create(policy.model, { intraOpNumThreads: ortThreads(policy.model), ...(device ? { device } : {}) });
       await current?.engine.release();
     }
-    engine.setWeights(req.policy_version, decoded.weights);
+    await engine.setWeights(req.policy_version, decoded.weights);
     runs.set(req.model, { configKey, policy, engine, version: req.policy_version, sha256 });
     return { model: req.model, policy_version: req.policy_version, sha256 };
   }

@@ -25,7 +25,7 @@ import { randomInt, randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { shortened } from '../config/json-limits';
 import { MEDIA_LIMITS } from '../engines/media/model-inputs';
-import type { GeneratedSample, RolloutEngine, SamplingParams } from '../engines/rollout';
+import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { MediaPrompts } from './media-prompts';
 import { applySocketLimits, fastifyLimitOptions, registerJsonParser, resolveHttpLimits, shortMessage, type HttpLimits } from './openai-http';
@@ -39,7 +39,7 @@ export { SessionRecorder, type AgentSample, type SessionRecorderOptions, type Se
 
 /** What a model name resolves to. */
 export interface ResolvedModel {
-  engine: RolloutEngine;
+  engine: GenerationEngine;
   tokenizer: Tokenizer;
   /** The policy version the engine holds for this name. */
   policyVersion: number;

@@ -11,7 +11,8 @@ import type { Pool } from 'pg';
 import { ortThreads } from '../engines/backends';
 import { parseDevice } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
-import { RolloutEngine, type SamplingParams } from '../engines/rollout';
+import type { SamplingParams } from '../engines/rollout';
+import { ThreadedRolloutEngine } from '../engines/rollout-thread';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import { CheckpointPrunedError, latestCheckpoint, MissingPolicyVersionError, retainedVersions } from '../store/checkpoint-registry';
 import { formatVersions } from '../store/checkpoint-retention';
@@ -44,14 +45,21 @@ export class PolicyEngine {
     private readonly pool: Pool,
     readonly runId: string,
     readonly tokenizer: Tokenizer,
-    readonly engine: RolloutEngine,
+    readonly engine: ThreadedRolloutEngine,
     private readonly options: PolicyEngineOptions,
   ) {}
 
   static async create(pool: Pool, run: { runId: string; model: ModelConfig; tokenizer: Tokenizer }, options: PolicyEngineOptions): Promise<PolicyEngine> {
-    // ONNX Runtime threads: every core for a real model, one for a small one (ortThreads).
-    const engine = await RolloutEngine.create(run.model, { intraOpNumThreads: ortThreads(run.model), ...(options.device ? { device: parseDevice(options.device) } : {}) });
-    if (options.frozenWeights) engine.setFrozenWeights(await options.frozenWeights());
+    // ONNX Runtime threads: every core for a real model, one for a small one (ortThreads). The
+    // engine runs on a thread of its own (engines/rollout-thread.ts): this worker's event loop
+    // answers heartbeats and cancellation whatever the engine is computing.
+    const engine = await ThreadedRolloutEngine.create(run.model, { intraOpNumThreads: ortThreads(run.model), ...(options.device ? { device: parseDevice(options.device) } : {}) });
+    try {
+      if (options.frozenWeights) await engine.setFrozenWeights(await options.frozenWeights());
+    } catch (err) {
+      await engine.release();
+      throw err;
+    }
     return new PolicyEngine(pool, run.runId, run.tokenizer, engine, options);
   }
 
@@ -61,14 +69,14 @@ export class PolicyEngine {
   }
 
   /** The engine switched to `version` (most recently used weights last: the first is evicted). */
-  async atVersion(version: number): Promise<RolloutEngine> {
+  async atVersion(version: number): Promise<ThreadedRolloutEngine> {
     if (this.engine.policyVersion === version) return this.engine;
     let w = this.weights.get(version);
     if (w) this.weights.delete(version);
     else w = await this.options.loadWeights(version);
     this.weights.set(version, w);
     if (this.weights.size > (this.options.cachedVersions ?? 4)) this.weights.delete(this.weights.keys().next().value as number);
-    this.engine.setWeights(version, w);
+    await this.engine.setWeights(version, w);
     return this.engine;
   }
 
