@@ -8,7 +8,9 @@
 // Options (--set key=value): model (a named model, .gguf file or HF directory), steps, eval_every,
 // prompts (per step), group (or group_size), lr, rank, max_new_tokens, micro_batch_tokens, mode
 // (sync | async), max_staleness (async), contention (1: one CPU-spinning process per core beside
-// the run, a busy machine).
+// the run, a busy machine), loss_aggregation (algorithm.loss_aggregation, e.g. dapo), level (only
+// the dataset's problems of this difficulty, train and eval: 1 is one-digit addition and
+// subtraction, the simple arithmetic task of the learning check).
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -20,7 +22,7 @@ import { RelaxClient } from '../client';
 import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig } from '../config/run-config';
 import { resolveModelSource } from '../engines/model-sources';
-import { realModelRecipe } from '../training/recipes';
+import { EXAMPLE_DATA_DIR, realModelRecipe } from '../training/recipes';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 import { median, peakRssMb } from './measure';
@@ -106,12 +108,24 @@ async function peakWorkerRssMb(): Promise<number> {
   return peak;
 }
 
+/** The shipped dataset's problems of difficulty `level`, written to `dir` (refused when there are none). */
+function levelFile(name: string, level: number, dir: string): string {
+  const rows = fs.readFileSync(path.join(EXAMPLE_DATA_DIR, name), 'utf8').split('\n').filter((l) => l.trim() && (JSON.parse(l) as { level?: number }).level === level);
+  if (rows.length === 0) throw new Error(`--set level=${level}: ${name} has no problems of that level (it has levels 1, 2 and 3)`);
+  const out = path.join(dir, `level${level}-${name}`);
+  fs.writeFileSync(out, `${rows.join('\n')}\n`);
+  return out;
+}
+
 export const realModelBench: Bench = async (ctx) => {
   const o = ctx.options;
   const num = (key: string, fallback: number) => (o[key] === undefined ? fallback : Number(o[key]));
   const home = relaxEnvironment().home;
   const modelDir = await resolveModelSource(o.model ?? 'smollm2-135m-instruct', { home, log: ctx.log });
+  const stackHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-real-model-'));
+  const level = o.level === undefined ? undefined : num('level', 0);
   const input = realModelRecipe({
+    ...(level !== undefined ? { train: levelFile('arith-train.jsonl', level, stackHome), eval: levelFile('arith-eval.jsonl', level, stackHome) } : {}),
     modelFrom: modelDir,
     steps: num('steps', 30),
     evalEvery: num('eval_every', 5),
@@ -122,11 +136,17 @@ export const realModelBench: Bench = async (ctx) => {
     maxNewTokens: num('max_new_tokens', 32),
     ...(o.micro_batch_tokens !== undefined ? { microBatchTokens: num('micro_batch_tokens', 0) } : {}),
   });
+  if (o.loss_aggregation !== undefined) input.algorithm = { ...input.algorithm, loss_aggregation: o.loss_aggregation as never };
   if (o.mode === 'async') Object.assign(input, { mode: 'async', max_staleness: num('max_staleness', 1) });
   else if (o.mode !== undefined && o.mode !== 'sync') throw new Error(`--set mode: expected sync or async, got "${o.mode}"`);
   const contention = num('contention', 0) > 0;
-  const config = parseRunConfig(input);
-  const stackHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-real-model-'));
+  let config: ReturnType<typeof parseRunConfig>;
+  try {
+    config = parseRunConfig(input);
+  } catch (err) {
+    fs.rmSync(stackHome, { recursive: true, force: true });
+    throw err;
+  }
   ctx.log(`[bench] GRPO + LoRA (rank ${config.lora?.rank}) on ${modelDir}: ${config.train.steps} steps of ${config.rollout.prompts_per_step}x${config.algorithm.group_size} samples, through the workflow`);
   const stack = await startEphemeralStack(stackHome);
   // The busy neighbour: one spinning process per core for the run (at most an hour).
@@ -169,6 +189,8 @@ export const realModelBench: Bench = async (ctx) => {
         steps: result.steps,
         samples_per_step: config.rollout.prompts_per_step * config.algorithm.group_size,
         mode: config.mode,
+        loss_aggregation: config.algorithm.loss_aggregation,
+        level: level ?? null,
         contention,
         train_micro_batch_tokens: config.train.micro_batch_tokens ?? null,
         step_s: medianOf(times),
