@@ -18,23 +18,31 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
 
 // The PostgreSQL pass of .ci/run (`npm test -- --database-suites`) runs the suites that reach the
-// database (their source names a database helper, a stack or DATABASE_URL), except the
-// presentation suites (the browser, the CLI's output, the client example) and the learning suites
-// (they assert that accuracy rises over many steps, through the same transfer-queue and registry
-// SQL that training-run, fault-injection, chaos and rollout-scaling check step by step): those
-// reach Postgres only through code the other suites cover, and the embedded pass runs them.
+// database at DATABASE_URL (REACHES) and check what it holds: their source reads tables (SQL, the
+// store modules, the checkpoint registry check: CHECKS). The others reach it only under a stack
+// (monitoring, notifications, tracing, TLS, the supervisor's `relax dev` on its own embedded
+// database, ...) through the store code the checking suites cover, and assert on something else;
+// the embedded pass runs them. Left out as
+// well, whatever their source: the presentation suites (the browser, the CLI's output, the client
+// example), the learning suites (they assert that accuracy rises over many steps, through the same
+// transfer-queue and registry SQL that training-run, fault-injection, chaos and rollout-scaling
+// check step by step) and the suites about the engines under load (worker threads and heartbeats).
 const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example'];
 const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run'];
-// The same for the suites about the engines under load (a real model beside CPU burners): what they
-// assert is about worker threads and heartbeats, not about the database.
 const LOAD_SUITES = ['long-train-step'];
-const DATABASE_PATTERN = /freshDatabase|startWorkerStack|startWorkerProcess|\.pool\b|openStore|new Pool|MultimodalStack|spawnRelax|startLocalStack|startEphemeralStack|DATABASE_URL/;
+const REACHES = /freshDatabase|startWorkerStack|startWorkerProcess|\.pool\b|openStore|new Pool|MultimodalStack|spawnRelax|startLocalStack|startEphemeralStack|DATABASE_URL/;
+const CHECKS = /from '\.\.\/store\/|require\("\.\.\/store\/|\.pool\.query|\bSELECT |\bINSERT INTO |checkCheckpointRegistry/;
 function databaseSuites() {
   const dir = path.join(root, 'dist', 'test');
+  const source = (f) => {
+    // The TypeScript source where it is beside the build (the compiled file rewrites imports).
+    const ts = path.join(root, 'test', f.replace(/\.js$/, '.ts'));
+    return fs.readFileSync(fs.existsSync(ts) ? ts : path.join(dir, f), 'utf8');
+  };
   return fs
     .readdirSync(dir)
     .filter((f) => f.endsWith('.test.js') && ![...PRESENTATION_SUITES, ...LEARNING_SUITES, ...LOAD_SUITES].includes(f.slice(0, -'.test.js'.length)))
-    .filter((f) => DATABASE_PATTERN.test(fs.readFileSync(path.join(dir, f), 'utf8')))
+    .filter((f) => REACHES.test(source(f)) && CHECKS.test(source(f)))
     .map((f) => path.join('dist', 'test', f));
 }
 
