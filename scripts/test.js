@@ -22,11 +22,11 @@ const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 
 // store modules, the checkpoint registry check: CHECKS). The others reach it only under a stack
 // (monitoring, notifications, tracing, TLS, the supervisor's `relax dev` on its own embedded
 // database, ...) through the store code the checking suites cover, and assert on something else;
-// the embedded pass runs them. Left out as
-// well, whatever their source: the presentation suites (the browser, the CLI's output, the client
-// example), the learning suites (they assert that accuracy rises over many steps, through the same
-// transfer-queue and registry SQL that training-run, fault-injection, chaos and rollout-scaling
-// check step by step) and the suites about the engines under load (worker threads and heartbeats).
+// the embedded pass runs them. Left out as well, whatever their source: the presentation suites
+// (the browser, the CLI's output, the client example), the learning suites (they assert that
+// accuracy rises over many steps, through the same transfer-queue and registry SQL that
+// training-run, fault-injection, chaos and rollout-scaling check step by step) and the suites about
+// the engines under load (worker threads and heartbeats).
 const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example'];
 const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run'];
 const LOAD_SUITES = ['long-train-step'];
@@ -42,7 +42,10 @@ function databaseSuites() {
   return fs
     .readdirSync(dir)
     .filter((f) => f.endsWith('.test.js') && ![...PRESENTATION_SUITES, ...LEARNING_SUITES, ...LOAD_SUITES].includes(f.slice(0, -'.test.js'.length)))
-    .filter((f) => REACHES.test(source(f)) && CHECKS.test(source(f)))
+    .filter((f) => {
+      const text = source(f);
+      return REACHES.test(text) && CHECKS.test(text);
+    })
     .map((f) => path.join('dist', 'test', f));
 }
 
