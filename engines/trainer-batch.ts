@@ -137,3 +137,50 @@ export function columnsFrom<A extends Float32Array | Int32Array>(values: A, B: n
   for (let b = 0; b < B; b++) out.set(values.subarray(b * T + from, (b + 1) * T), b * (T - from));
   return out;
 }
+
+/** The distinct prompts of a micro-batch: what its rows read before column `from`, computed once each. */
+export interface SharedPrefixes {
+  /** Distinct prefixes U. */
+  count: number;
+  /** Their tokens, row-major [U, from]. */
+  tokens: Int32Array;
+  /** Per row of the batch, its prefix (0..U-1). */
+  rowToPrefix: Int32Array;
+}
+
+/**
+ * The rows of a padded batch that read the same inputs in columns 0..from-1 (a GRPO group's samples
+ * of one prompt: `from` is the batch's first loss column), or undefined when every row is distinct
+ * (nothing to share) or `from` is 0.
+ */
+export function sharedPrefixes(batch: PaddedBatch, from: number): SharedPrefixes | undefined {
+  if (from <= 0) return undefined;
+  const index = new Map<string, number>();
+  const rowToPrefix = new Int32Array(batch.B);
+  const firstRows: number[] = [];
+  for (let b = 0; b < batch.B; b++) {
+    const key = batch.inputs.subarray(b * batch.T, b * batch.T + from).join(',');
+    let u = index.get(key);
+    if (u === undefined) {
+      u = firstRows.length;
+      index.set(key, u);
+      firstRows.push(b);
+    }
+    rowToPrefix[b] = u;
+  }
+  if (firstRows.length === batch.B) return undefined;
+  const tokens = new Int32Array(firstRows.length * from);
+  firstRows.forEach((b, u) => tokens.set(batch.inputs.subarray(b * batch.T, b * batch.T + from), u * from));
+  return { count: firstRows.length, tokens, rowToPrefix };
+}
+
+/**
+ * Each sequence's prompt for micro-batch planning: its tokens before the first target with loss
+ * (`length`, the column a micro-batch's shared prefix can reach) and a key equal for sequences with
+ * the same such tokens.
+ */
+export function promptPrefix(tokens: ArrayLike<number>, lossMask: ArrayLike<number>): { key: string; length: number } {
+  let first = 0;
+  while (first < lossMask.length && lossMask[first] === 0) first++;
+  return { key: Array.prototype.slice.call(tokens, 0, first).join(','), length: first };
+}

@@ -30,7 +30,7 @@ import { registerWasmTrainingKernels } from './wasm-kernels';
 import { aggregateLoss, entropyFromLogSoftmax, klLoss, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
 import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
-import { columnsFrom, firstLossColumn, mediaTensors, padBatch } from './trainer-batch';
+import { columnsFrom, firstLossColumn, mediaTensors, padBatch, promptPrefix, sharedPrefixes } from './trainer-batch';
 import { headLogprobsAndEntropy } from './vocab-head';
 
 export type { AdamWOptions } from './adamw';
@@ -168,6 +168,14 @@ export interface TrainerOptions {
    * microBatchSize. Default: microBatchSize sequences at a time, in the given order.
    */
   microBatchTokens?: number;
+  /**
+   * Compute a prompt once per micro-batch (default true): sequences of a micro-batch that read the
+   * same tokens before its first loss target (a GRPO group's samples) run those positions' forward
+   * once, and their completions attend to its keys/values; the prompt's gradient is the sum over the
+   * group, as in the unshared computation. Micro-batches by a token budget keep a prompt's sequences
+   * together. Not with media inputs. With loraDropout, the group shares the prompt's dropout mask.
+   */
+  sharePrompts?: boolean;
   /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
   loraDropout?: number;
   /**
@@ -213,20 +221,39 @@ export interface TrainStepMetrics {
  * consecutive runs of `maxSequences`. With one: longest first, each micro-batch as many sequences as
  * fit in `maxTokens` padded tokens (count x its longest; a sequence longer than the budget goes
  * alone), at most `maxSequences`, so similar lengths share a micro-batch and little is padding.
+ * With `prompts` (each sequence's promptPrefix, when the trainer shares prompts), a prompt's
+ * sequences are kept together, prompts longest first, and a micro-batch costs what the shared
+ * computation pads: each distinct prompt once up to the shortest prompt, then every row.
  */
-export function planMicroBatches(lengths: readonly number[], maxSequences: number, maxTokens?: number): number[][] {
+export function planMicroBatches(lengths: readonly number[], maxSequences: number, maxTokens?: number, prompts?: ReadonlyArray<{ key: string; length: number }>): number[][] {
   const order = lengths.map((_, i) => i);
   if (maxTokens === undefined) {
     const plan: number[][] = [];
     for (let start = 0; start < order.length; start += maxSequences) plan.push(order.slice(start, start + maxSequences));
     return plan;
   }
-  order.sort((a, b) => lengths[b] - lengths[a] || a - b);
+  let cost = (mb: number[]) => mb.length * Math.max(...mb.map((i) => lengths[i]));
+  if (prompts) {
+    const groupLongest = new Map<string, number>();
+    order.forEach((i) => groupLongest.set(prompts[i].key, Math.max(groupLongest.get(prompts[i].key) ?? 0, lengths[i])));
+    const firstOf = new Map<string, number>();
+    order.forEach((i) => firstOf.has(prompts[i].key) || firstOf.set(prompts[i].key, i));
+    const rank = (i: number) => [groupLongest.get(prompts[i].key)!, -firstOf.get(prompts[i].key)!, lengths[i], -i];
+    order.sort((a, b) => {
+      const [ra, rb] = [rank(a), rank(b)];
+      for (let k = 0; k < ra.length; k++) if (ra[k] !== rb[k]) return rb[k] - ra[k];
+      return 0;
+    });
+    cost = (mb) => {
+      const from = Math.min(...mb.map((i) => prompts[i].length));
+      const longest = Math.max(...mb.map((i) => lengths[i]));
+      return new Set(mb.map((i) => prompts[i].key)).size * from + mb.length * (longest - from);
+    };
+  } else order.sort((a, b) => lengths[b] - lengths[a] || a - b);
   const plan: number[][] = [];
   let current: number[] = [];
   for (const i of order) {
-    const longest = current.length ? lengths[current[0]] : lengths[i];
-    if (current.length > 0 && (current.length >= maxSequences || (current.length + 1) * longest > maxTokens)) {
+    if (current.length > 0 && (current.length >= maxSequences || cost([...current, i]) > maxTokens)) {
       plan.push(current);
       current = [];
     }
@@ -302,6 +329,7 @@ export class Trainer {
   private readonly maxGradNorm: number;
   private readonly microBatchSize: number;
   private readonly microBatchTokens: number | undefined;
+  private readonly sharePrompts: boolean;
   private stepsApplied = 0;
   private busy = false;
   /** tfjs variable names are process-global: each trainer prefixes its own. */
@@ -314,6 +342,7 @@ export class Trainer {
     this.maxGradNorm = options.maxGradNorm ?? 1;
     this.microBatchSize = options.microBatchSize ?? 32;
     this.microBatchTokens = options.microBatchTokens;
+    this.sharePrompts = options.sharePrompts ?? true;
     this.loraDropout = options.loraDropout ?? 0;
     const backend = tf.getBackend();
     if (backend === 'wasm') registerWasmTrainingKernels();
@@ -478,16 +507,38 @@ export class Trainer {
   /** The final hidden states [B, T - from, D] (the logits' input); see logits(). */
   private hidden(inputs: tf.Tensor2D, training = false, from = 0, media?: MediaInputs<tf.Tensor>): tf.Tensor3D {
     const [B, T] = inputs.shape;
-    const positions = tf.tile(tf.range(0, T, 1, 'int32').reshape([1, T]), [B, 1]);
-    const bias = tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]);
-    let rope: { cos: tf.Tensor; sin: tf.Tensor } | undefined;
-    if (this.model.architecture === 'llama') {
-      const tables = ropeTables(this.model, Int32Array.from({ length: T }, (_, t) => t), 1, T);
-      const Dh = tables.cos.length / T;
-      rope = { cos: tf.tensor(tables.cos, [1, 1, T, Dh]), sin: tf.tensor(tables.sin, [1, 1, T, Dh]) };
-    }
-    const loraInput = training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
-    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, positions, attentionBias: bias, rope, loraInput, logitsFrom: from, media }).hidden as tf.Tensor3D;
+    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, ...this.positionInputs(B, 0, T), loraInput: this.loraInput(training), logitsFrom: from, media }).hidden as tf.Tensor3D;
+  }
+
+  /**
+   * The same hidden states as hidden(inputs, training, from) with the rows' shared prompts computed
+   * once: the prefixes [U, from] run alone (keys/values only), each row gathers its prefix's
+   * keys/values as the past of its own columns from..T-1 (`suffix`, [B, T - from]). The gather's
+   * gradient sums a group's gradients into its prompt.
+   */
+  private sharedPrefixHidden(prefix: tf.Tensor2D, rowToPrefix: tf.Tensor1D, suffix: tf.Tensor2D, training: boolean): tf.Tensor3D {
+    const [U, P] = prefix.shape;
+    const [B, S] = suffix.shape;
+    const w = this.weightTensors();
+    const loraInput = this.loraInput(training);
+    // The prefix's last position only through the final norm: its hidden states are not read.
+    const { present } = forwardHidden(this.ops, this.model, w, { tokens: prefix, ...this.positionInputs(U, 0, P), loraInput, lastPositionOnly: true });
+    const past = present.map((c) => ({ k: tf.gather(c.k, rowToPrefix), v: tf.gather(c.v, rowToPrefix) }));
+    return forwardHidden(this.ops, this.model, w, { tokens: suffix, ...this.positionInputs(B, P, S), loraInput, past }).hidden as tf.Tensor3D;
+  }
+
+  /** Positions start..start+length-1 of `rows` rows: position ids, the causal bias over the past start keys and these, rotary tables. */
+  private positionInputs(rows: number, start: number, length: number): { positions: tf.Tensor; attentionBias: tf.Tensor; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
+    const positions = tf.tile(tf.range(start, start + length, 1, 'int32').reshape([1, length]), [rows, 1]);
+    const attentionBiasTensor = tf.tensor(attentionBias(1, length, start), [1, 1, length, start + length]);
+    if (this.model.architecture !== 'llama') return { positions, attentionBias: attentionBiasTensor };
+    const tables = ropeTables(this.model, Int32Array.from({ length }, (_, t) => start + t), 1, length);
+    const Dh = tables.cos.length / length;
+    return { positions, attentionBias: attentionBiasTensor, rope: { cos: tf.tensor(tables.cos, [1, 1, length, Dh]), sin: tf.tensor(tables.sin, [1, 1, length, Dh]) } };
+  }
+
+  private loraInput(training: boolean): ((x: tf.Tensor) => tf.Tensor) | undefined {
+    return training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
   }
 
   /**
@@ -567,23 +618,28 @@ export class Trainer {
         sequences.map((q) => q.tokens.length),
         this.microBatchSize,
         this.microBatchTokens,
+        this.sharePrompts ? sequences.map((q) => promptPrefix(q.tokens, q.lossMask)) : undefined,
       );
       for (const [k, indices] of plan.entries()) {
         if (k > 0) await yieldToEventLoop();
         const mb = padBatch(this.model, indices.map((i) => sequences[i]), true);
         const share = microBatchShare(loss.microBatchWeighting, mb, batch);
         if (share === 0) continue;
-        paddedTokens += mb.B * mb.T;
         microBatches += 1;
         // Targets before the micro-batch's first loss token (prompts) carry no loss: no logits for
         // them, which on a large vocabulary is most of a step's memory.
         const from = firstLossColumn(mb);
         const cols = (values: Float32Array | Int32Array) => columnsFrom(values, mb.B, mb.T, from);
         const shape: [number, number] = [mb.B, mb.T - from];
+        // Rows with the same inputs before `from` (a group's prompt) compute those columns once.
+        const shared = this.sharePrompts && !mb.media ? sharedPrefixes(mb, from) : undefined;
+        paddedTokens += shared ? shared.count * from + mb.B * (mb.T - from) : mb.B * mb.T;
         // The batch's constants are made outside the differentiated closure: the gradient tape
         // records (and keeps copies for) every op inside it.
         const data = {
-          inputs: tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
+          inputs: shared ? tf.tensor2d(cols(mb.inputs), shape, 'int32') : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
+          prefix: shared && tf.tensor2d(shared.tokens, [shared.count, from], 'int32'),
+          rowToPrefix: shared && tf.tensor1d(shared.rowToPrefix, 'int32'),
           targets: tf.tensor2d(cols(mb.targets), shape, 'int32'),
           mask: tf.tensor2d(cols(mb.mask), shape),
           oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
@@ -604,7 +660,7 @@ export class Trainer {
         let g: tf.NamedTensorMap;
         try {
           const microBatchLoss = () => {
-            const hidden = this.hidden(data.inputs, true, from, media);
+            const hidden = shared ? this.sharedPrefixHidden(data.prefix!, data.rowToPrefix!, data.inputs, true) : this.hidden(data.inputs, true, from, media);
             const { logprobs, entropy } = this.headOutputs(hidden, data.targets);
             const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
             // The full [B, T, V] logits and log-softmax only for a loss that reads them (the built-in ones do not).

@@ -273,3 +273,58 @@ test('micro_batch_tokens: packing by length gives the same update with less padd
   for (const [name, w] of Object.entries(byCount.weights)) w.forEach((x, i) => (worst = Math.max(worst, Math.abs(x - packed.weights[name][i]))));
   assert.ok(worst < 1e-5, `max weight difference ${worst}`);
 });
+
+test('sharePrompts: a group computes its prompt once, with the same loss and update as the unshared computation', async () => {
+  const llama: ModelConfig = { architecture: 'llama', vocabSize: 40, dModel: 16, nLayers: 2, nHeads: 4, nKvHeads: 2, dFF: 24, contextLength: 32, ropeTheta: 10000, rmsNormEps: 1e-5, tieEmbeddings: true };
+  const loraModel: ModelConfig = { ...llama, lora: { rank: 4, alpha: 8, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } };
+  for (const [name, model] of [['gpt', { ...TINY_MODEL, contextLength: 32 }], ['llama', llama], ['llama + LoRA', loraModel]] as const) {
+    // Three prompts of different lengths, 3 samples each with completions of different lengths, and
+    // one prompt with a single sample (nothing to share).
+    const rand = seededRandom(11);
+    const token = () => 1 + Math.floor(rand() * (model.vocabSize - 1));
+    const sequences: TrainSequence[] = [];
+    for (const [promptLength, samples] of [[7, 3], [5, 3], [9, 3], [6, 1]]) {
+      const prompt = Array.from({ length: promptLength }, token);
+      for (let s = 0; s < samples; s++) {
+        const completion = Array.from({ length: 2 + Math.floor(rand() * 6) }, token);
+        const tokens = [...prompt, ...completion];
+        sequences.push({ tokens, lossMask: tokens.slice(1).map((_, t) => (t >= promptLength - 1 ? 1 : 0)), oldLogprobs: Array(tokens.length - 1).fill(-3), advantages: rand() - 0.5 });
+      }
+    }
+    // LoRA B starts at zero (no gradient reaches A then): start from a random B so every path counts.
+    const spec = parameterSpec(model);
+    const weights = initWeights(model, 3, spec);
+    for (const p of spec) if (p.name.endsWith('.lora_b')) weights[p.name] = Float32Array.from(weights[p.name], () => (rand() - 0.5) * 0.2);
+    const run = async (sharePrompts: boolean, microBatchTokens?: number) => {
+      const trainer = Trainer.create({ model, weights, optimizer: { lr: 1e-3, weightDecay: 0 }, maxGradNorm: Infinity, microBatchSize: 16, sharePrompts, ...(microBatchTokens ? { microBatchTokens } : {}) });
+      try {
+        const m = await trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo' }));
+        return { m, weights: await trainer.exportWeights() };
+      } finally {
+        trainer.dispose();
+      }
+    };
+    const unshared = await run(false);
+    for (const budget of [undefined, 60]) {
+      const shared = await run(true, budget);
+      const label = `${name}, ${budget ? `micro-batches of <= ${budget} tokens` : 'one micro-batch'}`;
+      assert.ok(shared.m.paddedTokens < unshared.m.paddedTokens, `${label}: the shared prompts made fewer padded tokens (${shared.m.paddedTokens} vs ${unshared.m.paddedTokens})`);
+      assert.ok(Math.abs(shared.m.loss - unshared.m.loss) < 1e-5, `${label}: loss ${shared.m.loss} vs ${unshared.m.loss}`);
+      assert.ok(Math.abs(shared.m.gradNorm - unshared.m.gradNorm) < 1e-4 * unshared.m.gradNorm, `${label}: gradient norm ${shared.m.gradNorm} vs ${unshared.m.gradNorm}`);
+      assert.ok(Math.abs(shared.m.entropy - unshared.m.entropy) < 1e-5, `${label}: entropy`);
+      const worst = maxAbsDiff(unshared.weights, shared.weights);
+      // AdamW's first step is lr x g / (|g| + eps): float noise on near-zero gradients moves it by < 1% of lr.
+      assert.ok(worst < 1e-5, `${label}: max weight difference after the step ${worst} (lr 1e-3)`);
+    }
+  }
+});
+
+test('planMicroBatches with prompts keeps a prompt\'s sequences together and counts a shared prompt once', () => {
+  const prompts = ['a', 'b', 'a', 'b', 'c', 'a'].map((key) => ({ key, length: key === 'c' ? 10 : 6 }));
+  const lengths = [10, 9, 12, 8, 16, 11];
+  // c (longest) alone; a's three: 1 x 6 + 3 x (12 - 6) = 24; b's two: 6 + 2 x 3 = 12; a and b together would cost 2 x 6 + 5 x 6 = 42.
+  assert.deepEqual(planMicroBatches(lengths, 8, 30, prompts), [[4], [2, 5, 0], [1, 3]]);
+  // Budget 42: c with a's two longest (2 x 6 + 3 x 10 = 42), then a's last with b's two (2 x 6 + 3 x 4 = 24).
+  assert.deepEqual(planMicroBatches(lengths, 8, 42, prompts), [[4, 2, 5], [0, 1, 3]]);
+  assert.deepEqual(planMicroBatches(lengths, 2, 1000, prompts), [[4, 2], [5, 0], [1, 3]], 'never more than maxSequences');
+});

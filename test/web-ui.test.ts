@@ -47,12 +47,17 @@ after(async () => {
   await server?.stop();
 });
 
-/** Reloads the run page's User Metadata tab until its Current Details line parses and `accept` takes it (with the status badge). */
-async function readDetails(workflowId: string, what: string, accept: (r: DetailsReading, badge: string) => boolean, timeoutMs: number): Promise<{ reading: DetailsReading; line: string }> {
+/**
+ * Reloads the run page's User Metadata tab until its Current Details line parses and `accept` takes
+ * it (with the status badge). With `orCompleted`, a Completed badge ends the wait too (reading
+ * undefined): a CI-sized run can finish between two reloads, and a closed run has no details line.
+ */
+async function readDetails(workflowId: string, what: string, accept: (r: DetailsReading, badge: string) => boolean, timeoutMs: number, orCompleted = false): Promise<{ reading?: DetailsReading; line: string }> {
   let last = '(nothing yet)';
   try {
     return await waitFor(what, async () => {
       await openRunTab(page, uiUrl, workflowId, 'User Metadata');
+      if (orCompleted && (await runStatus(page).catch(() => 'unknown')) === 'completed') return { reading: undefined, line: '' };
       const line = await currentDetails(page).catch(() => '');
       if (line) last = line;
       const reading = parseDetails(line);
@@ -100,8 +105,8 @@ test('while it trains, the run page shows the step advancing and the initial hel
     // (b) The Current Details line counts steps, and the count advances. The readings until the
     // first evaluation after step 0 carry the initial policy's held-out accuracy ("(step 0)").
     const first = await readDetails(workflowId, 'the run page to show a step >= 1 (after the SFT warm start)', (r) => (noteInitial(r), r.step >= 1 && r.step < STEPS), 540_000);
-    assert.equal(first.reading.totalSteps, STEPS, `details line: ${first.line}`);
-    assert.equal(first.reading.status, 'running', `details line: ${first.line}`);
+    assert.equal(first.reading!.totalSteps, STEPS, `details line: ${first.line}`);
+    assert.equal(first.reading!.status, 'running', `details line: ${first.line}`);
     assert.match(first.line, / v\d+ /, 'the details line names the policy version');
     await openRunTab(page, uiUrl, workflowId, 'Memo');
     const memo = await memoFields(page);
@@ -109,8 +114,15 @@ test('while it trains, the run page shows the step advancing and the initial hel
     assert.ok(progress, `the memo has a progress key while the run trains: ${JSON.stringify(memo)}`);
     assert.match(progress.status, /^(running|completed)$/);
     if (progress.lastEvalStep === 0 && typeof progress.lastAccuracy === 'number') initial ??= progress.lastAccuracy;
-    const later = await readDetails(workflowId, `the step to advance past ${first.reading.step}`, (r) => (noteInitial(r), r.step > first.reading.step), 300_000);
+    const firstStep = first.reading!.step;
+    const later = await readDetails(workflowId, `the step to advance past ${firstStep}`, (r) => (noteInitial(r), r.step > firstStep), 300_000, true);
     await screenshot(page, 'b-run-page-mid-run');
+    if (!later.reading) {
+      // The run completed between two reloads: the page's memo says how far it went.
+      await openRunTab(page, uiUrl, workflowId, 'Memo');
+      const done = (await memoFields(page)).progress as { step: number } | undefined;
+      assert.ok(done && done.step > firstStep, `the step advanced past ${firstStep}: the memo says ${JSON.stringify(done)}`);
+    }
     assert.ok(initial !== undefined, `the page showed the initial held-out accuracy (step 0) while the run trained; details seen: ${first.line} / ${later.line}`);
   }));
 
