@@ -58,6 +58,7 @@ export function trainerOptions(config: RunConfig, model: ModelConfig, weights: P
     maxGradNorm: t.grad_clip,
     microBatchSize: t.micro_batch,
     ...(t.micro_batch_tokens !== undefined ? { microBatchTokens: t.micro_batch_tokens } : {}),
+    sharePrompts: t.share_prompts,
     ...(t.trainable ? { trainable: t.trainable } : {}),
     ...(config.lora ? { loraDropout: config.lora.dropout } : {}),
   };
