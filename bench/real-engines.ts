@@ -3,7 +3,8 @@
 // prompts) and for a GRPO group batch (8 prompts x 4 samples, each prompt prefilled once), with LoRA
 // adapters as separate low-rank matmuls (at 1 thread and at the thread count the rollout workers
 // use, engines/backends.ts ortThreads) and with the adapters merged into the weights, train
-// tokens/s for LoRA and for full fine-tuning, weight sync ms for adapters vs full weights (in one
+// tokens/s for LoRA and for full fine-tuning (and LoRA on a GRPO group batch, the group's prompt
+// computed once vs per sample: `train_group`), weight sync ms for adapters vs full weights (in one
 // process, and through a checkpoint as between processes), peak RSS,
 // and each figure as a fraction of its engine's matmul roofline (bench/engines.ts measures that).
 import { execFile } from 'node:child_process';
@@ -195,6 +196,47 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const train = byThreads[threadsUsed];
   const stepMs = stepMsByThreads[threadsUsed];
 
+  // A GRPO group batch (GROUP_PROMPTS prompts x GROUP_SIZE samples of max_new_tokens), LoRA, at the
+  // workers' thread count: with each prompt computed once per micro-batch (the trainer's default)
+  // and, side by side, every sequence whole. Tokens/s count every sequence's tokens in both (the
+  // update is the same); `padded_tokens` is what each computed.
+  const groupPrompts = chatPrompts(dir, GROUP_PROMPTS).flatMap((p) => Array.from({ length: GROUP_SIZE }, () => p));
+  const groupSampler = await RolloutEngine.create(base.config, engineOptions);
+  let groupBatch: TrainSequence[];
+  try {
+    groupSampler.setWeights(0, base.weights);
+    const samples = await groupSampler.generate(groupPrompts, { maxNewTokens, temperature: 1, seed: 3 });
+    const rand = seededRandom(10);
+    groupBatch = samples.map((s, i) => trainSequenceFromSample(groupPrompts[i], s, { advantage: rand() < 0.5 ? -1 : 1 }));
+  } finally {
+    await groupSampler.release();
+  }
+  const groupTokens = groupBatch.reduce((n, s) => n + s.tokens.length, 0);
+  const trainGroup: Record<string, number | string> = { sequences: groupBatch.length, tokens: groupTokens };
+  const groupScratch = await mkdtemp(path.join(tmpdir(), 'relax-bench-train-group-'));
+  try {
+    for (const sharePrompts of [true, false]) {
+      const file = path.join(groupScratch, `group-${sharePrompts}.json`);
+      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode: 'lora', microBatchTokens, sharePrompts, sequences: groupBatch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
+      writeFileSync(file, JSON.stringify(input));
+      const key = sharePrompts ? 'shared' : 'unshared';
+      try {
+        const r = await trainInChild(file, threadsUsed);
+        trainGroup[`tokens_per_s_${key}`] = round(r.tokensPerS);
+        trainGroup[`step_ms_${key}`] = round(r.stepMs);
+        trainGroup[`padded_tokens_${key}`] = r.paddedTokens;
+        peakByMode.lora = Math.max(peakByMode.lora ?? 0, r.peakRssMb);
+        ctx.log(`train lora, group batch ${GROUP_PROMPTS} x ${GROUP_SIZE} (${groupTokens} tokens), prompts ${sharePrompts ? 'shared' : 'unshared'}: ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, ${r.paddedTokens} tokens computed, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
+      } catch (err) {
+        trainGroup[`tokens_per_s_${key}`] = `failed: ${(err as Error).message.split('\n')[0]}`;
+      }
+    }
+  } finally {
+    await rm(groupScratch, { recursive: true, force: true });
+  }
+  if (typeof trainGroup.tokens_per_s_shared === 'number') train.lora_group = trainGroup.tokens_per_s_shared;
+  if (typeof trainGroup.step_ms_shared === 'number' && typeof trainGroup.step_ms_unshared === 'number') trainGroup.speedup = round(trainGroup.step_ms_unshared / trainGroup.step_ms_shared);
+
   // Roofline fractions: 2 FLOPs per parameter per generated token; a train token costs ~6 per
   // parameter in full fine-tuning (forward + both backward products) and ~4 with LoRA (no weight gradients).
   const rolloutFraction = Object.fromEntries(BATCHES.map((b) => [b, round((rollout.lora_adapters[b] * 2 * parameters) / (roofline.onnxruntime * 1e9))]));
@@ -214,6 +256,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     rollout_tokens_per_s_merged: rollout.merged,
     train_tokens_per_s: train,
     train_tokens_per_s_by_threads: byThreads,
+    train_group: trainGroup,
     train_step_ms: stepMs,
     train_micro_batch_tokens: microBatchTokens,
     train_lora_rank: trainRank,

@@ -4,7 +4,7 @@
 // weights as loaded, the trainer's tensors, the step's activations), as a train worker holds them.
 //
 // Input (argv[2], a JSON file): { dir, contextLength, rank, mode: 'lora' | 'full', microBatchTokens,
-// sequences: [{ tokens, lossMask, oldLogprobs, advantages }] }. Prints one JSON line:
+// sharePrompts?, sequences: [{ tokens, lossMask, oldLogprobs, advantages }] }. Prints one JSON line:
 // { tokensPerS, stepMs, microBatches, peakRssMb, backend }.
 import fs from 'node:fs';
 import { loadTfjsBackend } from '../engines/backends';
@@ -20,6 +20,8 @@ export interface TrainChildInput {
   rank: number;
   mode: 'lora' | 'full';
   microBatchTokens: number;
+  /** The trainer's sharePrompts (default true: a group's prompt computed once). */
+  sharePrompts?: boolean;
   sequences: TrainSequence[];
 }
 
@@ -27,6 +29,8 @@ export interface TrainChildResult {
   tokensPerS: number;
   stepMs: number;
   microBatches: number;
+  /** Tokens the step's forward passes computed, padding included (a shared prompt counted once). */
+  paddedTokens: number;
   peakRssMb: number;
   backend: string;
 }
@@ -36,17 +40,18 @@ async function main(): Promise<void> {
   const backend = await loadTfjsBackend({ kind: 'cpu' });
   const base = await loadHfModel(input.dir, { contextLength: input.contextLength });
   const model: ModelConfig = input.mode === 'lora' ? { ...base.config, lora: { rank: input.rank, alpha: 2 * input.rank, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } } : base.config;
-  const trainer = Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens });
+  const trainer = Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens, sharePrompts: input.sharePrompts ?? true });
   const loss = policyLoss({ algorithm: 'ppo' });
   let microBatches = 0;
+  let paddedTokens = 0;
   const timing = await timeCalls(
     async () => {
-      microBatches = (await trainer.trainStep(input.sequences, loss)).microBatches;
+      ({ microBatches, paddedTokens } = await trainer.trainStep(input.sequences, loss));
     },
     { warmup: 1, minCalls: 2, minMs: 0 },
   );
   const tokens = input.sequences.reduce((n, s) => n + s.tokens.length, 0);
-  const result: TrainChildResult = { tokensPerS: tokens / (timing.medianMs / 1000), stepMs: timing.medianMs, microBatches, peakRssMb: peakRssMb(), backend: backend.backend };
+  const result: TrainChildResult = { tokensPerS: tokens / (timing.medianMs / 1000), stepMs: timing.medianMs, microBatches, paddedTokens, peakRssMb: peakRssMb(), backend: backend.backend };
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 
