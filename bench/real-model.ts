@@ -35,6 +35,10 @@ interface StepTimes {
   trainS: number;
   /** Whether an evaluation ran during the step's wall-time window. */
   withEval: boolean;
+  /** The trainer's own step (train_steps metrics duration_ms), the sequences it trained and the tokens its passes computed. */
+  computeS: number;
+  trainedSamples: number;
+  paddedTokens: number;
 }
 
 /** Per step: its wall time, the generate spans of its iteration (first start to last end), its train span, and whether an evaluation overlapped it. */
@@ -56,6 +60,8 @@ async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[
       } else if (r.stage === 'train' && r.step !== null) train.set(r.step, span);
       else if (r.stage === 'evaluate') evals.push(span);
     }
+    const { rows: steps } = await pool.query<{ step: number; metrics: Record<string, number> | null }>(`SELECT step, metrics FROM train_steps WHERE run_id = $1`, [runId]);
+    const metricsOf = new Map(steps.map((r) => [r.step, r.metrics ?? {}]));
     const first = rows.length ? Math.min(...rows.filter((r) => r.stage !== 'evaluate').map((r) => r.started_at.getTime())) : 0;
     // Step s trains on iteration s - 1 (in async mode the rollout ran earlier, beside other steps).
     return [...train.entries()]
@@ -63,7 +69,17 @@ async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[
       .map(([step, t]) => {
         const w = rollout.get(step - 1);
         const from = train.get(step - 1)?.end ?? first;
-        return { step, wallS: (t.end - from) / 1000, trainS: (t.end - t.start) / 1000, rolloutS: w ? (w.end - w.start) / 1000 : Number.NaN, withEval: evals.some((e) => e.start < t.end && e.end > from) };
+        const m = metricsOf.get(step) ?? {};
+        return {
+          step,
+          wallS: (t.end - from) / 1000,
+          trainS: (t.end - t.start) / 1000,
+          rolloutS: w ? (w.end - w.start) / 1000 : Number.NaN,
+          withEval: evals.some((e) => e.start < t.end && e.end > from),
+          computeS: (m.duration_ms ?? Number.NaN) / 1000,
+          trainedSamples: m.trained_samples ?? 0,
+          paddedTokens: m.padded_tokens ?? 0,
+        };
       });
   } finally {
     await pool.end();
@@ -173,7 +189,7 @@ export const realModelBench: Bench = async (ctx) => {
       const peak = Math.max(peakRssMb(), await peakWorkerRssMb());
       const rewards = new Map(result.rewards.map(([s, r]) => [s, r]));
       const accuracy = new Map(result.accuracies.map(([s, a]) => [s, a]));
-      const curve = times.map((t) => ({ step: t.step, reward: rewards.get(t.step) ?? null, held_out_accuracy: accuracy.get(t.step) ?? null, step_s: t.wallS, with_eval: t.withEval, rollout_s: t.rolloutS, train_s: t.trainS }));
+      const curve = times.map((t) => ({ step: t.step, reward: rewards.get(t.step) ?? null, held_out_accuracy: accuracy.get(t.step) ?? null, step_s: t.wallS, with_eval: t.withEval, rollout_s: t.rolloutS, train_s: t.trainS, train_compute_s: t.computeS, trained_samples: t.trainedSamples, padded_tokens: t.paddedTokens }));
       const medianOf = (ts: StepTimes[]) => (ts.length ? median(ts.map((t) => t.wallS)) : null);
       const evals = result.accuracies.map(([s, a]) => ({ step: s, accuracy: a }));
       ctx.log('');
@@ -198,6 +214,7 @@ export const realModelBench: Bench = async (ctx) => {
         step_s_with_eval: medianOf(times.filter((t) => t.withEval)),
         rollout_s: median(times.map((t) => t.rolloutS).filter(Number.isFinite)),
         train_s: median(times.map((t) => t.trainS)),
+        train_compute_s: median(times.map((t) => t.computeS).filter(Number.isFinite)),
         wall_s: wallS,
         peak_rss_mb: peak,
         activity_attempts_max: attempts.maxAttempt,

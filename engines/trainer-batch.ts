@@ -5,7 +5,7 @@
 import * as tf from '@tensorflow/tfjs';
 import { batchMediaInputs, placeholderIds, sequenceMediaLayout, type BatchMedia, type SequenceMedia } from './media/model-inputs';
 import { MediaError } from './media/sources';
-import type { MediaInputs, ModelConfig } from './model';
+import { MASKED_BIAS, type MediaInputs, type ModelConfig } from './model';
 import type { TrainSequence } from './trainer';
 
 export interface PaddedBatch {
@@ -183,4 +183,61 @@ export function promptPrefix(tokens: ArrayLike<number>, lossMask: ArrayLike<numb
   let first = 0;
   while (first < lossMask.length && lossMask[first] === 0) first++;
   return { key: Array.prototype.slice.call(tokens, 0, first).join(','), length: first };
+}
+
+/** A micro-batch packed one row per prompt: the prompt once, then each of its sequences' remaining inputs. */
+export interface PackedGroups {
+  /** Rows (distinct prompts) and their common length (the longest; shorter rows end in padding). */
+  rows: number;
+  length: number;
+  /** [rows, length] token ids and position ids. */
+  tokens: Int32Array;
+  positions: Int32Array;
+  /** [rows, 1, length, length] additive attention bias: 0 where a query may attend a key. */
+  bias: Float32Array;
+  /** Per (sequence, column from..T-1) of the padded batch, its position in the packed rows (row * length + offset). */
+  gather: Int32Array;
+}
+
+/**
+ * Packs a padded batch whose rows share prompts (sharedPrefixes) into one row per prompt: the
+ * prompt's `from` tokens, then each of its sequences' inputs from..n-1 (n = `inputLengths[b]`) at
+ * their own positions, each attending to the prompt and causally to itself (no padding between
+ * them). The rows' hidden states, gathered by `gather`, are the padded batch's columns from..T-1;
+ * columns past a sequence's end (no loss) read its first packed position.
+ */
+export function packGroups(batch: PaddedBatch, from: number, inputLengths: readonly number[], shared: SharedPrefixes): PackedGroups {
+  const { B, T } = batch;
+  const U = shared.count;
+  const members: number[][] = Array.from({ length: U }, () => []);
+  for (let b = 0; b < B; b++) members[shared.rowToPrefix[b]].push(b);
+  const L = Math.max(...members.map((rows) => rows.reduce((n, b) => n + Math.max(0, inputLengths[b] - from), from)));
+  const tokens = new Int32Array(U * L);
+  const positions = new Int32Array(U * L);
+  const bias = new Float32Array(U * L * L).fill(MASKED_BIAS);
+  const gather = new Int32Array(B * (T - from));
+  for (let u = 0; u < U; u++) {
+    const base = u * L;
+    tokens.set(shared.tokens.subarray(u * from, (u + 1) * from), base);
+    for (let p = 0; p < from; p++) positions[base + p] = p;
+    // The prompt attends causally to itself.
+    for (let q = 0; q < from; q++) bias.fill(0, (base + q) * L, (base + q) * L + q + 1);
+    let offset = from;
+    for (const b of members[u]) {
+      const n = Math.max(0, inputLengths[b] - from);
+      for (let t = 0; t < n; t++) {
+        const q = offset + t;
+        tokens[base + q] = batch.inputs[b * T + from + t];
+        positions[base + q] = from + t;
+        const row = (base + q) * L;
+        bias.fill(0, row, row + from); // the prompt
+        bias.fill(0, row + offset, row + q + 1); // its own earlier inputs
+      }
+      for (let t = 0; t < T - from; t++) gather[b * (T - from) + t] = base + (n > 0 ? offset + (t < n ? t : 0) : 0);
+      offset += n;
+    }
+    // Padding at the row's end attends to itself only (a softmax over no key would be NaN-free but meaningless).
+    for (let q = offset; q < L; q++) bias[(base + q) * L + q] = 0;
+  }
+  return { rows: U, length: L, tokens, positions, bias, gather };
 }

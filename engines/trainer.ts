@@ -30,7 +30,7 @@ import { registerWasmTrainingKernels } from './wasm-kernels';
 import { aggregateLoss, entropyFromLogSoftmax, klLoss, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
 import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
-import { columnsFrom, firstLossColumn, mediaTensors, padBatch, promptPrefix, sharedPrefixes } from './trainer-batch';
+import { columnsFrom, firstLossColumn, mediaTensors, packGroups, padBatch, promptPrefix, sharedPrefixes } from './trainer-batch';
 import { headLogprobsAndEntropy } from './vocab-head';
 
 export type { AdamWOptions } from './adamw';
@@ -222,8 +222,8 @@ export interface TrainStepMetrics {
  * fit in `maxTokens` padded tokens (count x its longest; a sequence longer than the budget goes
  * alone), at most `maxSequences`, so similar lengths share a micro-batch and little is padding.
  * With `prompts` (each sequence's promptPrefix, when the trainer shares prompts), a prompt's
- * sequences are kept together, prompts longest first, and a micro-batch costs what the shared
- * computation pads: each distinct prompt once up to the shortest prompt, then every row.
+ * sequences are kept together, prompts longest first, and a micro-batch costs what its packed rows
+ * hold (packGroups): one row per prompt, rows padded to the longest.
  */
 export function planMicroBatches(lengths: readonly number[], maxSequences: number, maxTokens?: number, prompts?: ReadonlyArray<{ key: string; length: number }>): number[][] {
   const order = lengths.map((_, i) => i);
@@ -244,10 +244,13 @@ export function planMicroBatches(lengths: readonly number[], maxSequences: numbe
       for (let k = 0; k < ra.length; k++) if (ra[k] !== rb[k]) return rb[k] - ra[k];
       return 0;
     });
+    // Packed one row per prompt (packGroups): the prompt up to the micro-batch's shortest, then each
+    // of its sequences' remaining inputs (length - 1 each); rows padded to the longest.
     cost = (mb) => {
       const from = Math.min(...mb.map((i) => prompts[i].length));
-      const longest = Math.max(...mb.map((i) => lengths[i]));
-      return new Set(mb.map((i) => prompts[i].key)).size * from + mb.length * (longest - from);
+      const rows = new Map<string, number>();
+      for (const i of mb) rows.set(prompts[i].key, (rows.get(prompts[i].key) ?? from) + Math.max(0, lengths[i] - 1 - from));
+      return rows.size * Math.max(...rows.values());
     };
   } else order.sort((a, b) => lengths[b] - lengths[a] || a - b);
   const plan: number[][] = [];
@@ -511,30 +514,31 @@ export class Trainer {
   }
 
   /**
-   * The same hidden states as hidden(inputs, training, from) with the rows' shared prompts computed
-   * once: the prefixes [U, from] run alone (keys/values only), each row gathers its prefix's
-   * keys/values as the past of its own columns from..T-1 (`suffix`, [B, T - from]). The gather's
-   * gradient sums a group's gradients into its prompt.
+   * The same hidden states as hidden(inputs, training, from) ([B, T - from, D]) from the micro-batch
+   * packed one row per prompt (packGroups): each prompt computed once, its sequences' inputs after
+   * it, none padded; gathered back to the padded layout (the gather's gradient sums a prompt's
+   * gradients over its sequences).
    */
-  private sharedPrefixHidden(prefix: tf.Tensor2D, rowToPrefix: tf.Tensor1D, suffix: tf.Tensor2D, training: boolean): tf.Tensor3D {
-    const [U, P] = prefix.shape;
-    const [B, S] = suffix.shape;
-    const w = this.weightTensors();
-    const loraInput = this.loraInput(training);
-    // The prefix's last position only through the final norm: its hidden states are not read.
-    const { present } = forwardHidden(this.ops, this.model, w, { tokens: prefix, ...this.positionInputs(U, 0, P), loraInput, lastPositionOnly: true });
-    const past = present.map((c) => ({ k: tf.gather(c.k, rowToPrefix), v: tf.gather(c.v, rowToPrefix) }));
-    return forwardHidden(this.ops, this.model, w, { tokens: suffix, ...this.positionInputs(B, P, S), loraInput, past }).hidden as tf.Tensor3D;
+  private packedHidden(packed: { tokens: tf.Tensor2D; positions: tf.Tensor2D; bias: tf.Tensor4D; gather: tf.Tensor1D; rope?: { cos: tf.Tensor; sin: tf.Tensor } }, B: number, S: number, training: boolean): tf.Tensor3D {
+    const [U, L] = packed.tokens.shape;
+    const { hidden } = forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: packed.tokens, positions: packed.positions, attentionBias: packed.bias, rope: packed.rope, loraInput: this.loraInput(training) });
+    const D = (hidden as tf.Tensor).shape[2] as number;
+    return tf.reshape(tf.gather(tf.reshape(hidden as tf.Tensor, [U * L, D]), packed.gather), [B, S, D]);
   }
 
   /** Positions start..start+length-1 of `rows` rows: position ids, the causal bias over the past start keys and these, rotary tables. */
   private positionInputs(rows: number, start: number, length: number): { positions: tf.Tensor; attentionBias: tf.Tensor; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
     const positions = tf.tile(tf.range(start, start + length, 1, 'int32').reshape([1, length]), [rows, 1]);
     const attentionBiasTensor = tf.tensor(attentionBias(1, length, start), [1, 1, length, start + length]);
-    if (this.model.architecture !== 'llama') return { positions, attentionBias: attentionBiasTensor };
-    const tables = ropeTables(this.model, Int32Array.from({ length }, (_, t) => start + t), 1, length);
-    const Dh = tables.cos.length / length;
-    return { positions, attentionBias: attentionBiasTensor, rope: { cos: tf.tensor(tables.cos, [1, 1, length, Dh]), sin: tf.tensor(tables.sin, [1, 1, length, Dh]) } };
+    return { positions, attentionBias: attentionBiasTensor, rope: this.ropeOf(Int32Array.from({ length }, (_, t) => start + t), 1, length) };
+  }
+
+  /** llama: the rotary tables [rows, 1, length, Dh] of row-major positions [rows, length]; undefined for other architectures. */
+  private ropeOf(positions: ArrayLike<number>, rows: number, length: number): { cos: tf.Tensor; sin: tf.Tensor } | undefined {
+    if (this.model.architecture !== 'llama') return undefined;
+    const tables = ropeTables(this.model, positions, rows, length);
+    const Dh = tables.cos.length / (rows * length);
+    return { cos: tf.tensor(tables.cos, [rows, 1, length, Dh]), sin: tf.tensor(tables.sin, [rows, 1, length, Dh]) };
   }
 
   private loraInput(training: boolean): ((x: tf.Tensor) => tf.Tensor) | undefined {
@@ -633,13 +637,12 @@ export class Trainer {
         const shape: [number, number] = [mb.B, mb.T - from];
         // Rows with the same inputs before `from` (a group's prompt) compute those columns once.
         const shared = this.sharePrompts && !mb.media ? sharedPrefixes(mb, from) : undefined;
-        paddedTokens += shared ? shared.count * from + mb.B * (mb.T - from) : mb.B * mb.T;
+        const packed = shared && packGroups(mb, from, indices.map((i) => sequences[i].tokens.length - 1), shared);
+        paddedTokens += packed ? packed.rows * packed.length : mb.B * mb.T;
         // The batch's constants are made outside the differentiated closure: the gradient tape
         // records (and keeps copies for) every op inside it.
         const data = {
-          inputs: shared ? tf.tensor2d(cols(mb.inputs), shape, 'int32') : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
-          prefix: shared && tf.tensor2d(shared.tokens, [shared.count, from], 'int32'),
-          rowToPrefix: shared && tf.tensor1d(shared.rowToPrefix, 'int32'),
+          inputs: packed ? undefined : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
           targets: tf.tensor2d(cols(mb.targets), shape, 'int32'),
           mask: tf.tensor2d(cols(mb.mask), shape),
           oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
@@ -647,7 +650,14 @@ export class Trainer {
           advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
         };
         const media = mediaTensors(mb);
-        const constants = [...Object.values(data), ...Object.values(media ?? {})].filter((t): t is tf.Tensor => t !== undefined);
+        const packedInputs = packed && {
+          tokens: tf.tensor2d(packed.tokens, [packed.rows, packed.length], 'int32'),
+          positions: tf.tensor2d(packed.positions, [packed.rows, packed.length], 'int32'),
+          bias: tf.tensor4d(packed.bias, [packed.rows, 1, packed.length, packed.length]),
+          gather: tf.tensor1d(packed.gather, 'int32'),
+          rope: this.ropeOf(packed.positions, packed.rows, packed.length),
+        };
+        const constants = [...Object.values(data), ...Object.values(media ?? {}), ...(packedInputs ? [packedInputs.tokens, packedInputs.positions, packedInputs.bias, packedInputs.gather, ...(packedInputs.rope ? [packedInputs.rope.cos, packedInputs.rope.sin] : [])] : [])].filter((t): t is tf.Tensor => t !== undefined);
         // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
         // projector's) when the micro-batch has that medium, the language model's always. The
         // others get a zero gradient below (tf.variableGrads refuses a loss that reaches none).
@@ -660,7 +670,7 @@ export class Trainer {
         let g: tf.NamedTensorMap;
         try {
           const microBatchLoss = () => {
-            const hidden = shared ? this.sharedPrefixHidden(data.prefix!, data.rowToPrefix!, data.inputs, true) : this.hidden(data.inputs, true, from, media);
+            const hidden = packedInputs ? this.packedHidden(packedInputs, mb.B, mb.T - from, true) : this.hidden(data.inputs!, true, from, media);
             const { logprobs, entropy } = this.headOutputs(hidden, data.targets);
             const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
             // The full [B, T, V] logits and log-softmax only for a loss that reads them (the built-in ones do not).

@@ -319,12 +319,15 @@ test('sharePrompts: a group computes its prompt once, with the same loss and upd
   }
 });
 
-test('planMicroBatches with prompts keeps a prompt\'s sequences together and counts a shared prompt once', () => {
+test('planMicroBatches with prompts keeps a prompt\'s sequences together and counts its packed rows', () => {
   const prompts = ['a', 'b', 'a', 'b', 'c', 'a'].map((key) => ({ key, length: key === 'c' ? 10 : 6 }));
   const lengths = [10, 9, 12, 8, 16, 11];
-  // c (longest) alone; a's three: 1 x 6 + 3 x (12 - 6) = 24; b's two: 6 + 2 x 3 = 12; a and b together would cost 2 x 6 + 5 x 6 = 42.
-  assert.deepEqual(planMicroBatches(lengths, 8, 30, prompts), [[4], [2, 5, 0], [1, 3]]);
-  // Budget 42: c with a's two longest (2 x 6 + 3 x 10 = 42), then a's last with b's two (2 x 6 + 3 x 4 = 24).
-  assert.deepEqual(planMicroBatches(lengths, 8, 42, prompts), [[4, 2, 5], [0, 1, 3]]);
+  // Order: c (longest 16), then a's (12, 11, 10), then b's (9, 8). A micro-batch costs one packed row
+  // per prompt: the prompt up to the shortest (6 once c has company), then each sequence's
+  // length - 1 - 6 inputs; rows padded to the longest.
+  // Budget 30: c + a's first two = rows c (6 + 9) and a (6 + 5 + 4): 2 x 15 = 30; a's third would make a 18.
+  assert.deepEqual(planMicroBatches(lengths, 8, 30, prompts), [[4, 2, 5], [0, 1, 3]]);
+  // Budget 42: c + all of a (2 x 18 = 36); a b row would make 3 x 18 = 54.
+  assert.deepEqual(planMicroBatches(lengths, 8, 42, prompts), [[4, 2, 5, 0], [1, 3]]);
   assert.deepEqual(planMicroBatches(lengths, 2, 1000, prompts), [[4, 2], [5, 0], [1, 3]], 'never more than maxSequences');
 });
