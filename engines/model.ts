@@ -443,6 +443,13 @@ export interface TensorOps<T> {
   /** RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * gamma. */
   rmsNorm(x: T, gamma: T, eps: number): T;
   sigmoid(x: T): T;
+  /**
+   * Optional fused forms of compositions the model spells in the ops above (a backend that keeps
+   * every intermediate for its backward pass saves memory with them): swiglu(gate, up) =
+   * gate sigmoid(gate) up, rotary(x, cos, sin) = x cos + rotateHalf(x) sin (x [B, H, T, Dh]).
+   */
+  swiglu?(gate: T, up: T): T;
+  rotary?(x: T, cos: T, sin: T): T;
   /** x [B, T, in] @ weight^T for weight [out, in] -> [B, T, out] (a tied unembedding). */
   linearTransposed(x: T, weight: T): T;
   /** Splits the last axis into chunks of the given sizes. */
@@ -684,6 +691,7 @@ export function fuseFrozenProjections<W>(cfg: ModelConfig, frozen: ReadonlyMap<s
 
 /** Rotary embedding, Hugging Face layout: x cos + rotate_half(x) sin, rotate_half([x1, x2]) = [-x2, x1]. */
 function rotary<T>(ops: TensorOps<T>, x: T, rope: { cos: T; sin: T }): T {
+  if (ops.rotary) return ops.rotary(x, rope.cos, rope.sin);
   const [x1, x2] = ops.split(x, 2);
   return ops.add(ops.mul(x, rope.cos), ops.mul(ops.concat([ops.scale(x2, -1), x1], 3), rope.sin));
 }
@@ -725,7 +733,8 @@ function llamaHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T
     x = ops.add(x, a.y);
     const h = ops.rmsNorm(x, w[`${p}mlp_norm.weight`], eps);
     const [gate, up] = projectAll(ops, cfg, w, p, FUSED_PROJECTIONS[1], [cfg.dFF, cfg.dFF], h, inputs.loraInput);
-    x = ops.add(x, project(ops, cfg, w, `${p}mlp.down`, ops.mul(ops.mul(gate, ops.sigmoid(gate)), up), inputs.loraInput)); // SwiGLU
+    const swiglu = ops.swiglu ? ops.swiglu(gate, up) : ops.mul(ops.mul(gate, ops.sigmoid(gate)), up);
+    x = ops.add(x, project(ops, cfg, w, `${p}mlp.down`, swiglu, inputs.loraInput));
   }
   return { hidden: ops.rmsNorm(x, w['norm_f.weight'], eps), present };
 }

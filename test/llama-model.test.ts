@@ -244,3 +244,41 @@ test('a LoRA base fuses q/k/v (with their biases) and gate/up into one matmul ea
   const diff = (await tf.max(tf.abs(tf.sub(separate, once))).data())[0];
   assert.ok(diff < 1e-5, `max |separate - fused| logit ${diff}`);
 });
+
+test('the fused SwiGLU and rotary ops have the values and gradients of the ops they replace', async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+  for (const explicitTransposeGrad of [false, true]) {
+    const ops = createTfjsOps({ explicitTransposeGrad });
+    const composed = { ...ops, swiglu: undefined, rotary: undefined };
+    const rand = (shape: number[], seed: number) => tf.randomUniform(shape, -3, 3, 'float32', seed);
+    tf.tidy(() => {
+      const gate = rand([2, 5, 12], 1);
+      const up = rand([2, 5, 12], 2);
+      const dy = rand([2, 5, 12], 3);
+      const swigluOf = (o: typeof ops) => (g: tf.Tensor, u: tf.Tensor) => tf.sum(tf.mul(o.swiglu ? o.swiglu(g, u) : o.mul(o.mul(g, o.sigmoid(g)), u), dy));
+      const [fg, fu] = tf.grads(swigluOf(ops))([gate, up]);
+      const [cg, cu] = tf.grads(swigluOf(composed))([gate, up]);
+      const close = (a: tf.Tensor, b: tf.Tensor, what: string) => {
+        const worst = tf.max(tf.abs(tf.sub(a, b))).dataSync()[0];
+        assert.ok(worst < 1e-5, `${what} (explicitTransposeGrad ${explicitTransposeGrad}): max difference ${worst}`);
+      };
+      close(ops.swiglu!(gate, up), ops.mul(ops.mul(gate, ops.sigmoid(gate)), up), 'swiglu value');
+      close(fg, cg, 'swiglu d gate');
+      close(fu, cu, 'swiglu d up');
+      // rotary on [B, H, T, Dh] with [1, 1, T, Dh] tables.
+      const tables = ropeTables(LLAMA, [0, 1, 2, 3, 4], 1, 5);
+      const Dh = tables.cos.length / 5;
+      const cos = tf.tensor(tables.cos, [1, 1, 5, Dh]);
+      const sin = tf.tensor(tables.sin, [1, 1, 5, Dh]);
+      const x = rand([2, 3, 5, Dh], 4);
+      const dr = rand([2, 3, 5, Dh], 5);
+      const rotate = (t: tf.Tensor) => {
+        const [x1, x2] = tf.split(t, 2, -1);
+        return tf.concat([tf.neg(x2), x1], -1);
+      };
+      const byHand = (t: tf.Tensor) => tf.add(tf.mul(t, cos), tf.mul(rotate(t), sin));
+      close(ops.rotary!(x, cos, sin), byHand(x), 'rotary value');
+      close(tf.grad((t: tf.Tensor) => tf.sum(tf.mul(ops.rotary!(t, cos, sin), dr)))(x), tf.grad((t: tf.Tensor) => tf.sum(tf.mul(byHand(t), dr)))(x), 'rotary dx');
+    });
+  }
+});
