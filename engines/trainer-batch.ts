@@ -195,7 +195,7 @@ export interface PackedGroups {
   positions: Int32Array;
   /** [rows, 1, length, length] additive attention bias: 0 where a query may attend a key. */
   bias: Float32Array;
-  /** Per (sequence, column from..T-1) of the padded batch, its position in the packed rows (row * length + offset). */
+  /** Per (sequence, column gatherFrom..T-1) of the padded batch, its position in the packed rows (row * length + offset). */
   gather: Int32Array;
 }
 
@@ -203,10 +203,12 @@ export interface PackedGroups {
  * Packs a padded batch whose rows share prompts (sharedPrefixes) into one row per prompt: the
  * prompt's `from` tokens, then each of its sequences' inputs from..n-1 (n = `inputLengths[b]`) at
  * their own positions, each attending to the prompt and causally to itself (no padding between
- * them). The rows' hidden states, gathered by `gather`, are the padded batch's columns from..T-1;
- * columns past a sequence's end (no loss) read its first packed position.
+ * them). The rows' hidden states, gathered by `gather`, are the padded batch's columns
+ * gatherFrom..T-1 (from..T-1 by default: the training losses; 0 for every target's log-prob, the
+ * prompt's columns read from its one copy); columns past a sequence's end read its first packed
+ * position.
  */
-export function packGroups(batch: PaddedBatch, from: number, inputLengths: readonly number[], shared: SharedPrefixes): PackedGroups {
+export function packGroups(batch: PaddedBatch, from: number, inputLengths: readonly number[], shared: SharedPrefixes, gatherFrom = from): PackedGroups {
   const { B, T } = batch;
   const U = shared.count;
   const members: number[][] = Array.from({ length: U }, () => []);
@@ -215,7 +217,9 @@ export function packGroups(batch: PaddedBatch, from: number, inputLengths: reado
   const tokens = new Int32Array(U * L);
   const positions = new Int32Array(U * L);
   const bias = new Float32Array(U * L * L).fill(MASKED_BIAS);
-  const gather = new Int32Array(B * (T - from));
+  if (gatherFrom > from) throw new Error(`packGroups: gatherFrom ${gatherFrom} is past the shared prompt (${from})`);
+  const S = T - gatherFrom;
+  const gather = new Int32Array(B * S);
   for (let u = 0; u < U; u++) {
     const base = u * L;
     tokens.set(shared.tokens.subarray(u * from, (u + 1) * from), base);
@@ -233,7 +237,10 @@ export function packGroups(batch: PaddedBatch, from: number, inputLengths: reado
         bias.fill(0, row, row + from); // the prompt
         bias.fill(0, row + offset, row + q + 1); // its own earlier inputs
       }
-      for (let t = 0; t < T - from; t++) gather[b * (T - from) + t] = base + (n > 0 ? offset + (t < n ? t : 0) : 0);
+      for (let c = gatherFrom; c < T; c++) {
+        const t = c - from;
+        gather[b * S + c - gatherFrom] = base + (t < 0 ? c : n > 0 ? offset + (t < n ? t : 0) : 0);
+      }
       offset += n;
     }
     // Padding at the row's end attends to itself only (a softmax over no key would be NaN-free but meaningless).

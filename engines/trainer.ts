@@ -30,7 +30,7 @@ import { registerWasmTrainingKernels } from './wasm-kernels';
 import { aggregateLoss, entropyFromLogSoftmax, klLoss, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
 import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
-import { columnsFrom, firstLossColumn, mediaTensors, packGroups, padBatch, promptPrefix, sharedPrefixes } from './trainer-batch';
+import { columnsFrom, firstLossColumn, mediaTensors, packGroups, padBatch, promptPrefix, sharedPrefixes, type PackedGroups } from './trainer-batch';
 import { headLogprobsAndEntropy } from './vocab-head';
 
 export type { AdamWOptions } from './adamw';
@@ -54,7 +54,12 @@ export interface TrainSequence {
 }
 
 /** A sequence to score (Trainer.logprobs): its tokens, or its tokens with their media. */
-export type ScoredSequence = ArrayLike<number> | { tokens: ArrayLike<number>; media?: SequenceMedia };
+/**
+ * A sequence to score: its tokens, or its tokens with media, and optionally `promptLength`, the
+ * tokens of its prompt: sequences of a micro-batch that give it and share their prompt (a group's
+ * samples) compute it once (sharePrompts).
+ */
+export type ScoredSequence = ArrayLike<number> | { tokens: ArrayLike<number>; media?: SequenceMedia; promptLength?: number };
 
 /**
  * The TrainSequence of a rollout sample: prompt + generated tokens, loss on the generated targets,
@@ -526,6 +531,17 @@ export class Trainer {
     return tf.reshape(tf.gather(tf.reshape(hidden as tf.Tensor, [U * L, D]), packed.gather), [B, S, D]);
   }
 
+  /** The tensors of packed rows (packGroups); the caller disposes them. */
+  private packedTensors(packed: PackedGroups): { tokens: tf.Tensor2D; positions: tf.Tensor2D; bias: tf.Tensor4D; gather: tf.Tensor1D; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
+    return {
+      tokens: tf.tensor2d(packed.tokens, [packed.rows, packed.length], 'int32'),
+      positions: tf.tensor2d(packed.positions, [packed.rows, packed.length], 'int32'),
+      bias: tf.tensor4d(packed.bias, [packed.rows, 1, packed.length, packed.length]),
+      gather: tf.tensor1d(packed.gather, 'int32'),
+      rope: this.ropeOf(packed.positions, packed.rows, packed.length),
+    };
+  }
+
   /** Positions start..start+length-1 of `rows` rows: position ids, the causal bias over the past start keys and these, rotary tables. */
   private positionInputs(rows: number, start: number, length: number): { positions: tf.Tensor; attentionBias: tf.Tensor; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
     const positions = tf.tile(tf.range(start, start + length, 1, 'int32').reshape([1, length]), [rows, 1]);
@@ -556,9 +572,15 @@ export class Trainer {
       if (start > 0) await yieldToEventLoop();
       const chunk = sequences.slice(start, start + size).map((s) => ('tokens' in s ? s : { tokens: s }));
       const batch = padBatch(this.model, chunk.map((s) => ({ ...s, lossMask: [] })), false);
+      // Input columns before the shortest prompt are the same in a group's rows: packed, computed once.
+      const promptLengths = chunk.map((s) => s.promptLength);
+      const from = this.sharePrompts && !batch.media && promptLengths.every((p) => p !== undefined && p >= 1) ? Math.min(...(promptLengths as number[])) : 0;
+      const shared = from > 0 ? sharedPrefixes(batch, from) : undefined;
+      const packed = shared && packGroups(batch, from, chunk.map((s) => s.tokens.length - 1), shared, 0);
       const lp = tf.tidy(() => {
-        const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
         const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
+        if (packed) return this.headOutputs(this.packedHidden(this.packedTensors(packed), batch.B, batch.T, false), targets).logprobs;
+        const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
         return this.headOutputs(this.hidden(inputs, false, 0, mediaTensors(batch)), targets).logprobs;
       });
       const values = (await lp.data()) as Float32Array;
@@ -650,13 +672,7 @@ export class Trainer {
           advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
         };
         const media = mediaTensors(mb);
-        const packedInputs = packed && {
-          tokens: tf.tensor2d(packed.tokens, [packed.rows, packed.length], 'int32'),
-          positions: tf.tensor2d(packed.positions, [packed.rows, packed.length], 'int32'),
-          bias: tf.tensor4d(packed.bias, [packed.rows, 1, packed.length, packed.length]),
-          gather: tf.tensor1d(packed.gather, 'int32'),
-          rope: this.ropeOf(packed.positions, packed.rows, packed.length),
-        };
+        const packedInputs = packed && this.packedTensors(packed);
         const constants = [...Object.values(data), ...Object.values(media ?? {}), ...(packedInputs ? [packedInputs.tokens, packedInputs.positions, packedInputs.bias, packedInputs.gather, ...(packedInputs.rope ? [packedInputs.rope.cos, packedInputs.rope.sin] : [])] : [])].filter((t): t is tf.Tensor => t !== undefined);
         // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
         // projector's) when the micro-batch has that medium, the language model's always. The

@@ -8,6 +8,7 @@ import { seededRandom } from '../config/seeds';
 import { initWeights, parameterSpec, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { decodeSafetensors } from '../engines/safetensors';
 import { learningRate, NonFiniteUpdateError, planMicroBatches, Trainer, type TrainSequence, type TrainingLoss } from '../engines/trainer';
+import { packGroups, padBatch, sharedPrefixes } from '../engines/trainer-batch';
 import { policyLoss, sftLoss } from '../training/losses';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
@@ -304,6 +305,18 @@ test('sharePrompts: a group computes its prompt once, with the same loss and upd
         trainer.dispose();
       }
     };
+    // Log-probs (the reference policy's): with promptLength the group's prompt is packed once, every target the same.
+    const scorer = Trainer.create({ model, weights, optimizer: { lr: 1e-3 } });
+    try {
+      const plain = await scorer.logprobs(sequences.map((q) => ({ tokens: q.tokens })));
+      const withPrompts = await scorer.logprobs(sequences.map((q) => ({ tokens: q.tokens, promptLength: Array.from(q.lossMask).indexOf(1) + 1 })));
+      withPrompts.forEach((row, i) => {
+        assert.equal(row.length, plain[i].length);
+        row.forEach((v, t) => assert.ok(Math.abs(v - plain[i][t]) < 1e-5, `${name}: log-prob of sequence ${i} target ${t}: ${v} vs ${plain[i][t]}`));
+      });
+    } finally {
+      scorer.dispose();
+    }
     const unshared = await run(false);
     for (const budget of [undefined, 60]) {
       const shared = await run(true, budget);
@@ -330,4 +343,27 @@ test('planMicroBatches with prompts keeps a prompt\'s sequences together and cou
   // Budget 42: c + all of a (2 x 18 = 36); a b row would make 3 x 18 = 54.
   assert.deepEqual(planMicroBatches(lengths, 8, 42, prompts), [[4, 2, 5, 0], [1, 3]]);
   assert.deepEqual(planMicroBatches(lengths, 2, 1000, prompts), [[4, 2], [5, 0], [1, 3]], 'never more than maxSequences');
+});
+
+test('packGroups: one row per prompt, each sequence after it at its own positions, gathered back column by column', () => {
+  // Two sequences of prompt [5, 6, 7] and one of prompt [5, 6, 9]: shared columns 0..1 (from 2).
+  const sequences = [
+    { tokens: [5, 6, 7, 1, 2], lossMask: [0, 0, 1, 1] },
+    { tokens: [5, 6, 7, 3], lossMask: [0, 0, 1] },
+    { tokens: [5, 6, 9, 4, 4], lossMask: [0, 1, 1, 1] },
+  ];
+  const batch = padBatch(MODEL, sequences, true);
+  const from = 1; // the batch's first loss column
+  const shared = sharedPrefixes(batch, from)!;
+  assert.equal(shared.count, 1, 'one prompt token in common: one row');
+  const packed = packGroups(batch, from, sequences.map((s) => s.tokens.length - 1), shared, 0);
+  // Row: prompt [5], then inputs 1.. of each: [6, 7, 1], [6, 7], [6, 9, 4].
+  assert.deepEqual(Array.from(packed.tokens), [5, 6, 7, 1, 6, 7, 6, 9, 4]);
+  assert.deepEqual(Array.from(packed.positions), [0, 1, 2, 3, 1, 2, 1, 2, 3]);
+  const L = packed.length;
+  const sees = (q: number) => Array.from(packed.bias.subarray(q * L, (q + 1) * L)).map((b, k) => (b === 0 ? k : -1)).filter((k) => k >= 0);
+  assert.deepEqual(sees(5), [0, 4, 5], 'the second sequence\'s 2nd input sees the prompt and itself, not the first sequence');
+  // Columns 0..3 of each padded row: column 0 reads the prompt; past a row's end, its first packed position.
+  assert.deepEqual(Array.from(packed.gather), [0, 1, 2, 3, 0, 4, 5, 4, 0, 6, 7, 8]);
+  assert.equal(sharedPrefixes(padBatch(MODEL, sequences.slice(0, 1), true), 1), undefined, 'nothing to share in one row');
 });

@@ -147,6 +147,6 @@ export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, sa
 
 /** Per response token, the frozen reference policy's log-probs of each sample (the KL term's ref_logprobs), with its `sequenceMedia`. */
 export async function referenceLogprobs(reference: { logprobs(sequences: ReadonlyArray<ScoredSequence>): Promise<Float32Array[]> }, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> } & WithSequenceMedia>): Promise<number[][]> {
-  const full = await reference.logprobs(samples.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], media: s.sequenceMedia })));
+  const full = await reference.logprobs(samples.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], media: s.sequenceMedia, promptLength: s.promptTokens.length })));
   return samples.map((s, i) => Array.from(full[i].slice(s.promptTokens.length - 1)));
 }
