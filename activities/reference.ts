@@ -19,7 +19,7 @@ export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<
   if (reference?.lost) reference = undefined;
   if (!reference) {
     const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));
-    reference = await RemoteTrainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights)), parseDevice(ctx.device));
+    reference = await RemoteTrainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights), run.config.train.share_prompts), parseDevice(ctx.device));
     references.set(run.runId, reference);
   }
   return reference;

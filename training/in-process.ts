@@ -48,7 +48,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
   const task = await loadTask(config.task);
   const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
   const trainer = Trainer.create(trainerOptions(config, model, init));
-  const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init)) : undefined;
+  const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init, config.train.share_prompts)) : undefined;
   const engine = await RolloutEngine.create(model);
   const rule = await resolveUpdateRule(config.algorithm, { maxCompletionTokens: config.rollout.max_new_tokens });
   const buffer = new InMemorySampleBuffer();

@@ -65,8 +65,8 @@ export function trainerOptions(config: RunConfig, model: ModelConfig, weights: P
 }
 
 /** The frozen reference policy (forward passes only, never stepped: its optimizer is unused). */
-export function referenceTrainerOptions(model: ModelConfig, weights: PolicyWeights): TrainerOptions {
-  return { model, weights, optimizer: { lr: 1 } };
+export function referenceTrainerOptions(model: ModelConfig, weights: PolicyWeights, sharePrompts = true): TrainerOptions {
+  return { model, weights, optimizer: { lr: 1 }, sharePrompts };
 }
 
 /**
