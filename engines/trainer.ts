@@ -53,9 +53,8 @@ export interface TrainSequence {
   media?: SequenceMedia;
 }
 
-/** A sequence to score (Trainer.logprobs): its tokens, or its tokens with their media. */
 /**
- * A sequence to score: its tokens, or its tokens with media, and optionally `promptLength`, the
+ * A sequence to score (Trainer.logprobs): its tokens, or its tokens with media, and optionally `promptLength`, the
  * tokens of its prompt: sequences of a micro-batch that give it and share their prompt (a group's
  * samples) compute it once (sharePrompts).
  */
@@ -175,10 +174,11 @@ export interface TrainerOptions {
   microBatchTokens?: number;
   /**
    * Compute a prompt once per micro-batch (default true): sequences of a micro-batch that read the
-   * same tokens before its first loss target (a GRPO group's samples) run those positions' forward
-   * once, and their completions attend to its keys/values; the prompt's gradient is the sum over the
-   * group, as in the unshared computation. Micro-batches by a token budget keep a prompt's sequences
-   * together. Not with media inputs. With loraDropout, the group shares the prompt's dropout mask.
+   * same tokens before its first loss target (a GRPO group's samples) are packed one row per prompt
+   * (packGroups), the prompt once and each sequence's completion after it, attending to it; the
+   * prompt's gradient is the sum over the group, as in the unshared computation. Micro-batches by a
+   * token budget keep a prompt's sequences together. Also for logprobs() of sequences that give
+   * promptLength. Not with media inputs. With loraDropout, the group shares the prompt's dropout mask.
    */
   sharePrompts?: boolean;
   /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
