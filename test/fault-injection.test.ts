@@ -14,6 +14,7 @@ import { roleTaskQueue, type Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { seededRandom } from '../config/seeds';
 import { loadOrTrainWarmStart } from '../training/warm-start';
+import { relaxEnvironment } from '../config/environment';
 import { freePort } from '../workers/ports';
 import { startTemporalServer, type TemporalServer } from '../workers/temporal-server';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
@@ -64,7 +65,9 @@ before(async () => {
     rollout: { prompts_per_step: 8, max_new_tokens: 4, parallelism: 2 },
     train: { steps: STEPS, lr: 1e-3, eval_every: 10, keep_consumed_steps: 100 },
   };
-  const warm = await loadOrTrainWarmStart(parseRunConfig(base), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, home);
+  // The pass's warm-start cache (scripts/test.js; .ci/run shares it between its two passes): the
+  // second pass reads what the first trained.
+  const warm = await loadOrTrainWarmStart(parseRunConfig(base), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, relaxEnvironment().warmStartCache);
   config = { ...base, checkpoint: { init_from: warm.dir, every: 5, keep_last: 2 } };
   await Promise.all((['control', 'control', 'rollout', 'rollout', 'reference', 'train', 'train'] as Role[]).map(supervise));
 });
