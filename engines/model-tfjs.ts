@@ -176,8 +176,8 @@ const geluFused = tf.customGrad((x, save) => {
  * d up = dy gate s, d gate = dy up s (1 + gate (1 - s)). Only gate and up are kept for the
  * backward pass (autodiff of the three ops keeps their three [N, dFF] outputs too).
  */
-const swigluFused = memoBySigmoid((sigmoid) =>
-  tf.customGrad((gate, up, save) => {
+function swigluFused(sigmoid: (x: tf.Tensor) => tf.Tensor): (gate: tf.Tensor, up: tf.Tensor) => tf.Tensor {
+  return tf.customGrad((gate, up, save) => {
     (save as tf.GradSaveFunc)([gate as tf.Tensor, up as tf.Tensor]);
     return {
       value: tf.mul(tf.mul(gate as tf.Tensor, sigmoid(gate as tf.Tensor)), up as tf.Tensor),
@@ -188,16 +188,7 @@ const swigluFused = memoBySigmoid((sigmoid) =>
         return [dGate, tf.mul(dy, silu)];
       },
     };
-  }) as (gate: tf.Tensor, up: tf.Tensor) => tf.Tensor,
-);
-
-function memoBySigmoid<F>(make: (sigmoid: (x: tf.Tensor) => tf.Tensor) => F): (sigmoid: (x: tf.Tensor) => tf.Tensor) => F {
-  const made = new Map<(x: tf.Tensor) => tf.Tensor, F>();
-  return (sigmoid) => {
-    let f = made.get(sigmoid);
-    if (!f) made.set(sigmoid, (f = make(sigmoid)));
-    return f;
-  };
+  }) as (gate: tf.Tensor, up: tf.Tensor) => tf.Tensor;
 }
 
 /** rotateHalf([x1, x2]) = [-x2, x1] along the last axis. */
@@ -236,6 +227,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
   // wasm's Sigmoid kernel is an approximation: 1 / (1 + exp(-x)) brought SmolLM2's logits ~20%
   // closer to the float64 reference (1.2e-4 -> 9e-5 max error).
   const sigmoid = options.explicitTransposeGrad ? (x: tf.Tensor) => tf.div(tf.scalar(1), tf.add(tf.scalar(1), tf.exp(tf.neg(x)))) : (x: tf.Tensor) => tf.sigmoid(x);
+  const swiglu = swigluFused(sigmoid);
   return {
     embed: (table, ids) => tf.gather(table, ids),
     linear(x, weight, bias) {
@@ -261,7 +253,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     layerNorm: (x, gamma, beta, eps) => layerNormFused(eps)(x, gamma, beta),
     rmsNorm: (x, gamma, eps) => rmsNormFused(eps)(x, gamma),
     sigmoid,
-    swiglu: (gate, up) => swigluFused(sigmoid)(gate, up),
+    swiglu,
     rotary: (x, cos, sin) => rotaryFused(x, cos, sin),
     linearTransposed(x, weight) {
       const lead = x.shape.slice(0, -1);

@@ -209,6 +209,7 @@ export interface PackedGroups {
  * position.
  */
 export function packGroups(batch: PaddedBatch, from: number, inputLengths: readonly number[], shared: SharedPrefixes, gatherFrom = from): PackedGroups {
+  if (gatherFrom > from) throw new Error(`packGroups: gatherFrom ${gatherFrom} is past the shared prompt (${from})`);
   const { B, T } = batch;
   const U = shared.count;
   const members: number[][] = Array.from({ length: U }, () => []);
@@ -217,7 +218,6 @@ export function packGroups(batch: PaddedBatch, from: number, inputLengths: reado
   const tokens = new Int32Array(U * L);
   const positions = new Int32Array(U * L);
   const bias = new Float32Array(U * L * L).fill(MASKED_BIAS);
-  if (gatherFrom > from) throw new Error(`packGroups: gatherFrom ${gatherFrom} is past the shared prompt (${from})`);
   const S = T - gatherFrom;
   const gather = new Int32Array(B * S);
   for (let u = 0; u < U; u++) {

@@ -515,7 +515,7 @@ export class Trainer {
   /** The final hidden states [B, T - from, D] (the logits' input); see logits(). */
   private hidden(inputs: tf.Tensor2D, training = false, from = 0, media?: MediaInputs<tf.Tensor>): tf.Tensor3D {
     const [B, T] = inputs.shape;
-    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, ...this.positionInputs(B, 0, T), loraInput: this.loraInput(training), logitsFrom: from, media }).hidden as tf.Tensor3D;
+    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, ...this.positionInputs(B, T), loraInput: this.loraInput(training), logitsFrom: from, media }).hidden as tf.Tensor3D;
   }
 
   /**
@@ -542,11 +542,11 @@ export class Trainer {
     };
   }
 
-  /** Positions start..start+length-1 of `rows` rows: position ids, the causal bias over the past start keys and these, rotary tables. */
-  private positionInputs(rows: number, start: number, length: number): { positions: tf.Tensor; attentionBias: tf.Tensor; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
-    const positions = tf.tile(tf.range(start, start + length, 1, 'int32').reshape([1, length]), [rows, 1]);
-    const attentionBiasTensor = tf.tensor(attentionBias(1, length, start), [1, 1, length, start + length]);
-    return { positions, attentionBias: attentionBiasTensor, rope: this.ropeOf(Int32Array.from({ length }, (_, t) => start + t), 1, length) };
+  /** Positions 0..length-1 of `rows` rows: position ids, the causal bias, rotary tables. */
+  private positionInputs(rows: number, length: number): { positions: tf.Tensor; attentionBias: tf.Tensor; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
+    const positions = tf.tile(tf.range(0, length, 1, 'int32').reshape([1, length]), [rows, 1]);
+    const bias = tf.tensor(attentionBias(1, length, 0), [1, 1, length, length]);
+    return { positions, attentionBias: bias, rope: this.ropeOf(Int32Array.from({ length }, (_, t) => t), 1, length) };
   }
 
   /** llama: the rotary tables [rows, 1, length, Dh] of row-major positions [rows, length]; undefined for other architectures. */
