@@ -22,6 +22,8 @@ export interface TrainChildInput {
   microBatchTokens: number;
   /** The trainer's sharePrompts (default true: a group's prompt computed once). */
   sharePrompts?: boolean;
+  /** The trainer's gradientCheckpointing (default false). */
+  gradientCheckpointing?: boolean;
   sequences: TrainSequence[];
 }
 
@@ -40,7 +42,7 @@ async function main(): Promise<void> {
   const backend = await loadTfjsBackend({ kind: 'cpu' });
   const base = await loadHfModel(input.dir, { contextLength: input.contextLength });
   const model: ModelConfig = input.mode === 'lora' ? { ...base.config, lora: { rank: input.rank, alpha: 2 * input.rank, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } } : base.config;
-  const trainer = Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens, sharePrompts: input.sharePrompts ?? true });
+  const trainer = Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens, sharePrompts: input.sharePrompts ?? true, gradientCheckpointing: input.gradientCheckpointing ?? false });
   const loss = policyLoss({ algorithm: 'ppo' });
   let microBatches = 0;
   let paddedTokens = 0;

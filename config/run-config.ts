@@ -195,6 +195,8 @@ export const TrainConfigSchema = z
     micro_batch_tokens: n('train.micro_batch_tokens').optional(),
     /** Sequences of a micro-batch with the same prompt (a group's samples) compute it once; false: each sequence its own. */
     share_prompts: z.boolean().default(true),
+    /** Gradient checkpointing: each decoder layer computed again in the backward pass instead of keeping its activations. */
+    gradient_checkpointing: z.boolean().default(false),
     eval_every: n('train.eval_every').default(10),
     /** The parts that train (default all): language_model, vision_encoder, vision_projector, audio_encoder, audio_projector. */
     trainable: z.array(z.enum(TRAINABLE_PARTS)).min(1).max(TRAINABLE_PARTS.length).optional(),

@@ -414,6 +414,13 @@ export function checkWeights(cfg: ModelConfig, weights: PolicyWeights, shapes?: 
   }
 }
 
+/** One column block of a fused LoRA projection (TensorOps.loraLinear): its width and its adapter, if any. */
+export interface LoraPart<T> {
+  size?: number;
+  a?: T;
+  b?: T;
+}
+
 /**
  * The tensor operations the model needs. Each backend implements exactly these semantics.
  * Shapes use B batch, T new positions, P cached positions, S = P + T, D model width, H heads,
@@ -450,6 +457,23 @@ export interface TensorOps<T> {
    */
   swiglu?(gate: T, up: T): T;
   rotary?(x: T, cos: T, sin: T): T;
+  /**
+   * Optional gradient checkpointing: layer(x, w) whose backward pass computes the layer again from
+   * x instead of keeping its intermediates. `w` holds the layer's weights; those the backend trains
+   * get gradients.
+   */
+  checkpoint?(layer: (x: T, w: Record<string, T>) => T, x: T, w: Record<string, T>): T;
+  /**
+   * Optional fused attention core: softmax(q kT + bias) v for q [B, H, M, Dh], kT [B, H, Dh, S],
+   * v [B, H, S, Dh] and an additive bias that broadcasts to [B, H, M, S] (none: every key).
+   */
+  attention?(q: T, kT: T, v: T, bias?: T): T;
+  /**
+   * Optional fused LoRA projection: linear(x, weight, bias) whose output columns are split into
+   * `parts` in order, each part with an adapter adding scale (loraX a) b. A part's `size` (its
+   * columns) is needed only where there are several parts; one part spans the whole output.
+   */
+  loraLinear?(x: T, weight: T, bias: T | undefined, loraX: T, parts: ReadonlyArray<LoraPart<T>>, scale: number): T;
   /** x [B, T, in] @ weight^T for weight [out, in] -> [B, T, out] (a tied unembedding). */
   linearTransposed(x: T, weight: T): T;
   /** Splits the last axis into chunks of the given sizes. */
@@ -497,8 +521,17 @@ export interface ForwardInputs<T> {
   logitsFrom?: number;
   /** llama: cos and sin of the rotary angles of each new position, [B or 1, 1, T, Dh] (ropeTables). */
   rope?: { cos: T; sin: T };
-  /** LoRA: applied to a projection's input before its adapter (dropout while training). */
-  loraInput?: (x: T) => T;
+  /**
+   * LoRA: applied to a projection's input before its adapter (dropout while training); `projection`
+   * names it (`blocks.3.attn.q`, or a fused group's `blocks.3.attn.qkv_fused`), so a layer computed
+   * again (recomputeLayers) draws the same mask.
+   */
+  loraInput?: (x: T, projection: string) => T;
+  /**
+   * Training with ops.checkpoint: each decoder layer keeps only its input for the backward pass and
+   * is computed again there (gradient checkpointing); `present` is then empty.
+   */
+  recomputeLayers?: boolean;
   /** Images and audio whose encoder embeddings replace placeholder positions (engines/encoders.ts). */
   media?: MediaInputs<T>;
 }
@@ -550,11 +583,16 @@ function attention<T>(ops: TensorOps<T>, cfg: BlockDims, w: Record<string, T>, p
     kT = ops.concat([past.k, kT], 3); // [B, H, Dh, S]
     v4 = ops.concat([past.v, v4], 2); // [B, H, S, Dh]
   }
-  const scores = ops.matmul(q4, kT); // [B, H, T, S]
-  const weights = ops.softmax(bias === undefined ? scores : ops.add(scores, bias));
-  const heads = ops.matmul(weights, v4); // [B, H, T, Dh]
+  const heads = attentionCore(ops, q4, kT, v4, bias); // [B, H, T, Dh]
   const merged = ops.reshape(ops.transpose(heads, [0, 2, 1, 3]), [0, 0, cfg.dModel]); // [B, T, D]
   return { y: ops.linear(merged, w[`${p}proj.weight`], w[`${p}proj.bias`]), cache: { k: kT, v: v4 } };
+}
+
+/** softmax(q kT + bias) v: the backend's fused op where it has one. */
+function attentionCore<T>(ops: TensorOps<T>, q: T, kT: T, v: T, bias: T | undefined): T {
+  if (ops.attention) return ops.attention(q, kT, v, bias);
+  const scores = ops.matmul(q, kT);
+  return ops.matmul(ops.softmax(bias === undefined ? scores : ops.add(scores, bias)), v);
 }
 
 /**
@@ -612,13 +650,39 @@ export function unembed<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   return transposed ? ops.linearTransposed(hidden, weight) : ops.linear(hidden, weight);
 }
 
+/**
+ * One decoder layer at prefix `p`: computed again in the backward pass (ops.checkpoint) when
+ * inputs.recomputeLayers asks, its keys/values then dropped; else run once, its cache pushed onto
+ * `present`.
+ */
+function decoderLayer<T>(ops: TensorOps<T>, inputs: ForwardInputs<T>, w: Record<string, T>, p: string, x: T, present: LayerCache<T>[], layer: (x: T, w: Record<string, T>) => { x: T; cache: LayerCache<T> }): T {
+  if (!inputs.recomputeLayers || !ops.checkpoint || inputs.past) {
+    const out = layer(x, w);
+    present.push(out.cache);
+    return out.x;
+  }
+  // Everything the layer reads comes through `w` (its weights and the pass's LAYER_INPUTS), so the
+  // backend can keep it for the second computation.
+  const own = Object.fromEntries(Object.entries(w).filter(([name]) => name.startsWith(p) || name.startsWith('@')));
+  return ops.checkpoint((xin, lw) => layer(xin, lw).x, x, own);
+}
+
+/**
+ * The tensors of a forward pass that every decoder layer reads besides its weights, under the names
+ * the layers read them by from their weight record: the attention bias (grouped for GQA) and the
+ * rotary tables.
+ */
+function withLayerInputs<T>(w: Record<string, T>, bias: T | undefined, rope?: { cos: T; sin: T }): Record<string, T> {
+  return { ...w, ...(bias === undefined ? {} : { '@attention_bias': bias }), ...(rope ? { '@rope_cos': rope.cos, '@rope_sin': rope.sin } : {}) };
+}
+
 function gptHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, inputs: ForwardInputs<T>): { hidden: T; present: LayerCache<T>[] } {
   let x = ops.add(inputEmbeddings(ops, cfg, w, inputs), ops.embed(w['pos_emb.weight'], inputs.positions)); // [B, T, D]
   const present: LayerCache<T>[] = [];
+  const lw0 = withLayerInputs(w, inputs.attentionBias);
   for (let l = 0; l < cfg.nLayers; l++) {
-    const block = gptBlock(ops, cfg, w, `blocks.${l}.`, x, inputs.attentionBias, inputs.past?.[l]);
-    present.push(block.cache);
-    x = block.x;
+    const p = `blocks.${l}.`;
+    x = decoderLayer(ops, inputs, lw0, p, x, present, (xin, lw) => gptBlock(ops, cfg, lw, p, xin, lw['@attention_bias'], inputs.past?.[l]));
   }
   return { hidden: ops.layerNorm(x, w['ln_f.weight'], w['ln_f.bias'], LAYER_NORM_EPS), present };
 }
@@ -628,14 +692,18 @@ function gptHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>,
  * scale multiplies the rank-wide x A, not the projection-wide output: the same product, rank / out
  * of the elementwise work (and of what the trainer's tape keeps).
  */
-function loraDelta<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T) => T): T | undefined {
+function loraDelta<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T, projection: string) => T): T | undefined {
   const a = w[`${prefix}.lora_a`];
   if (!a || !cfg.lora) return undefined;
-  return ops.linear(ops.scale(ops.linear(loraInput ? loraInput(x) : x, a), cfg.lora.alpha / cfg.lora.rank), w[`${prefix}.lora_b`]);
+  return ops.linear(ops.scale(ops.linear(loraInput ? loraInput(x, prefix) : x, a), cfg.lora.alpha / cfg.lora.rank), w[`${prefix}.lora_b`]);
 }
 
 /** A llama projection x @ W (+ b), plus its LoRA adapter (alpha / rank) (x A) B when `w` holds one. */
-function project<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T) => T): T {
+function project<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, x: T, loraInput?: (x: T, projection: string) => T): T {
+  const a = w[`${prefix}.lora_a`];
+  if (ops.loraLinear && a && cfg.lora) {
+    return ops.loraLinear(x, w[`${prefix}.weight`], w[`${prefix}.bias`], loraInput ? loraInput(x, prefix) : x, [{ a, b: w[`${prefix}.lora_b`] }], cfg.lora.alpha / cfg.lora.rank);
+  }
   const y = ops.linear(x, w[`${prefix}.weight`], w[`${prefix}.bias`]);
   const delta = loraDelta(ops, cfg, w, prefix, x, loraInput);
   return delta ? ops.add(y, delta) : y;
@@ -654,9 +722,13 @@ export const FUSED_PROJECTIONS: ReadonlyArray<{ fused: string; parts: readonly s
  * Several projections of one input: one matmul when `w` holds their fused frozen weight (a LoRA
  * base, fused once by fuseFrozenProjections), each with its own LoRA term; else one by one.
  */
-function projectAll<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, block: string, group: { fused: string; parts: readonly string[] }, sizes: number[], x: T, loraInput?: (x: T) => T): T[] {
+function projectAll<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, block: string, group: { fused: string; parts: readonly string[] }, sizes: number[], x: T, loraInput?: (x: T, projection: string) => T): T[] {
   const fused = w[`${block}${group.fused}.weight`];
   if (!fused) return group.parts.map((part) => project(ops, cfg, w, `${block}${part}`, x, loraInput));
+  const parts = group.parts.map((part, i) => ({ size: sizes[i], a: w[`${block}${part}.lora_a`], b: w[`${block}${part}.lora_b`] }));
+  if (ops.loraLinear && cfg.lora && parts.some((part) => part.a)) {
+    return ops.splitSizes(ops.loraLinear(x, fused, w[`${block}${group.fused}.bias`], loraInput ? loraInput(x, `${block}${group.fused}`) : x, parts, cfg.lora.alpha / cfg.lora.rank), sizes);
+  }
   return ops.splitSizes(ops.linear(x, fused, w[`${block}${group.fused}.bias`]), sizes).map((y, i) => {
     const delta = loraDelta(ops, cfg, w, `${block}${group.parts[i]}`, x, loraInput);
     return delta ? ops.add(y, delta) : y;
@@ -696,11 +768,22 @@ function rotary<T>(ops: TensorOps<T>, x: T, rope: { cos: T; sin: T }): T {
   return ops.add(ops.mul(x, rope.cos), ops.mul(ops.concat([ops.scale(x2, -1), x1], 3), rope.sin));
 }
 
+/**
+ * The attention bias for grouped-query attention: the G query heads of one key head are stacked
+ * along the query axis, so the mask [B or 1, 1, T, S] is repeated G times along it (made once per
+ * forward, not once per layer).
+ */
+function groupedAttentionBias<T>(ops: TensorOps<T>, cfg: ModelConfig, bias: T): T {
+  const { G } = attentionDims(cfg);
+  return G === 1 ? bias : ops.concat(Array.from({ length: G }, () => bias), 2);
+}
+
+/** Reads the grouped attention bias and the rotary tables from `w` (withLayerInputs). */
 function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, layer: number, x: T, inputs: ForwardInputs<T>): { y: T; cache: LayerCache<T> } {
   const { H, Hkv, G, Dh } = attentionDims(cfg);
   const p = `blocks.${layer}.attn.`;
-  const rope = inputs.rope;
-  if (!rope) throw new Error('llama forward needs inputs.rope (ropeTables)');
+  const rope = { cos: w['@rope_cos'], sin: w['@rope_sin'] };
+  const groupedBias = w['@attention_bias'];
   const heads = (t: T, n: number) => ops.transpose(ops.reshape(t, [0, 0, n, Dh]), [0, 2, 1, 3]); // [B, n, T, Dh]
   const [qp, kp, vp] = projectAll(ops, cfg, w, `blocks.${layer}.`, FUSED_PROJECTIONS[0], [H * Dh, Hkv * Dh, Hkv * Dh], x, inputs.loraInput);
   const q = ops.scale(rotary(ops, heads(qp, H), rope), 1 / Math.sqrt(Dh));
@@ -712,11 +795,9 @@ function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
     v = ops.concat([past.v, v], 2);
   }
   // Grouped-query attention without repeating keys: the G query heads of one key head are stacked
-  // along the query axis ([B, Hkv, G * T, Dh]), and the mask is repeated G times to match.
+  // along the query axis ([B, Hkv, G * T, Dh]), and the mask is repeated G times to match (groupedBias).
   const grouped = G === 1 ? q : ops.reshape(q, [0, Hkv, -1, Dh]);
-  const bias = G === 1 ? inputs.attentionBias : ops.concat(Array.from({ length: G }, () => inputs.attentionBias), 2);
-  const probs = ops.softmax(ops.add(ops.matmul(grouped, kT), bias));
-  let out = ops.matmul(probs, v); // [B, Hkv, G * T, Dh]
+  let out = attentionCore(ops, grouped, kT, v, groupedBias); // [B, Hkv, G * T, Dh]
   if (G > 1) out = ops.reshape(out, [0, H, -1, Dh]);
   const merged = ops.reshape(ops.transpose(out, [0, 2, 1, 3]), [0, 0, H * Dh]);
   return { y: project(ops, cfg, w, `${p}o`, merged, inputs.loraInput), cache: { k: kT, v } };
@@ -726,15 +807,18 @@ function llamaHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T
   const eps = cfg.rmsNormEps ?? 1e-5;
   let x = inputEmbeddings(ops, cfg, w, inputs);
   const present: LayerCache<T>[] = [];
+  if (!inputs.rope) throw new Error('llama forward needs inputs.rope (ropeTables)');
+  const lw0 = withLayerInputs(w, groupedAttentionBias(ops, cfg, inputs.attentionBias), inputs.rope);
   for (let l = 0; l < cfg.nLayers; l++) {
     const p = `blocks.${l}.`;
-    const a = llamaAttention(ops, cfg, w, l, ops.rmsNorm(x, w[`${p}attn_norm.weight`], eps), inputs);
-    present.push(a.cache);
-    x = ops.add(x, a.y);
-    const h = ops.rmsNorm(x, w[`${p}mlp_norm.weight`], eps);
-    const [gate, up] = projectAll(ops, cfg, w, p, FUSED_PROJECTIONS[1], [cfg.dFF, cfg.dFF], h, inputs.loraInput);
-    const swiglu = ops.swiglu ? ops.swiglu(gate, up) : ops.mul(ops.mul(gate, ops.sigmoid(gate)), up);
-    x = ops.add(x, project(ops, cfg, w, `${p}mlp.down`, swiglu, inputs.loraInput));
+    x = decoderLayer(ops, inputs, lw0, p, x, present, (xin, lw) => {
+      const a = llamaAttention(ops, cfg, lw, l, ops.rmsNorm(xin, lw[`${p}attn_norm.weight`], eps), inputs);
+      const r = ops.add(xin, a.y);
+      const h = ops.rmsNorm(r, lw[`${p}mlp_norm.weight`], eps);
+      const [gate, up] = projectAll(ops, cfg, lw, p, FUSED_PROJECTIONS[1], [cfg.dFF, cfg.dFF], h, inputs.loraInput);
+      const swiglu = ops.swiglu ? ops.swiglu(gate, up) : ops.mul(ops.mul(gate, ops.sigmoid(gate)), up);
+      return { x: ops.add(r, project(ops, cfg, lw, `${p}mlp.down`, swiglu, inputs.loraInput)), cache: a.cache };
+    });
   }
   return { hidden: ops.rmsNorm(x, w['norm_f.weight'], eps), present };
 }

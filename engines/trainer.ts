@@ -184,6 +184,13 @@ export interface TrainerOptions {
   /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
   loraDropout?: number;
   /**
+   * Gradient checkpointing (default false): a train step keeps each decoder layer's input only and
+   * computes the layer again in the backward pass. The activations it holds drop from every
+   * intermediate of every layer to one layer's, so a micro-batch of many more tokens fits, for a
+   * second forward pass of the decoder layers.
+   */
+  gradientCheckpointing?: boolean;
+  /**
    * The parts that train (TRAINABLE_PARTS); default all. The others are held as constants: no
    * variables, optimizer state or gradients, yet exportWeights still returns them (unchanged). With
    * LoRA, 'language_model' is the adapters, and the encoders are frozen with the base.
@@ -338,6 +345,7 @@ export class Trainer {
   private readonly microBatchSize: number;
   private readonly microBatchTokens: number | undefined;
   private readonly sharePrompts: boolean;
+  private readonly gradientCheckpointing: boolean;
   private stepsApplied = 0;
   private busy = false;
   /** tfjs variable names are process-global: each trainer prefixes its own. */
@@ -351,6 +359,7 @@ export class Trainer {
     this.microBatchSize = options.microBatchSize ?? 32;
     this.microBatchTokens = options.microBatchTokens;
     this.sharePrompts = options.sharePrompts ?? true;
+    this.gradientCheckpointing = options.gradientCheckpointing ?? false;
     this.loraDropout = options.loraDropout ?? 0;
     const backend = tf.getBackend();
     if (backend === 'wasm') registerWasmTrainingKernels();
@@ -515,7 +524,7 @@ export class Trainer {
   /** The final hidden states [B, T - from, D] (the logits' input); see logits(). */
   private hidden(inputs: tf.Tensor2D, training = false, from = 0, media?: MediaInputs<tf.Tensor>): tf.Tensor3D {
     const [B, T] = inputs.shape;
-    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, ...this.positionInputs(B, T), loraInput: this.loraInput(training), logitsFrom: from, media }).hidden as tf.Tensor3D;
+    return forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: inputs, ...this.positionInputs(B, T), loraInput: this.loraInput(training), recomputeLayers: training && this.gradientCheckpointing, logitsFrom: from, media }).hidden as tf.Tensor3D;
   }
 
   /**
@@ -526,7 +535,7 @@ export class Trainer {
    */
   private packedHidden(packed: { tokens: tf.Tensor2D; positions: tf.Tensor2D; bias: tf.Tensor4D; gather: tf.Tensor1D; rope?: { cos: tf.Tensor; sin: tf.Tensor } }, B: number, S: number, training: boolean): tf.Tensor3D {
     const [U, L] = packed.tokens.shape;
-    const { hidden } = forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: packed.tokens, positions: packed.positions, attentionBias: packed.bias, rope: packed.rope, loraInput: this.loraInput(training) });
+    const { hidden } = forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: packed.tokens, positions: packed.positions, attentionBias: packed.bias, rope: packed.rope, loraInput: this.loraInput(training), recomputeLayers: training && this.gradientCheckpointing });
     const D = (hidden as tf.Tensor).shape[2] as number;
     return tf.reshape(tf.gather(tf.reshape(hidden as tf.Tensor, [U * L, D]), packed.gather), [B, S, D]);
   }
@@ -557,8 +566,14 @@ export class Trainer {
     return { cos: tf.tensor(tables.cos, [rows, 1, length, Dh]), sin: tf.tensor(tables.sin, [rows, 1, length, Dh]) };
   }
 
-  private loraInput(training: boolean): ((x: tf.Tensor) => tf.Tensor) | undefined {
-    return training && this.loraDropout > 0 ? (x: tf.Tensor) => tf.dropout(x, this.loraDropout) : undefined;
+  /**
+   * LoRA dropout for one forward pass: each projection's mask seeded by the pass and the
+   * projection's name, so a layer computed again (gradient checkpointing) draws the same mask.
+   */
+  private loraInput(training: boolean): ((x: tf.Tensor, projection: string) => tf.Tensor) | undefined {
+    if (!training || this.loraDropout === 0) return undefined;
+    const pass = Math.floor(Math.random() * 2 ** 31);
+    return (x, projection) => tf.dropout(x, this.loraDropout, undefined, `${pass}:${projection}`);
   }
 
   /**

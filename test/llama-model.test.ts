@@ -282,3 +282,68 @@ test('the fused SwiGLU and rotary ops have the values and gradients of the ops t
     });
   }
 });
+
+test('the fused attention core and LoRA projection have the values and gradients of the compositions they replace', async () => {
+  await loadTfjsBackend({ kind: 'cpu' });
+  const ops = createTfjsOps({ explicitTransposeGrad: false });
+  assert.ok(ops.attention && ops.loraLinear, 'native TensorFlow ops fuse them');
+  const composed = { ...ops, attention: undefined, loraLinear: undefined };
+  const close = (a: tf.Tensor, b: tf.Tensor, what: string) => {
+    assert.deepEqual(a.shape, b.shape, `${what}: shape`);
+    const worst = tf.max(tf.abs(tf.sub(a, b))).dataSync()[0];
+    assert.ok(worst < 1e-4, `${what}: max difference ${worst}`);
+  };
+  const rand = (shape: number[], seed: number, r = 1) => tf.randomUniform(shape, -r, r, 'float32', seed);
+  tf.tidy(() => {
+    // The attention core by hand, with a causal bias and with none (an encoder).
+    const [q, kT, v] = [rand([2, 3, 5, 4], 1, 2), rand([2, 3, 4, 5], 2, 2), rand([2, 3, 5, 4], 3)];
+    const dO = rand([2, 3, 5, 4], 4);
+    const causal = tf.tensor(attentionBias(1, 5, 0), [1, 1, 5, 5]);
+    for (const bias of [causal, undefined]) {
+      const byHand = (a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) => tf.matMul(tf.softmax(bias ? tf.add(tf.matMul(a, b), bias) : tf.matMul(a, b)), c);
+      close(ops.attention!(q, kT, v, bias), byHand(q, kT, v), `attention value (bias ${bias ? 'causal' : 'none'})`);
+      const fused = tf.grads((a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) => tf.sum(tf.mul(ops.attention!(a, b, c, bias), dO)))([q, kT, v]);
+      const hand = tf.grads((a: tf.Tensor, b: tf.Tensor, c: tf.Tensor) => tf.sum(tf.mul(byHand(a, b, c), dO)))([q, kT, v]);
+      ['dq', 'dkT', 'dv'].forEach((name, i) => close(fused[i], hand[i], `attention ${name}`));
+    }
+    // A frozen projection of three column blocks, two with adapters, the adapters reading x or a
+    // different (dropped-out) input.
+    const [x, xDrop, w, b] = [rand([2, 3, 6], 5), rand([2, 3, 6], 6), rand([6, 7], 7), rand([7], 8)];
+    const [a0, b0, a2, b2] = [rand([6, 2], 9), rand([2, 3], 10), rand([6, 2], 11), rand([2, 2], 12)];
+    const dy = rand([2, 3, 7], 13);
+    const sizes = [3, 2, 2];
+    for (const dropped of [false, true]) {
+      const byHand = (xx: tf.Tensor, xl: tf.Tensor, A0: tf.Tensor, B0: tf.Tensor, A2: tf.Tensor, B2: tf.Tensor) => {
+        const [y0, y1, y2] = tf.split(tf.add(tf.matMul(tf.reshape(xx, [-1, 6]), w), b), sizes, 1);
+        const lx = tf.reshape(xl, [-1, 6]);
+        const delta = (A: tf.Tensor, B: tf.Tensor) => tf.mul(tf.matMul(tf.matMul(lx, A), B), tf.scalar(2.5));
+        return tf.reshape(tf.concat([tf.add(y0, delta(A0, B0)), y1, tf.add(y2, delta(A2, B2))], 1), [2, 3, 7]);
+      };
+      const viaOp = (xx: tf.Tensor, xl: tf.Tensor, A0: tf.Tensor, B0: tf.Tensor, A2: tf.Tensor, B2: tf.Tensor) =>
+        ops.loraLinear!(xx, w, b, dropped ? xl : xx, [{ size: 3, a: A0, b: B0 }, { size: 2 }, { size: 2, a: A2, b: B2 }], 2.5);
+      const args = [x, dropped ? xDrop : x, a0, b0, a2, b2];
+      close(viaOp(...(args as [tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor])), byHand(...(args as [tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor])), `loraLinear value (dropout ${dropped})`);
+      const loss = (f: typeof byHand) => (xx: tf.Tensor, A0: tf.Tensor, B0: tf.Tensor, A2: tf.Tensor, B2: tf.Tensor) => tf.sum(tf.mul(f(xx, dropped ? xDrop : xx, A0, B0, A2, B2), dy));
+      const fused = tf.grads(loss(viaOp))([x, a0, b0, a2, b2]);
+      const hand = tf.grads(loss(byHand))([x, a0, b0, a2, b2]);
+      ['dx', 'da0', 'db0', 'da2', 'db2'].forEach((name, i) => close(fused[i], hand[i], `loraLinear ${name} (dropout ${dropped})`));
+    }
+  });
+  // The whole llama forward with LoRA (q/k/v and gate/up fused): logits and the adapters' gradients agree.
+  const weights = randomWeights(WITH_LORA, 21);
+  const spec = parameterSpec(WITH_LORA);
+  const frozen = new Map(spec.filter((p) => p.frozen).map((p) => [p.name, tf.tensor(weights[p.name], p.shape)]));
+  const { fused, replaced } = fuseFrozenProjections(WITH_LORA, frozen, (ws) => tf.concat(ws, ws[0].rank - 1));
+  const base = { ...Object.fromEntries([...frozen].filter(([k]) => !replaced.includes(k))), ...Object.fromEntries(fused) };
+  const adapters = spec.filter((p) => !p.frozen).map((p) => [p.name, tf.variable(tf.tensor(weights[p.name], p.shape))] as const);
+  const T = 6;
+  const tables = ropeTables(WITH_LORA, Int32Array.from({ length: T }, (_, i) => i), 1, T);
+  const Dh = tables.cos.length / T;
+  const inputs = { tokens: tf.tensor2d([[1, 5, 9, 3, 7, 2], [4, 4, 8, 0, 1, 6]], [2, T], 'int32'), positions: tf.tensor2d([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5]], [2, T], 'int32'), attentionBias: tf.tensor(attentionBias(1, T, 0), [1, 1, T, T]), rope: { cos: tf.tensor(tables.cos, [1, 1, T, Dh]), sin: tf.tensor(tables.sin, [1, 1, T, Dh]) } };
+  const r = tf.randomUniform([2, T, WITH_LORA.vocabSize], -1, 1, 'float32', 17);
+  const run = (o: typeof ops) => tf.variableGrads(() => tf.sum(tf.mul(forward(o, WITH_LORA, { ...base, ...Object.fromEntries(adapters) }, inputs).logits as tf.Tensor, r)) as tf.Scalar, adapters.map(([, v]) => v));
+  const f = run(ops);
+  const c = run(composed);
+  close(f.value, c.value, 'the loss');
+  for (const [name, v] of adapters) close(f.grads[v.name], c.grads[v.name], `d ${name}`);
+});

@@ -59,6 +59,7 @@ export function trainerOptions(config: RunConfig, model: ModelConfig, weights: P
     microBatchSize: t.micro_batch,
     ...(t.micro_batch_tokens !== undefined ? { microBatchTokens: t.micro_batch_tokens } : {}),
     sharePrompts: t.share_prompts,
+    gradientCheckpointing: t.gradient_checkpointing,
     ...(t.trainable ? { trainable: t.trainable } : {}),
     ...(config.lora ? { loraDropout: config.lora.dropout } : {}),
   };
