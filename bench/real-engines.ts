@@ -6,6 +6,8 @@
 // tokens/s for LoRA and for full fine-tuning (and LoRA on a GRPO group batch, the group's prompt
 // computed once vs per sample: `train_group`), weight sync ms for adapters vs full weights (in one
 // process, and through a checkpoint as between processes), peak RSS,
+// the group batch again with gradient checkpointing in one micro-batch (`train_group.*_checkpointed`;
+// `--set gradient_checkpointing=1` trains the LoRA and full runs that way too),
 // and each figure as a fraction of its engine's matmul roofline (bench/engines.ts measures that).
 import { execFile } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -150,6 +152,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const trainNewTokens = Number(ctx.options.train_new_tokens ?? 56);
   const trainRank = Number(ctx.options.train_rank ?? 16);
   const microBatchTokens = Number(ctx.options.micro_batch_tokens ?? REAL_MODEL_MICRO_BATCH_TOKENS);
+  const gradientCheckpointing = ['1', 'true'].includes(String(ctx.options.gradient_checkpointing ?? 'false'));
   const prompts = chatPrompts(dir, trainSequences);
   const sampler = await RolloutEngine.create(base.config, engineOptions);
   let batch: TrainSequence[];
@@ -169,7 +172,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   try {
     const inputFile = (mode: 'lora' | 'full') => {
       const file = path.join(scratch, `${mode}.json`);
-      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode, microBatchTokens, sequences: batch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
+      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode, microBatchTokens, gradientCheckpointing, sequences: batch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
       writeFileSync(file, JSON.stringify(input));
       return file;
     };
@@ -183,7 +186,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
           byThreads[n][mode] = r.tokensPerS;
           stepMsByThreads[n][mode] = r.stepMs;
           peakByMode[mode] = Math.max(peakByMode[mode] ?? 0, r.peakRssMb);
-          ctx.log(`train ${mode} (${r.backend}, ${n} thread${n === 1 ? '' : 's'}, ${batch.length} sequences, micro-batches of <= ${microBatchTokens} tokens: ${r.microBatches}): ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
+          ctx.log(`train ${mode} (${r.backend}, ${n} thread${n === 1 ? '' : 's'}, ${batch.length} sequences, micro-batches of <= ${microBatchTokens} tokens: ${r.microBatches}${gradientCheckpointing ? ', gradient checkpointing' : ''}): ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
         } catch (err) {
           byThreads[n][mode] = `failed: ${(err as Error).message.split('\n')[0]}`;
         }
@@ -215,18 +218,26 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const trainGroup: Record<string, number | string> = { sequences: groupBatch.length, tokens: groupTokens };
   const groupScratch = await mkdtemp(path.join(tmpdir(), 'relax-bench-train-group-'));
   try {
-    for (const sharePrompts of [true, false]) {
-      const file = path.join(groupScratch, `group-${sharePrompts}.json`);
-      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode: 'lora', microBatchTokens, sharePrompts, sequences: groupBatch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
+    // Shared and unshared prompts at the token budget, then shared with gradient checkpointing and
+    // the whole batch in one micro-batch (its peak RSS reported apart, `peak_rss_mb_checkpointed`).
+    const variants = [
+      { key: 'shared', sharePrompts: true, checkpointed: gradientCheckpointing, budget: microBatchTokens },
+      { key: 'unshared', sharePrompts: false, checkpointed: gradientCheckpointing, budget: microBatchTokens },
+      { key: 'checkpointed', sharePrompts: true, checkpointed: true, budget: Math.max(microBatchTokens, groupTokens) },
+    ];
+    for (const { key, sharePrompts, checkpointed, budget } of variants) {
+      const file = path.join(groupScratch, `group-${key}.json`);
+      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode: 'lora', microBatchTokens: budget, sharePrompts, gradientCheckpointing: checkpointed, sequences: groupBatch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
       writeFileSync(file, JSON.stringify(input));
-      const key = sharePrompts ? 'shared' : 'unshared';
       try {
         const r = await trainInChild(file, threadsUsed);
         trainGroup[`tokens_per_s_${key}`] = round(r.tokensPerS);
         trainGroup[`step_ms_${key}`] = round(r.stepMs);
         trainGroup[`padded_tokens_${key}`] = r.paddedTokens;
-        peakByMode.lora = Math.max(peakByMode.lora ?? 0, r.peakRssMb);
-        ctx.log(`train lora, group batch ${GROUP_PROMPTS} x ${GROUP_SIZE} (${groupTokens} tokens), prompts ${sharePrompts ? 'shared' : 'unshared'}: ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, ${r.paddedTokens} tokens computed, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
+        trainGroup[`micro_batches_${key}`] = r.microBatches;
+        if (key === 'checkpointed') trainGroup.peak_rss_mb_checkpointed = round(r.peakRssMb);
+        else peakByMode.lora = Math.max(peakByMode.lora ?? 0, r.peakRssMb);
+        ctx.log(`train lora, group batch ${GROUP_PROMPTS} x ${GROUP_SIZE} (${groupTokens} tokens), prompts ${sharePrompts ? 'shared' : 'unshared'}${checkpointed ? ', gradient checkpointing' : ''}, ${r.microBatches} micro-batch(es) of <= ${budget} tokens: ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, ${r.paddedTokens} tokens computed, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
       } catch (err) {
         trainGroup[`tokens_per_s_${key}`] = `failed: ${(err as Error).message.split('\n')[0]}`;
       }
@@ -259,6 +270,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     train_group: trainGroup,
     train_step_ms: stepMs,
     train_micro_batch_tokens: microBatchTokens,
+    train_gradient_checkpointing: gradientCheckpointing,
     train_lora_rank: trainRank,
     train_sequences: batch.length,
     train_tokens: batch.reduce((n, s) => n + s.tokens.length, 0),
