@@ -14,6 +14,16 @@ const root = path.resolve(__dirname, '..');
 const { startTemporalServer } = require(path.join(root, 'dist', 'workers', 'temporal-server.js'));
 const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 
+/**
+ * The side lane: suites that spend most of their time waiting (slow-reward sleeps, cooldowns,
+ * timers, workers killed and restarted, webhooks), run beside the main lane on a Temporal server of
+ * their own (the task queue names are the same in every stack), so their waits overlap the main
+ * lane's compute. Their output is printed when the main lane ends.
+ */
+const SIDE_LANE = ['autoscaler', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+/** Main-lane suites that assert on timing under a load of their own: run last, once the side lane is done. */
+const LAST_SUITES = ['long-train-step'];
+
 /** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
 const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
 
@@ -26,10 +36,14 @@ const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 
 // (the browser, the CLI's output, the client example), the learning suites (they assert that
 // accuracy rises over many steps, through the same transfer-queue and registry SQL that
 // training-run, fault-injection, chaos and rollout-scaling check step by step) and the suites about
-// the engines under load (worker threads and heartbeats).
+// the engines under load (worker threads and heartbeats), and the suites whose kills the chaos suite
+// repeats at CI size on the same server with its exactly-once checks of what the database holds
+// (sync and async runs; workers of every role, the Temporal server and relax dev killed):
+// fault-injection and dev-restart.
 const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example'];
 const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run'];
 const LOAD_SUITES = ['long-train-step'];
+const REPEATED_BY_CHAOS = ['fault-injection', 'dev-restart'];
 const REACHES = /freshDatabase|startWorkerStack|startWorkerProcess|\.pool\b|openStore|new Pool|MultimodalStack|spawnRelax|startLocalStack|startEphemeralStack|DATABASE_URL/;
 const CHECKS = /from '\.\.\/store\/|require\("\.\.\/store\/|\.pool\.query|\bSELECT |\bINSERT INTO |checkCheckpointRegistry/;
 function databaseSuites() {
@@ -41,7 +55,7 @@ function databaseSuites() {
   };
   return fs
     .readdirSync(dir)
-    .filter((f) => f.endsWith('.test.js') && ![...PRESENTATION_SUITES, ...LEARNING_SUITES, ...LOAD_SUITES].includes(f.slice(0, -'.test.js'.length)))
+    .filter((f) => f.endsWith('.test.js') && ![...PRESENTATION_SUITES, ...LEARNING_SUITES, ...LOAD_SUITES, ...REPEATED_BY_CHAOS].includes(f.slice(0, -'.test.js'.length)))
     .filter((f) => {
       const text = source(f);
       return REACHES.test(text) && CHECKS.test(text);
@@ -49,24 +63,61 @@ function databaseSuites() {
     .map((f) => path.join('dist', 'test', f));
 }
 
+/** Every compiled test file, in name order. */
+function allSuites() {
+  const dir = path.join(root, 'dist', 'test');
+  return fs
+    .readdirSync(dir)
+    .filter((f) => f.endsWith('.test.js'))
+    .sort()
+    .map((f) => path.join('dist', 'test', f));
+}
+
+const suiteName = (file) => path.basename(file).replace(/\.test\.js$/, '');
+
 async function main() {
   const server = await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 });
   console.log(`[test] Temporal dev server at ${server.address} (${server.binary}); database: ${process.env.DATABASE_URL ? 'PostgreSQL at DATABASE_URL' : 'embedded PGlite'}`);
   const args = process.argv.slice(2);
   const files = args.includes('--database-suites') ? databaseSuites() : args;
+  const whole = files.length === 0 || args.includes('--database-suites');
   // One SFT warm-start cache per pass: the suites that start from the add2 recipe's warm start
   // train it once (the first one does), not once each.
   const ownCache = !process.env.RELAX_WARM_START_CACHE;
   const warmStartCache = process.env.RELAX_WARM_START_CACHE || fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-warm-starts-'));
-  const run = (testFiles, env = {}) => {
+  // `out`: a file descriptor for the runner's output (default: this process's stdout).
+  const run = (testFiles, env = {}, out = 'inherit') => {
     // TAP for the closing lines CI reads, and each file's wall time (slowest first) at the end, to
     // keep the CI budget in view.
     const reporters = ['--test-reporter=tap', '--test-reporter-destination=stdout', `--test-reporter=${path.join(root, 'scripts', 'test-file-durations.mjs')}`, '--test-reporter-destination=stdout'];
     const args = ['--test', '--test-concurrency=1', '--test-timeout=900000', ...reporters, ...testFiles];
-    const runner = spawn(process.execPath, args, { cwd: root, stdio: 'inherit', env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, ...env } });
+    const runner = spawn(process.execPath, args, { cwd: root, stdio: ['inherit', out, out], env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, ...env } });
     return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
   };
-  let code = await run(files.length ? files : [path.join('dist', 'test')]);
+  let code;
+  if (whole) {
+    // The whole run (or the database pass): the side lane beside the main one, LAST_SUITES at the end of the main one.
+    const suites = files.length ? files : allSuites();
+    const side = suites.filter((f) => SIDE_LANE.includes(suiteName(f)));
+    const main = [...suites.filter((f) => !SIDE_LANE.includes(suiteName(f)) && !LAST_SUITES.includes(suiteName(f))), ...suites.filter((f) => LAST_SUITES.includes(suiteName(f)))];
+    const sideServer = side.length ? await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 }) : undefined;
+    const sideLog = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-side-')), 'side-lane.tap');
+    const sideOut = fs.openSync(sideLog, 'w');
+    if (sideServer) console.log(`[test] side lane (${side.map(suiteName).join(', ')}) beside the main lane, on its own Temporal server at ${sideServer.address}; its output follows the main lane's`);
+    const sideDone = sideServer ? run(side, { TEMPORAL_ADDRESS: sideServer.address }, sideOut) : Promise.resolve(0);
+    const mainCode = await run(main);
+    const sideCode = await sideDone;
+    fs.closeSync(sideOut);
+    if (sideServer) {
+      console.log('[test] the side lane:');
+      process.stdout.write(fs.readFileSync(sideLog));
+      await sideServer.stop();
+    }
+    fs.rmSync(path.dirname(sideLog), { recursive: true, force: true });
+    code = mainCode || sideCode;
+  } else {
+    code = await run(files);
+  }
   if (!files.length && process.env.RELAX_TFJS_BACKEND !== 'wasm') {
     console.log('[test] the engine suites again on the wasm backend (RELAX_TFJS_BACKEND=wasm)');
     const wasmCode = await run(WASM_SUITES.map((f) => path.join('dist', 'test', `${f}.test.js`)), { RELAX_TFJS_BACKEND: 'wasm' });
