@@ -25,7 +25,7 @@ const SIDE_LANE = ['autoscaler', 'health-manager', 'rollout-failover', 'supervis
 const LAST_SUITES = ['long-train-step'];
 
 /** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
-const WASM_SUITES = ['trainer', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
+const WASM_SUITES = ['trainer', 'gradient-checkpointing', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
 
 // The PostgreSQL pass of .ci/run (`npm test -- --database-suites`) runs the suites that reach the
 // database at DATABASE_URL (REACHES) and check what it holds: their source reads tables (SQL, the
