@@ -15,12 +15,13 @@ const { startTemporalServer } = require(path.join(root, 'dist', 'workers', 'temp
 const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 
 /**
- * The side lane: suites that spend most of their time waiting (slow-reward sleeps, cooldowns,
- * timers, workers killed and restarted, webhooks), run beside the main lane on a Temporal server of
- * their own (the task queue names are the same in every stack), so their waits overlap the main
- * lane's compute. Their output is printed when the main lane ends.
+ * The side lane, in this order: the audio learning run (its SFT warm start computes in one process
+ * for minutes, while the main lane's multi-process suites leave a core idle much of the time), then
+ * suites that spend most of their time waiting (slow-reward sleeps, cooldowns, timers, workers
+ * killed and restarted, webhooks). They run beside the main lane on a Temporal server of their own
+ * (the task queue names are the same in every stack). Their output is printed when the main lane ends.
  */
-const SIDE_LANE = ['autoscaler', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+const SIDE_LANE = ['multimodal-audio-run', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
 /** Main-lane suites that assert on timing under a load of their own: run last, once the side lane is done. */
 const LAST_SUITES = ['long-train-step'];
 
@@ -98,7 +99,7 @@ async function main() {
   if (whole) {
     // The whole run (or the database pass): the side lane beside the main one, LAST_SUITES at the end of the main one.
     const suites = files.length ? files : allSuites();
-    const side = suites.filter((f) => SIDE_LANE.includes(suiteName(f)));
+    const side = SIDE_LANE.flatMap((name) => suites.filter((f) => suiteName(f) === name));
     const main = [...suites.filter((f) => !SIDE_LANE.includes(suiteName(f)) && !LAST_SUITES.includes(suiteName(f))), ...suites.filter((f) => LAST_SUITES.includes(suiteName(f)))];
     const sideServer = side.length ? await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 }) : undefined;
     const sideLog = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-side-')), 'side-lane.tap');
