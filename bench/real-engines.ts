@@ -152,7 +152,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const trainNewTokens = Number(ctx.options.train_new_tokens ?? 56);
   const trainRank = Number(ctx.options.train_rank ?? 16);
   const microBatchTokens = Number(ctx.options.micro_batch_tokens ?? REAL_MODEL_MICRO_BATCH_TOKENS);
-  const gradientCheckpointing = ['1', 'true'].includes(String(ctx.options.gradient_checkpointing ?? 'false'));
+  const gradientCheckpointing = ctx.options.gradient_checkpointing === '1';
   const prompts = chatPrompts(dir, trainSequences);
   const sampler = await RolloutEngine.create(base.config, engineOptions);
   let batch: TrainSequence[];
