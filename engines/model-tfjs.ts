@@ -214,7 +214,6 @@ const rotaryFused = tf.customGrad((x, cos, sin, save) => {
   };
 }) as (x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor) => tf.Tensor;
 
-
 function resolveShape(x: tf.Tensor, shape: number[]): number[] {
   return shape.map((d, i) => (d === 0 ? x.shape[i] : d));
 }
@@ -249,8 +248,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     embed: (table, ids) => tf.gather(table, ids),
     linear(x, weight, bias) {
       const lead = x.shape.slice(0, -1);
-      const inDim = x.shape[x.shape.length - 1];
-      const x2d = tf.reshape(x, [-1, inDim]);
+      const x2d = to2d(x);
       let y: tf.Tensor;
       if (!options.explicitTransposeGrad) y = bias ? linearNative(x2d, weight, bias) : tf.matMul(x2d, weight);
       else {
@@ -274,9 +272,8 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     rotary: (x, cos, sin) => rotaryFused(x, cos, sin),
     linearTransposed(x, weight) {
       const lead = x.shape.slice(0, -1);
-      const inDim = x.shape[x.shape.length - 1];
       // An explicit transpose + plain matmul: BatchMatMul's transpose flags are the slow path on wasm.
-      const x2d = tf.reshape(x, [-1, inDim]);
+      const x2d = to2d(x);
       const y = isTrained(weight) ? matmul(x2d, tf.transpose(weight)) : options.explicitTransposeGrad ? frozenLinear2d(x2d, tf.transpose(weight)) : tf.matMul(x2d, weight, false, true);
       return tf.reshape(y, [...lead, weight.shape[0] as number]);
     },

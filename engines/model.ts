@@ -661,8 +661,8 @@ function decoderLayer<T>(ops: TensorOps<T>, inputs: ForwardInputs<T>, w: Record<
     present.push(out.cache);
     return out.x;
   }
-  // Everything the layer reads comes through `w` (its weights and the pass's LAYER_INPUTS), so the
-  // backend can keep it for the second computation.
+  // Everything the layer reads comes through `w` (its weights and the pass's tensors named by
+  // withLayerInputs), so the backend can keep it for the second computation.
   const own = Object.fromEntries(Object.entries(w).filter(([name]) => name.startsWith(p) || name.startsWith('@')));
   return ops.checkpoint((xin, lw) => layer(xin, lw).x, x, own);
 }

@@ -22,7 +22,7 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
  * (the task queue names are the same in every stack). Their output is printed when the main lane ends.
  */
 const SIDE_LANE = ['multimodal-audio-run', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
-/** Main-lane suites that assert on timing under a load of their own: run last, once the side lane is done. */
+/** Suites that assert on timing under a load of their own: run alone, after both lanes. */
 const LAST_SUITES = ['long-train-step'];
 
 /** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
@@ -97,10 +97,11 @@ async function main() {
   };
   let code;
   if (whole) {
-    // The whole run (or the database pass): the side lane beside the main one, LAST_SUITES at the end of the main one.
+    // The whole run (or the database pass): the side lane beside the main one, then LAST_SUITES alone.
     const suites = files.length ? files : allSuites();
     const side = SIDE_LANE.flatMap((name) => suites.filter((f) => suiteName(f) === name));
-    const main = [...suites.filter((f) => !SIDE_LANE.includes(suiteName(f)) && !LAST_SUITES.includes(suiteName(f))), ...suites.filter((f) => LAST_SUITES.includes(suiteName(f)))];
+    const last = suites.filter((f) => LAST_SUITES.includes(suiteName(f)));
+    const main = suites.filter((f) => !side.includes(f) && !last.includes(f));
     const sideServer = side.length ? await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 }) : undefined;
     const sideLog = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-side-')), 'side-lane.tap');
     const sideOut = fs.openSync(sideLog, 'w');
@@ -115,7 +116,8 @@ async function main() {
       await sideServer.stop();
     }
     fs.rmSync(path.dirname(sideLog), { recursive: true, force: true });
-    code = mainCode || sideCode;
+    const lastCode = last.length ? await run(last) : 0;
+    code = mainCode || sideCode || lastCode;
   } else {
     code = await run(files);
   }
