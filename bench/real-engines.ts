@@ -37,7 +37,7 @@ const BATCHES = [1, 8, 32];
 const GROUP_PROMPTS = 8;
 const GROUP_SIZE = 4;
 const COUNTRIES = ['Italy', 'France', 'Spain', 'Japan', 'Peru', 'Egypt', 'Canada', 'Norway'];
-/** Question templates; the i-th prompt fills one with i, so every prompt of a batch is distinct (none shares a prefill). */
+/** Question templates; the i-th prompt fills one with i, so every prompt of a batch is distinct (they share only the chat template's system prompt). */
 const QUESTIONS = [(i: number) => `What is ${12 + i} + 7?`, (i: number) => `Name a prime number above ${20 + i}.`, (i: number) => `What is the capital of ${COUNTRIES[i % COUNTRIES.length]}?`, (i: number) => `Count from ${1 + i} to ${5 + i}.`];
 
 /** `n` distinct chat prompts of the model's own template. */
@@ -101,7 +101,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const loraEngine = await RolloutEngine.create(cfg, engineOptions);
   const oneThreadEngine = threads === 1 ? loraEngine : await RolloutEngine.create(cfg, { ...engineOptions, intraOpNumThreads: 1 });
   const mergedEngine = await RolloutEngine.create(withoutLora(cfg), engineOptions);
-  const rollout: Record<string, Record<string, number>> = { lora_adapters: {}, lora_one_thread: {}, merged: {} };
+  const rollout: Record<string, Record<string, number>> = { lora_adapters: {}, lora_one_thread: {}, merged: {}, whole_prompts: {} };
   const syncMs: Record<string, number> = {};
   try {
     for (const engine of new Set([loraEngine, oneThreadEngine])) {
@@ -116,6 +116,19 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
       rollout.lora_one_thread[name] = threads === 1 ? rollout.lora_adapters[name] : await rolloutTokensPerS(oneThreadEngine, prompts, maxNewTokens, minMs);
       rollout.merged[name] = await rolloutTokensPerS(mergedEngine, prompts, maxNewTokens, minMs);
       ctx.log(`rollout ${name === 'group' ? `group (${GROUP_PROMPTS} prompts x ${GROUP_SIZE})` : `batch ${name.padStart(3)}`}: ${rollout.lora_adapters[name].toFixed(0)} tokens/s with adapters as matmuls on ${threads} thread${threads === 1 ? '' : 's'} (${rollout.lora_one_thread[name].toFixed(0)} on 1), ${rollout.merged[name].toFixed(0)} merged`);
+    }
+    // The same LoRA engine prefilling every prompt whole (the chat template's system prompt too),
+    // side by side with the shared prefix the figures above use.
+    const wholeEngine = await RolloutEngine.create(cfg, { ...engineOptions, sharePrefix: false });
+    try {
+      wholeEngine.setFrozenWeights(base.weights);
+      wholeEngine.setWeights(0, adapters);
+      for (const [name, prompts] of cases.filter(([name]) => name === '8' || name === '32')) {
+        rollout.whole_prompts[name] = await rolloutTokensPerS(wholeEngine, prompts, maxNewTokens, minMs);
+        ctx.log(`rollout batch ${name.padStart(3)} prefilling each prompt whole: ${rollout.whole_prompts[name].toFixed(0)} tokens/s (${rollout.lora_adapters[name].toFixed(0)} with the shared prefix once)`);
+      }
+    } finally {
+      await wholeEngine.release();
     }
     // Weight sync in one process: a version's adapters, the adapters merged into full weights, full weights.
     let version = 1;
@@ -265,6 +278,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     rollout_tokens_per_s: rollout.lora_adapters,
     rollout_tokens_per_s_one_thread: rollout.lora_one_thread,
     rollout_tokens_per_s_merged: rollout.merged,
+    rollout_tokens_per_s_whole_prompts: rollout.whole_prompts,
     train_tokens_per_s: train,
     train_tokens_per_s_by_threads: byThreads,
     train_group: trainGroup,

@@ -469,6 +469,12 @@ export interface TensorOps<T> {
    */
   attention?(q: T, kT: T, v: T, bias?: T): T;
   /**
+   * softmax([q pastKT, q kT] + bias) [pastV; v] without concatenating the cache (a generation
+   * graph's cache is an input buffer the caller appends to; copying it on every decode step was
+   * most of a step's non-matmul time). Without it the keys and values are concatenated.
+   */
+  cachedAttention?(q: T, pastKT: T, pastV: T, kT: T, v: T, bias?: T): T;
+  /**
    * Optional fused LoRA projection: linear(x, weight, bias) whose output columns are split into
    * `parts` in order, each part with an adapter adding scale (loraX a) b. A part's `size` (its
    * columns) is needed only where there are several parts; one part spans the whole output.
@@ -553,7 +559,7 @@ export interface MediaInputs<T> {
 export interface ForwardOutputs<T> {
   /** [B, T, V], or [B, 1, V] with lastPositionOnly, or [B, T - logitsFrom, V]. */
   logits: T;
-  /** Keys/values of past + new positions, one per layer. */
+  /** Keys/values of the new positions, one per layer (a caller with a cache appends them to it). */
   present: LayerCache<T>[];
 }
 
@@ -577,13 +583,9 @@ function attention<T>(ops: TensorOps<T>, cfg: BlockDims, w: Record<string, T>, p
   const Dh = cfg.dModel / H;
   const [q, k, v] = ops.split(ops.linear(x, w[`${p}qkv.weight`], w[`${p}qkv.bias`]), 3); // 3 x [B, T, D]
   const q4 = ops.scale(ops.transpose(ops.reshape(q, [0, 0, H, Dh]), [0, 2, 1, 3]), 1 / Math.sqrt(Dh)); // [B, H, T, Dh]
-  let kT = ops.transpose(ops.reshape(k, [0, 0, H, Dh]), [0, 2, 3, 1]); // [B, H, Dh, T]
-  let v4 = ops.transpose(ops.reshape(v, [0, 0, H, Dh]), [0, 2, 1, 3]); // [B, H, T, Dh]
-  if (past) {
-    kT = ops.concat([past.k, kT], 3); // [B, H, Dh, S]
-    v4 = ops.concat([past.v, v4], 2); // [B, H, S, Dh]
-  }
-  const heads = attentionCore(ops, q4, kT, v4, bias); // [B, H, T, Dh]
+  const kT = ops.transpose(ops.reshape(k, [0, 0, H, Dh]), [0, 2, 3, 1]); // [B, H, Dh, T]
+  const v4 = ops.transpose(ops.reshape(v, [0, 0, H, Dh]), [0, 2, 1, 3]); // [B, H, T, Dh]
+  const heads = past ? attentionWithPast(ops, q4, past, kT, v4, bias) : attentionCore(ops, q4, kT, v4, bias); // [B, H, T, Dh]
   const merged = ops.reshape(ops.transpose(heads, [0, 2, 1, 3]), [0, 0, cfg.dModel]); // [B, T, D]
   return { y: ops.linear(merged, w[`${p}proj.weight`], w[`${p}proj.bias`]), cache: { k: kT, v: v4 } };
 }
@@ -593,6 +595,12 @@ function attentionCore<T>(ops: TensorOps<T>, q: T, kT: T, v: T, bias: T | undefi
   if (ops.attention) return ops.attention(q, kT, v, bias);
   const scores = ops.matmul(q, kT);
   return ops.matmul(ops.softmax(bias === undefined ? scores : ops.add(scores, bias)), v);
+}
+
+/** Attention over cached and new keys ([B, H, Dh, P] + [B, H, Dh, T]); bias [.., T, P + T]. */
+function attentionWithPast<T>(ops: TensorOps<T>, q: T, past: LayerCache<T>, kT: T, v: T, bias: T | undefined): T {
+  if (ops.cachedAttention) return ops.cachedAttention(q, past.k, past.v, kT, v, bias);
+  return attentionCore(ops, q, ops.concat([past.k, kT], 3), ops.concat([past.v, v], 2), bias);
 }
 
 /**
@@ -787,17 +795,13 @@ function llamaAttention<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
   const heads = (t: T, n: number) => ops.transpose(ops.reshape(t, [0, 0, n, Dh]), [0, 2, 1, 3]); // [B, n, T, Dh]
   const [qp, kp, vp] = projectAll(ops, cfg, w, `blocks.${layer}.`, FUSED_PROJECTIONS[0], [H * Dh, Hkv * Dh, Hkv * Dh], x, inputs.loraInput);
   const q = ops.scale(rotary(ops, heads(qp, H), rope), 1 / Math.sqrt(Dh));
-  let kT = ops.transpose(rotary(ops, heads(kp, Hkv), rope), [0, 1, 3, 2]); // [B, Hkv, Dh, T]
-  let v = heads(vp, Hkv); // [B, Hkv, T, Dh]
+  const kT = ops.transpose(rotary(ops, heads(kp, Hkv), rope), [0, 1, 3, 2]); // [B, Hkv, Dh, T]
+  const v = heads(vp, Hkv); // [B, Hkv, T, Dh]
   const past = inputs.past?.[layer];
-  if (past) {
-    kT = ops.concat([past.k, kT], 3);
-    v = ops.concat([past.v, v], 2);
-  }
   // Grouped-query attention without repeating keys: the G query heads of one key head are stacked
   // along the query axis ([B, Hkv, G * T, Dh]), and the mask is repeated G times to match (groupedBias).
   const grouped = G === 1 ? q : ops.reshape(q, [0, Hkv, -1, Dh]);
-  let out = attentionCore(ops, grouped, kT, v, groupedBias); // [B, Hkv, G * T, Dh]
+  let out = past ? attentionWithPast(ops, grouped, past, kT, v, groupedBias) : attentionCore(ops, grouped, kT, v, groupedBias); // [B, Hkv, G * T, Dh]
   if (G > 1) out = ops.reshape(out, [0, H, -1, Dh]);
   const merged = ops.reshape(ops.transpose(out, [0, 2, 1, 3]), [0, 0, H * Dh]);
   return { y: project(ops, cfg, w, `${p}o`, merged, inputs.loraInput), cache: { k: kT, v } };

@@ -33,6 +33,7 @@ import { attentionBias, attentionDims, checkWeights, parameterSpec, parseModelCo
 import { transpose2d } from './hf-checkpoint';
 import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead, type GraphMedia } from './model-onnx';
 import { batchMediaInputs, placeholderIds, type SequenceMedia } from './media/model-inputs';
+import { KvCache } from './rollout-cache';
 import { checkPromptMedia, mediaFeeds } from './rollout-media';
 import { argmax, checkSamplingParams, sampleToken } from './rollout-sampling';
 
@@ -97,6 +98,11 @@ export interface RolloutEngineOptions {
   maxBatchSize?: number;
   /** Prefill each distinct prompt of a batch once and share its cache among its samples. Default true. */
   sharePrompts?: boolean;
+  /**
+   * Prefill the prefix all of a batch's text prompts share (a chat template's system prompt) once,
+   * and give each prompt only its own tokens on top of that cache. Default true.
+   */
+  sharePrefix?: boolean;
 }
 
 interface LoadedPolicy {
@@ -109,7 +115,8 @@ interface Row {
   /** Index into the caller's prompt list. */
   sample: number;
   promptLength: number;
-  /** Left padding in the batch's cache slots. */
+  /** Pad slots in the batch's cache: `padding` of them from slot `padStart` (after the shared prefix) on. */
+  padStart: number;
   padding: number;
   generated: number[];
   logprobs: number[];
@@ -121,6 +128,21 @@ interface Row {
 
 /** Prompt tokens (rows x padded width) one prefill run computes at most, unless one prompt is longer. */
 const PREFILL_TOKENS = 256;
+
+/** The generation graph's outputs the sampler reads (the rest are the cache's). */
+const LOGIT_OUTPUTS = [GRAPH_NAMES.logits, GRAPH_NAMES.expLogits, GRAPH_NAMES.logitMax, GRAPH_NAMES.expSum];
+
+/** A batch's prompts share their prefix's cache only from this many tokens on (below, an extra run costs more than it saves). */
+const MIN_SHARED_PREFIX = 8;
+
+/** The length of the prefix all `prompts` share, leaving each at least one token of its own (whose logits start its sample). */
+export function sharedPrefixLength(prompts: ReadonlyArray<readonly number[]>): number {
+  if (prompts.length < 2) return 0;
+  const limit = Math.min(...prompts.map((p) => p.length)) - 1;
+  let n = 0;
+  while (n < limit && prompts.every((p) => p[n] === prompts[0][n])) n++;
+  return n;
+}
 
 /** [B1, ...], [B2, ...], ... float tensors stacked along their first axis. */
 function concatRows(parts: ort.Tensor[]): ort.Tensor {
@@ -165,6 +187,7 @@ export class RolloutEngine {
     private text: Promise<ort.InferenceSession>,
     private readonly maxBatchSize: number,
     private readonly sharePrompts: boolean,
+    private readonly sharePrefix: boolean,
     private readonly sessionOptions: ort.InferenceSession.SessionOptions,
   ) {
     this.placeholders = Object.values(placeholderIds(model));
@@ -181,7 +204,7 @@ export class RolloutEngine {
       intraOpNumThreads: options.intraOpNumThreads ?? ortThreads(model),
     };
     const text = await ort.InferenceSession.create(buildGenerationModel(model, true), sessionOptions);
-    return new RolloutEngine(model, Promise.resolve(text), options.maxBatchSize ?? 64, options.sharePrompts ?? true, sessionOptions);
+    return new RolloutEngine(model, Promise.resolve(text), options.maxBatchSize ?? 64, options.sharePrompts ?? true, options.sharePrefix ?? true, sessionOptions);
   }
 
   /** The prefill session that takes `media`'s kinds as inputs (built and opened once per combination). */
@@ -317,11 +340,16 @@ export class RolloutEngine {
     const plainSampling = !greedy && temperature === 1 && topK === 0 && topP >= 1 && this.placeholders.length === 0;
     const stop = new Set(params.stopTokens ?? []);
     const seed = params.seed ?? 0;
+    // The prefix every prompt shares (text batches only) is prefilled once, in a run of its own; the
+    // cache then holds [shared prefix | row's padding | row's own tokens], `width` slots in all.
+    const prefix = this.sharePrefix && !media?.some((m) => m !== undefined) ? sharedPrefixLength([...new Set(prompts.map((p) => p.join(',')))].map((k) => k.split(',').map(Number))) : 0;
+    const shared = prefix >= MIN_SHARED_PREFIX ? prefix : 0;
     const width = Math.max(...prompts.map((p) => p.length));
     const done: Array<GeneratedSample | undefined> = new Array(prompts.length);
     let rows: Row[] = prompts.map((p, i) => ({
       sample: i,
       promptLength: p.length,
+      padStart: shared,
       padding: width - p.length,
       generated: [],
       logprobs: [],
@@ -330,8 +358,9 @@ export class RolloutEngine {
       rand: seededRandom(mixSeed(seed, `sample:${firstIndex + i}`)),
     }));
 
-    // Prefill: each distinct prompt once (a prompt with media is its own), left-padded to a common
-    // width; pad slots are masked out as keys. source[b] is the prefill row that row b continues.
+    // Prefill: each distinct prompt once (a prompt with media is its own), its own tokens (after the
+    // shared prefix) left-padded to a common width; pad slots are masked out as keys. source[b] is the
+    // prefill row that row b continues.
     const firstOf = new Map<string, number>();
     const prefillRows: Row[] = [];
     const source = rows.map((r) => {
@@ -343,41 +372,77 @@ export class RolloutEngine {
       return prefillRows.length - 1;
     });
     const P = prefillRows.length;
-    const prefillFeeds = (part: Row[]): Record<string, ort.Tensor> => {
+    // The tokens after `shared` of `part`'s prompts (all of them with no shared prefix).
+    const prefillFeeds = (part: Row[], shared: number): Record<string, ort.Tensor> => {
       const n = part.length;
-      const tokens = new Int32Array(n * width);
-      const positions = new Int32Array(n * width);
+      const T = width - shared;
+      const tokens = new Int32Array(n * T);
+      const positions = new Int32Array(n * T);
       part.forEach((r, b) => {
-        prompts[r.sample].forEach((t, j) => (tokens[b * width + r.padding + j] = t));
-        for (let s = r.padding; s < width; s++) positions[b * width + s] = s - r.padding;
+        const own = prompts[r.sample].slice(shared);
+        own.forEach((t, j) => (tokens[b * T + r.padding + j] = t));
+        for (let s = r.padding; s < T; s++) positions[b * T + s] = shared + s - r.padding;
       });
       return {
-        [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [n, width]),
-        [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [n, width]),
-        ...this.ropeFeeds(positions, n, width),
-        [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(n, width, 0, (b, s) => s < part[b].padding), [n, 1, width, width]),
+        [GRAPH_NAMES.tokens]: new ort.Tensor('int32', tokens, [n, T]),
+        [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [n, T]),
+        ...this.ropeFeeds(positions, n, T),
+        [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(n, T, shared, (b, s) => s >= shared && s < shared + part[b].padding), [n, 1, T, width]),
       };
     };
     // With media: the embedding index is over the padded rows (each row's media start after its padding).
     const batchMedia = media && batchMediaInputs(this.model, prefillRows.map((r) => ({ tokens: prompts[r.sample], media: media[r.sample], offset: r.padding })), width);
     const text = await this.text;
+    const { Hkv, Dh } = attentionDims(this.model);
+    // The cache holds every row (a group's samples each get their prompt's prefill), with room for
+    // the first new tokens; it grows by doubling after that.
+    const cache = new KvCache(this.model.nLayers, rows.length, Hkv, Dh, width + Math.min(Math.max(params.maxNewTokens - 1, 0), 64));
+    const members: number[][] = prefillRows.map(() => []);
+    source.forEach((u, b) => members[u].push(b));
     let out: Record<string, ort.Tensor>;
     if (batchMedia) {
-      out = await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds(prefillRows), ...mediaFeeds(batchMedia, P, width) });
+      out = await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds(prefillRows, 0), ...mediaFeeds(batchMedia, P, width) });
+      cache.write(out, width, members);
     } else {
+      // The shared prefix's cache, computed once (one row): every row's first slots, and the past
+      // of each prefill run below.
+      let past = (n: number) => this.emptyPast(n);
+      if (shared > 0) {
+        const positions = Int32Array.from({ length: shared }, (_, s) => s);
+        const prefixOut = await text.run({
+          ...policy.feeds,
+          ...this.emptyPast(1),
+          [GRAPH_NAMES.tokens]: new ort.Tensor('int32', Int32Array.from(prompts[0].slice(0, shared)), [1, shared]),
+          [GRAPH_NAMES.positions]: new ort.Tensor('int32', positions, [1, shared]),
+          ...this.ropeFeeds(positions, 1, shared),
+          [GRAPH_NAMES.attentionBias]: new ort.Tensor('float32', attentionBias(1, shared, 0), [1, 1, shared, shared]),
+        });
+        cache.write(prefixOut, shared, [rows.map((_, b) => b)], 0);
+        past = (n: number) => {
+          const feeds: Record<string, ort.Tensor> = {};
+          const repeat = new Array<number>(n).fill(0);
+          for (let l = 0; l < this.model.nLayers; l++) {
+            feeds[GRAPH_NAMES.pastKey(l)] = selectRows(prefixOut[GRAPH_NAMES.presentKey(l)], repeat);
+            feeds[GRAPH_NAMES.pastValue(l)] = selectRows(prefixOut[GRAPH_NAMES.presentValue(l)], repeat);
+          }
+          return feeds;
+        };
+      }
       // ONNX Runtime's run is synchronous on this thread: prompts are prefilled a few rows per run
       // (about PREFILL_TOKENS tokens), so a worker's event loop gets a turn between runs instead of
       // waiting out the whole batch's prefill (seconds for 64 prompts of a 135M model).
-      const perRun = Math.max(1, Math.floor(PREFILL_TOKENS / width));
+      const perRun = Math.max(1, Math.floor(PREFILL_TOKENS / (width - shared)));
       const parts: Array<Record<string, ort.Tensor>> = [];
       for (let start = 0; start < P; start += perRun) {
         const part = prefillRows.slice(start, start + perRun);
-        parts.push(await text.run({ ...policy.feeds, ...prefillFeeds(part), ...this.emptyPast(part.length) }));
+        const partOut = await text.run({ ...policy.feeds, ...prefillFeeds(part, shared), ...past(part.length) });
+        cache.write(partOut, width - shared, members.slice(start, start + perRun), shared);
+        parts.push(partOut);
       }
-      out = parts.length === 1 ? parts[0] : Object.fromEntries(Object.keys(parts[0]).map((name) => [name, concatRows(parts.map((o) => o[name]))]));
+      out = Object.fromEntries(LOGIT_OUTPUTS.map((name) => [name, parts.length === 1 ? parts[0][name] : concatRows(parts.map((o) => o[name]))]));
     }
-    if (P < rows.length) out = Object.fromEntries(Object.entries(out).map(([name, t]) => [name, selectRows(t, source)]));
-    let cacheLength = width;
+    cache.advance(width);
+    if (P < rows.length) out = Object.fromEntries(LOGIT_OUTPUTS.map((name) => [name, selectRows(out[name], source)]));
     // The version whose weights computed `out` (changes mid-call only with followUpdates).
     let current = policy;
     let decodeStep = 0;
@@ -386,17 +451,14 @@ export class RolloutEngine {
       // Pick the next token of every row from the last position's logits.
       const logits = out[GRAPH_NAMES.logits].data as Float32Array;
       const exps = out[GRAPH_NAMES.expLogits].data as Float32Array;
+      const maxes = out[GRAPH_NAMES.logitMax].data as Float32Array;
+      const sums = out[GRAPH_NAMES.expSum].data as Float32Array;
       const keep: number[] = [];
       rows.forEach((r, b) => {
         const offset = b * V;
-        // log pi(v) = logit(v) - max - log(sum of exp(logit - max)), the sum in float64.
-        let max = -Infinity;
-        let sum = 0;
-        for (let v = 0; v < V; v++) {
-          if (logits[offset + v] > max) max = logits[offset + v];
-          sum += exps[offset + v];
-        }
-        const logNormalizer = max + Math.log(sum);
+        // log pi(v) = logit(v) - max - log(sum of exp(logit - max)), max and sum from the graph.
+        const sum = sums[b];
+        const logNormalizer = maxes[b] + Math.log(sum);
         let token: number;
         let logq = 0;
         if (plainSampling) ({ token, logq } = drawFromExps(exps, offset, V, sum, logits, logNormalizer, r.rand));
@@ -430,22 +492,22 @@ export class RolloutEngine {
       // Drop finished rows from the batch and its cache, then decode one step for the rest.
       await params.beforeDecodeStep?.(++decodeStep);
       if (params.followUpdates && this.policy) current = this.policy;
-      const feeds: Record<string, ort.Tensor> = { ...current.feeds };
-      for (let l = 0; l < this.model.nLayers; l++) {
-        const k = out[GRAPH_NAMES.presentKey(l)];
-        const v = out[GRAPH_NAMES.presentValue(l)];
-        feeds[GRAPH_NAMES.pastKey(l)] = keep.length === rows.length ? k : selectRows(k, keep);
-        feeds[GRAPH_NAMES.pastValue(l)] = keep.length === rows.length ? v : selectRows(v, keep);
-      }
+      cache.keepRows(keep);
+      cache.reserve(1);
+      const feeds: Record<string, ort.Tensor> = { ...current.feeds, ...cache.feeds() };
       rows = keep.map((b) => rows[b]);
       const n = rows.length;
       feeds[GRAPH_NAMES.tokens] = new ort.Tensor('int32', Int32Array.from(rows, (r) => r.generated[r.generated.length - 1]), [n, 1]);
       const decodePositions = Int32Array.from(rows, (r) => r.promptLength + r.generated.length - 1);
       feeds[GRAPH_NAMES.positions] = new ort.Tensor('int32', decodePositions, [n, 1]);
       Object.assign(feeds, this.ropeFeeds(decodePositions, n, 1));
-      feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, cacheLength, (b, s) => s < rows[b].padding), [n, 1, 1, cacheLength + 1]);
+      // Masked keys: the cache's unused slots and each row's padding.
+      const filled = cache.length;
+      const slots = cache.slots;
+      feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, slots, (b, s) => (s >= filled && s < slots) || (s >= rows[b].padStart && s < rows[b].padStart + rows[b].padding)), [n, 1, 1, slots + 1]);
       out = await text.run(feeds);
-      cacheLength += 1;
+      cache.write(out, 1, rows.map((_, b) => [b]));
+      cache.advance(1);
     }
     return done.map((s, i) => {
       if (!s) throw new Error(`internal error: prompt ${firstIndex + i} finished without a result`);

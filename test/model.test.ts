@@ -55,7 +55,7 @@ test('both ONNX graphs load in ONNX Runtime with every weight as an input and th
     try {
       for (const p of parameterSpec(TINY_MODEL)) assert.ok(session.inputNames.includes(p.name), p.name);
       assert.equal(session.inputNames.includes(GRAPH_NAMES.pastKey(0)), withPast);
-      assert.deepEqual(session.outputNames, [GRAPH_NAMES.logits, GRAPH_NAMES.expLogits, ...[0, 1].flatMap((l) => [GRAPH_NAMES.presentKey(l), GRAPH_NAMES.presentValue(l)])]);
+      assert.deepEqual(session.outputNames, [GRAPH_NAMES.logits, GRAPH_NAMES.expLogits, GRAPH_NAMES.logitMax, GRAPH_NAMES.expSum, ...[0, 1].flatMap((l) => [GRAPH_NAMES.presentKey(l), GRAPH_NAMES.presentValue(l)])]);
     } finally {
       await session.release();
     }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { seededRandom } from '../config/seeds';
 import { initWeights, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
-import { RolloutEngine, sampleToken, type SamplingParams } from '../engines/rollout';
+import { RolloutEngine, sampleToken, sharedPrefixLength, type SamplingParams } from '../engines/rollout';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
 let engine: RolloutEngine;
@@ -82,6 +82,35 @@ test('a group prefills its prompt once: shared and unshared prefills give the sa
     }
   } finally {
     await unshared.release();
+  }
+});
+
+test('a shared prompt prefix is prefilled once: the same tokens and log-probs as prefilling every prompt whole (GPT and llama)', async () => {
+  // A chat template's system prompt: 9 tokens every prompt starts with, then prompts of their own
+  // lengths (one repeated, as GRPO's groups are).
+  const system = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+  const batch = [[...system, 4, 5], [...system, 7], [...system, 4, 5], [...system, 11, 12, 13, 14], [...system, 3, 3, 3]];
+  assert.equal(sharedPrefixLength(batch), 9);
+  assert.equal(sharedPrefixLength([[1, 2], [1, 2]]), 1, 'each prompt keeps a token of its own');
+  assert.equal(sharedPrefixLength([[1, 2, 3]]), 0);
+  const llama: ModelConfig = { architecture: 'llama', vocabSize: 16, dModel: 32, nLayers: 2, nHeads: 4, nKvHeads: 2, dFF: 48, contextLength: 48, ropeTheta: 10000, rmsNormEps: 1e-5, tieEmbeddings: true };
+  for (const model of [{ ...TINY_MODEL, contextLength: 48 }, llama]) {
+    const w = initWeights(model, 5);
+    for (const [name, values] of Object.entries(w)) if (name.endsWith('.weight') && !name.includes('ln') && !name.includes('norm')) values.forEach((v, i) => (values[i] = v * 8));
+    const [prefixed, whole] = await Promise.all([RolloutEngine.create(model, { intraOpNumThreads: 1 }), RolloutEngine.create(model, { intraOpNumThreads: 1, sharePrefix: false })]);
+    try {
+      for (const e of [prefixed, whole]) e.setWeights(1, w);
+      for (const params of [{ maxNewTokens: 10, greedy: true }, { maxNewTokens: 10, seed: 3 }] satisfies SamplingParams[]) {
+        const [a, b] = [await prefixed.generate(batch, params), await whole.generate(batch, params)];
+        a.forEach((s, i) => {
+          assert.deepEqual(s.tokens, b[i].tokens, `${model.architecture ?? 'gpt'} ${JSON.stringify(params)} prompt ${i}`);
+          s.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - b[i].logprobs[j]) < 1e-4, `prompt ${i} token ${j}: ${lp} vs ${b[i].logprobs[j]}`));
+        });
+        if (!params.greedy) assert.notDeepEqual(a[0].tokens, a[2].tokens, 'a repeated prompt still draws its own tokens');
+      }
+    } finally {
+      await Promise.all([prefixed.release(), whole.release()]);
+    }
   }
 });
 
