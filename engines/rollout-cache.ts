@@ -4,7 +4,8 @@
 // keys and values only) written into the next free slots. Slots past `length` are unused and must
 // be masked by the attention bias. The buffers grow by doubling and shrink to the rows still
 // generating; before this, every decode step's graph concatenated the whole cache and returned it
-// (~106 MB a step for SmolLM2 at batch 32, copied twice and then collected).
+// (~106 MB a step for SmolLM2 at batch 32, copied twice and then collected). Also the row helpers
+// for the logits outputs (concatRows, selectRows).
 import * as ort from 'onnxruntime-node';
 import { GRAPH_NAMES } from './model-onnx';
 
@@ -109,4 +110,26 @@ export class KvCache {
     }
     return feeds;
   }
+}
+
+/** [B1, ...], [B2, ...], ... float tensors stacked along their first axis. */
+export function concatRows(parts: ort.Tensor[]): ort.Tensor {
+  const dims = parts[0].dims as number[];
+  const out = new Float32Array(parts.reduce((n, t) => n + (t.data as Float32Array).length, 0));
+  let offset = 0;
+  for (const t of parts) {
+    out.set(t.data as Float32Array, offset);
+    offset += (t.data as Float32Array).length;
+  }
+  return new ort.Tensor('float32', out, [parts.reduce((n, t) => n + (t.dims[0] as number), 0), ...dims.slice(1)]);
+}
+
+/** The rows `keep` (indices into the batch, repeats allowed) of a [B, ...] float tensor. */
+export function selectRows(t: ort.Tensor, keep: readonly number[]): ort.Tensor {
+  const dims = t.dims as number[];
+  const rowSize = dims.slice(1).reduce((a, b) => a * b, 1);
+  const src = t.data as Float32Array;
+  const out = new Float32Array(keep.length * rowSize);
+  keep.forEach((r, i) => out.set(src.subarray(r * rowSize, (r + 1) * rowSize), i * rowSize));
+  return new ort.Tensor('float32', out, [keep.length, ...dims.slice(1)]);
 }

@@ -81,3 +81,22 @@ export function sampleToken(logits: Float32Array, offset: number, V: number, tem
   }
   return { token, logq: logq[token] - Math.log(total) };
 }
+
+/**
+ * Draws a token from softmax(logits) given exps = exp(logits - max) and their sum (temperature 1,
+ * no truncation): one running subtraction, no exponentials. Returns it with its log-probability.
+ */
+export function drawFromExps(exps: Float32Array, offset: number, V: number, sum: number, logits: Float32Array, logNormalizer: number, rand: () => number): { token: number; logq: number } {
+  let u = rand() * sum;
+  let token = -1;
+  for (let v = 0; v < V; v++) {
+    u -= exps[offset + v];
+    if (u < 0) {
+      token = v;
+      break;
+    }
+  }
+  // Rounding left u >= 0 past the end: the last token with any mass.
+  if (token < 0) for (token = V - 1; token > 0 && !(exps[offset + token] > 0); token--);
+  return { token, logq: logits[offset + token] - logNormalizer };
+}

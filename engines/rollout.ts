@@ -7,7 +7,10 @@
 //
 // A group's samples share their prompt: generate() prefills each distinct prompt once and copies its
 // cache rows and last-position logits to every sample of it, so the samples draw exactly what they
-// would after prefilling the prompt each (test/rollout.test.ts asserts it).
+// would after prefilling the prompt each (test/rollout.test.ts asserts it). The prefix all of a
+// batch's text prompts share (a chat template's system prompt) is prefilled once too (sharePrefix),
+// each prompt's own tokens attending to it. The cache is a buffer per layer that the graph reads in
+// place and the engine appends each run's new keys and values to (engines/rollout-cache.ts).
 //
 // Log-probs: every sample carries `logprobs`, the log-probability of each generated token under the
 // policy itself (softmax of the logits at temperature 1, no top-p/top-k truncation). That is what the
@@ -22,8 +25,8 @@
 //
 // Over 400 lines because the engine is one stateful object (its sessions, the frozen base built into
 // them, the version's feeds) whose generate loop (shared-prompt prefill, decode, sampling, dropping
-// finished rows) works on that state; the sampler and the media feeds already live in
-// engines/rollout-sampling.ts and engines/rollout-media.ts.
+// finished rows) works on that state; the sampler, the cache and the media feeds live in
+// engines/rollout-sampling.ts, engines/rollout-cache.ts and engines/rollout-media.ts.
 import * as ort from 'onnxruntime-node';
 import { onnxRuntimeInfo, ortThreads } from './backends';
 import { loadCheckpoint, type CheckpointInfo } from './checkpoint';
@@ -33,9 +36,9 @@ import { attentionBias, attentionDims, checkWeights, parameterSpec, parseModelCo
 import { transpose2d } from './hf-checkpoint';
 import { buildGenerationModel, GRAPH_NAMES, TIED_HEAD, tiedHead, type GraphMedia } from './model-onnx';
 import { batchMediaInputs, placeholderIds, type SequenceMedia } from './media/model-inputs';
-import { KvCache } from './rollout-cache';
+import { concatRows, KvCache, selectRows } from './rollout-cache';
 import { checkPromptMedia, mediaFeeds } from './rollout-media';
-import { argmax, checkSamplingParams, sampleToken } from './rollout-sampling';
+import { argmax, checkSamplingParams, drawFromExps, sampleToken } from './rollout-sampling';
 
 // The sampler, re-exported for the callers that import it from here.
 export { sampleToken } from './rollout-sampling';
@@ -142,28 +145,6 @@ export function sharedPrefixLength(prompts: ReadonlyArray<readonly number[]>): n
   let n = 0;
   while (n < limit && prompts.every((p) => p[n] === prompts[0][n])) n++;
   return n;
-}
-
-/** [B1, ...], [B2, ...], ... float tensors stacked along their first axis. */
-function concatRows(parts: ort.Tensor[]): ort.Tensor {
-  const dims = parts[0].dims as number[];
-  const out = new Float32Array(parts.reduce((n, t) => n + (t.data as Float32Array).length, 0));
-  let offset = 0;
-  for (const t of parts) {
-    out.set(t.data as Float32Array, offset);
-    offset += (t.data as Float32Array).length;
-  }
-  return new ort.Tensor('float32', out, [parts.reduce((n, t) => n + (t.dims[0] as number), 0), ...dims.slice(1)]);
-}
-
-/** The rows `keep` (indices into the batch, repeats allowed) of a [B, ...] float tensor. */
-function selectRows(t: ort.Tensor, keep: readonly number[]): ort.Tensor {
-  const dims = t.dims as number[];
-  const rowSize = dims.slice(1).reduce((a, b) => a * b, 1);
-  const src = t.data as Float32Array;
-  const out = new Float32Array(keep.length * rowSize);
-  keep.forEach((r, i) => out.set(src.subarray(r * rowSize, (r + 1) * rowSize), i * rowSize));
-  return new ort.Tensor('float32', out, [keep.length, ...dims.slice(1)]);
 }
 
 /**
@@ -520,23 +501,4 @@ export class RolloutEngine {
     this.mediaPrefill.clear();
     await Promise.all(sessions.map((s) => (s.status === 'fulfilled' ? s.value.release() : undefined)));
   }
-}
-
-/**
- * Draws a token from softmax(logits) given exps = exp(logits - max) and their sum (temperature 1,
- * no truncation): one running subtraction, no exponentials. Returns it with its log-probability.
- */
-function drawFromExps(exps: Float32Array, offset: number, V: number, sum: number, logits: Float32Array, logNormalizer: number, rand: () => number): { token: number; logq: number } {
-  let u = rand() * sum;
-  let token = -1;
-  for (let v = 0; v < V; v++) {
-    u -= exps[offset + v];
-    if (u < 0) {
-      token = v;
-      break;
-    }
-  }
-  // Rounding left u >= 0 past the end: the last token with any mass.
-  if (token < 0) for (token = V - 1; token > 0 && !(exps[offset + token] > 0); token--);
-  return { token, logq: logits[offset + token] - logNormalizer };
 }

@@ -3,7 +3,10 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { seededRandom } from '../config/seeds';
 import { initWeights, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import * as ort from 'onnxruntime-node';
+import { GRAPH_NAMES } from '../engines/model-onnx';
 import { RolloutEngine, sampleToken, sharedPrefixLength, type SamplingParams } from '../engines/rollout';
+import { KvCache } from '../engines/rollout-cache';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
 let engine: RolloutEngine;
@@ -267,5 +270,65 @@ test('partial rollout (followUpdates): a version published mid-call generates th
     assert.ok(finished.every((s) => s.policyVersion === 3 && s.tokenVersions === undefined));
   } finally {
     await own.release();
+  }
+});
+
+test('the key/value cache keeps what was written across growth and row selection, and feeds it in place', () => {
+  // 3 rows, 2 heads of width 2, room for 2 slots: write 2 prefill positions, then grow for a third.
+  const H = 2;
+  const Dh = 2;
+  const cache = new KvCache(1, 3, H, Dh, 2);
+  const present = (rows: number, T: number, base: number) => ({
+    [GRAPH_NAMES.presentKey(0)]: new ort.Tensor('float32', Float32Array.from({ length: rows * H * Dh * T }, (_, i) => base + i), [rows, H, Dh, T]),
+    [GRAPH_NAMES.presentValue(0)]: new ort.Tensor('float32', Float32Array.from({ length: rows * H * T * Dh }, (_, i) => -(base + i)), [rows, H, T, Dh]),
+  });
+  // One prefill row shared by cache rows 0 and 2, another for row 1.
+  cache.write(present(2, 2, 100), 2, [[0, 2], [1]]);
+  cache.advance(2);
+  cache.reserve(1);
+  assert.equal(cache.slots, 4, 'capacity doubles');
+  cache.write(present(3, 1, 500), 1, [[0], [1], [2]]);
+  cache.advance(1);
+  cache.keepRows([2, 1]);
+  const feeds = cache.feeds();
+  const k = feeds[GRAPH_NAMES.pastKey(0)];
+  const v = feeds[GRAPH_NAMES.pastValue(0)];
+  assert.deepEqual(k.dims, [2, H, Dh, 4]);
+  // Keys [row, h, d, slot]: cache row 2 (now 0) took prefill row 0, then decode row 2.
+  const key = (r: number, h: number, d: number, s: number) => (k.data as Float32Array)[((r * H + h) * Dh + d) * 4 + s];
+  const value = (r: number, h: number, s: number, d: number) => (v.data as Float32Array)[((r * H + h) * 4 + s) * Dh + d];
+  for (const [row, prefillRow, decodeRow] of [[0, 0, 2], [1, 1, 1]]) {
+    for (let h = 0; h < H; h++) {
+      for (let d = 0; d < Dh; d++) {
+        for (let s = 0; s < 2; s++) {
+          assert.equal(key(row, h, d, s), 100 + ((prefillRow * H + h) * Dh + d) * 2 + s);
+          assert.equal(value(row, h, s, d), -(100 + ((prefillRow * H + h) * 2 + s) * Dh + d));
+        }
+        assert.equal(key(row, h, d, 2), 500 + (decodeRow * H + h) * Dh + d);
+        assert.equal(value(row, h, 2, d), -(500 + (decodeRow * H + h) * Dh + d));
+        assert.equal(key(row, h, d, 3), 0, 'an unused slot');
+      }
+    }
+  }
+});
+
+test('long samples (the cache grows past its first capacity) and rows that stop early: batched equals one prompt at a time', async () => {
+  const model: ModelConfig = { ...TINY_MODEL, contextLength: 160 };
+  const w = initWeights(model, 8);
+  for (const [name, values] of Object.entries(w)) if (name.endsWith('.weight') && !name.includes('ln')) values.forEach((v, i) => (values[i] = v * 8));
+  const [wide, one] = await Promise.all([RolloutEngine.create(model, { intraOpNumThreads: 1 }), RolloutEngine.create(model, { intraOpNumThreads: 1, maxBatchSize: 1 })]);
+  try {
+    for (const e of [wide, one]) e.setWeights(1, w);
+    const params: SamplingParams = { maxNewTokens: 120, seed: 9, stopTokens: [15] };
+    const long = [[1, 2, 3], [4], [1, 2, 3, 6, 7], [2, 2]];
+    const [batched, single] = [await wide.generate(long, params), await one.generate(long, params)];
+    assert.ok(batched.some((s) => s.tokens.length > 70), `a sample outgrows the first capacity (lengths ${batched.map((s) => s.tokens.length)})`);
+    assert.ok(batched.some((s) => s.finishReason === 'stop'), 'a row stops early');
+    single.forEach((s, i) => {
+      assert.deepEqual(batched[i].tokens, s.tokens, `prompt ${i}`);
+      s.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - batched[i].logprobs[j]) < 1e-4, `prompt ${i} token ${j}`));
+    });
+  } finally {
+    await Promise.all([wide.release(), one.release()]);
   }
 });
