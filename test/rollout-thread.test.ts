@@ -105,8 +105,9 @@ test('LoRA on a threaded engine: the base set once, versions as adapters, the lo
 });
 
 test('the caller\'s event loop keeps running while the threaded engine computes; a local engine\'s blocks it', async () => {
-  // Big enough that one prefill run takes a noticeable time on a CPU: 32 prompts of 120 tokens.
-  const model: ModelConfig = { ...TINY_MODEL, vocabSize: 4096, dModel: 256, nHeads: 4, nLayers: 4, contextLength: 160 };
+  // Big enough that one prefill run takes a noticeable time on a CPU: 32 prompts of 120 tokens, 12 layers (4 were
+  // enough while every run also copied out the whole cache; a prefill run of 4 layers now takes ~30 ms).
+  const model: ModelConfig = { ...TINY_MODEL, vocabSize: 4096, dModel: 256, nHeads: 4, nLayers: 12, contextLength: 160 };
   const weights = initWeights(model, 1);
   const rand = seededRandom(8);
   const long = Array.from({ length: 32 }, () => [1, ...Array.from({ length: 119 }, () => 2 + Math.floor(rand() * (model.vocabSize - 2)))]);
