@@ -118,8 +118,7 @@ interface Row {
   /** Index into the caller's prompt list. */
   sample: number;
   promptLength: number;
-  /** Pad slots in the batch's cache: `padding` of them from slot `padStart` (after the shared prefix) on. */
-  padStart: number;
+  /** Pad slots in the batch's cache, after the batch's shared prefix (if any). */
   padding: number;
   generated: number[];
   logprobs: number[];
@@ -321,16 +320,11 @@ export class RolloutEngine {
     const plainSampling = !greedy && temperature === 1 && topK === 0 && topP >= 1 && this.placeholders.length === 0;
     const stop = new Set(params.stopTokens ?? []);
     const seed = params.seed ?? 0;
-    // The prefix every prompt shares (text batches only) is prefilled once, in a run of its own; the
-    // cache then holds [shared prefix | row's padding | row's own tokens], `width` slots in all.
-    const prefix = this.sharePrefix && !media?.some((m) => m !== undefined) ? sharedPrefixLength([...new Set(prompts.map((p) => p.join(',')))].map((k) => k.split(',').map(Number))) : 0;
-    const shared = prefix >= MIN_SHARED_PREFIX ? prefix : 0;
     const width = Math.max(...prompts.map((p) => p.length));
     const done: Array<GeneratedSample | undefined> = new Array(prompts.length);
     let rows: Row[] = prompts.map((p, i) => ({
       sample: i,
       promptLength: p.length,
-      padStart: shared,
       padding: width - p.length,
       generated: [],
       logprobs: [],
@@ -353,8 +347,12 @@ export class RolloutEngine {
       return prefillRows.length - 1;
     });
     const P = prefillRows.length;
+    // The prefix every distinct prompt shares (text batches only) is prefilled once, in a run of its
+    // own; the cache then holds [shared prefix | row's padding | row's own tokens], `width` slots in all.
+    const prefix = this.sharePrefix && !media?.some((m) => m !== undefined) ? sharedPrefixLength(prefillRows.map((r) => prompts[r.sample])) : 0;
+    const shared = prefix >= MIN_SHARED_PREFIX ? prefix : 0;
     // The tokens after `shared` of `part`'s prompts (all of them with no shared prefix).
-    const prefillFeeds = (part: Row[], shared: number): Record<string, ort.Tensor> => {
+    const prefillFeeds = (part: Row[]): Record<string, ort.Tensor> => {
       const n = part.length;
       const T = width - shared;
       const tokens = new Int32Array(n * T);
@@ -382,7 +380,7 @@ export class RolloutEngine {
     source.forEach((u, b) => members[u].push(b));
     let out: Record<string, ort.Tensor>;
     if (batchMedia) {
-      out = await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds(prefillRows, 0), ...mediaFeeds(batchMedia, P, width) });
+      out = await (await this.mediaPrefillSession({ images: batchMedia.images !== undefined, audio: batchMedia.audio !== undefined })).run({ ...this.frozen, ...policy.feeds, ...prefillFeeds(prefillRows), ...mediaFeeds(batchMedia, P, width) });
       cache.write(out, width, members);
     } else {
       // The shared prefix's cache, computed once (one row): every row's first slots, and the past
@@ -416,7 +414,7 @@ export class RolloutEngine {
       const parts: Array<Record<string, ort.Tensor>> = [];
       for (let start = 0; start < P; start += perRun) {
         const part = prefillRows.slice(start, start + perRun);
-        const partOut = await text.run({ ...policy.feeds, ...prefillFeeds(part, shared), ...past(part.length) });
+        const partOut = await text.run({ ...policy.feeds, ...prefillFeeds(part), ...past(part.length) });
         cache.write(partOut, width - shared, members.slice(start, start + perRun), shared);
         parts.push(partOut);
       }
@@ -485,7 +483,7 @@ export class RolloutEngine {
       // Masked keys: the cache's unused slots and each row's padding.
       const filled = cache.length;
       const slots = cache.slots;
-      feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, slots, (b, s) => (s >= filled && s < slots) || (s >= rows[b].padStart && s < rows[b].padStart + rows[b].padding)), [n, 1, 1, slots + 1]);
+      feeds[GRAPH_NAMES.attentionBias] = new ort.Tensor('float32', attentionBias(n, 1, slots, (b, s) => (s >= filled && s < slots) || (s >= shared && s < shared + rows[b].padding)), [n, 1, 1, slots + 1]);
       out = await text.run(feeds);
       cache.write(out, 1, rows.map((_, b) => [b]));
       cache.advance(1);
