@@ -183,6 +183,13 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
     activities: createCapacityActivities(provider),
   });
   const running = worker.run();
+  // Ready means the queue is served: a client that asks right after start (the API's scaling
+  // routes check for a poller) must not find it empty while the first poll is still on its way.
+  for (let waited = 0; ; waited += 100) {
+    const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: CAPACITY_TASK_QUEUE }, taskQueueType: 2 });
+    if (pollers?.length || waited >= 15_000 || worker.getState() !== 'RUNNING') break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
   return {
     host,
     provider,
