@@ -2,7 +2,8 @@
 // concatenated into one vector, and the moment updates, bias correction, clipping and the step run
 // as ~15 ops on that vector instead of ~15 ops per parameter: on native TensorFlow, where a tfjs op
 // costs tens of microseconds whatever its size, the per-parameter form was a third of a small
-// model's train step. Buckets are capped (BUCKET_ELEMENTS) so a large model's temporaries stay small.
+// model's train step. Buckets are capped (BUCKET_ELEMENTS) so a large model's temporaries stay small:
+// the update's ~12 temporaries of one bucket are part of a full fine-tuning step's peak memory.
 import * as tf from '@tensorflow/tfjs';
 
 export interface AdamWOptions {
@@ -21,8 +22,8 @@ export interface AdamWParameter {
   decayed: boolean;
 }
 
-/** The largest bucket, in elements (64 MiB of float32): one parameter larger than this is a bucket alone. */
-export const BUCKET_ELEMENTS = 1 << 24;
+/** The largest bucket, in elements (16 MiB of float32): one parameter larger than this is a bucket alone. */
+export const BUCKET_ELEMENTS = 1 << 22;
 
 interface Bucket {
   params: AdamWParameter[];
@@ -35,6 +36,17 @@ interface Bucket {
 }
 
 const elementsOf = (p: AdamWParameter) => p.variable.size;
+
+/**
+ * A moment variable holding `initial`, which is disposed: a variable shares its initial tensor's
+ * buffer, and once assigned a new value the initial tensor alone would keep the old one alive (a
+ * full model's worth per moment).
+ */
+function variableOf(initial: tf.Tensor): tf.Variable {
+  const variable = tf.variable(initial, false);
+  initial.dispose();
+  return variable;
+}
 
 /** Groups parameters, in order, into buckets of at most `limit` elements. */
 export function bucketParameters<T extends { size: number }>(params: readonly T[], limit = BUCKET_ELEMENTS): T[][] {
@@ -79,12 +91,18 @@ export class BucketedAdamW {
     });
   }
 
-  /** The gradients (one per parameter, in constructor order) as one flat tensor per bucket. */
-  flatten(grads: readonly tf.Tensor[]): tf.Tensor1D[] {
+  /**
+   * The gradients (one per parameter, in constructor order) as one flat tensor per bucket. With
+   * `consume`, each bucket's gradients are disposed once copied, so the gradients are never held
+   * twice (a full fine-tuning step's weights' worth).
+   */
+  flatten(grads: readonly tf.Tensor[], consume = false): tf.Tensor1D[] {
     let i = 0;
     return this.buckets.map((b) => {
       const parts = b.params.map(() => grads[i++]);
-      return tf.tidy(() => (parts.length === 1 ? tf.reshape(parts[0], [-1]) : tf.concat(parts.map((g) => tf.reshape(g, [-1])))) as tf.Tensor1D);
+      const flat = tf.tidy(() => (parts.length === 1 ? tf.reshape(parts[0], [-1]) : tf.concat(parts.map((g) => tf.reshape(g, [-1])))) as tf.Tensor1D);
+      if (consume) tf.dispose(parts);
+      return flat;
     });
   }
 
@@ -108,14 +126,14 @@ export class BucketedAdamW {
     return b.params[0].name;
   }
 
-  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale` and learning rate `lr`. */
+  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale` and learning rate `lr`; disposes `flat`. */
   apply(flat: readonly tf.Tensor1D[], step: number, clipScale: number, lr: number): void {
     const { beta1, beta2, eps, weightDecay } = this.options;
     const correction1 = 1 - beta1 ** step;
     const correction2 = 1 - beta2 ** step;
     this.buckets.forEach((b, i) => {
-      b.m ??= tf.variable(tf.zeros([b.elements]), false);
-      b.v ??= tf.variable(tf.zeros([b.elements]), false);
+      b.m ??= variableOf(tf.zeros([b.elements]));
+      b.v ??= variableOf(tf.zeros([b.elements]));
       tf.tidy(() => {
         const g = clipScale === 1 ? flat[i] : tf.mul(flat[i], tf.scalar(clipScale));
         const m = tf.add(tf.mul(b.m!, tf.scalar(beta1)), tf.mul(g, tf.scalar(1 - beta1)));
@@ -130,6 +148,8 @@ export class BucketedAdamW {
         const parts = b.params.length === 1 ? [next] : tf.split(next, b.sizes);
         b.params.forEach((p, k) => p.variable.assign(tf.reshape(parts[k], p.variable.shape)));
       });
+      // Read once: its memory goes before the next bucket's temporaries come.
+      flat[i].dispose();
     });
   }
 
@@ -166,8 +186,8 @@ export class BucketedAdamW {
         }
         offset += b.sizes[i];
       });
-      b.m = tf.variable(tf.tensor1d(m), false);
-      b.v = tf.variable(tf.tensor1d(v), false);
+      b.m = variableOf(tf.tensor1d(m));
+      b.v = variableOf(tf.tensor1d(v));
     }
   }
 

@@ -41,12 +41,17 @@ test('bucketed AdamW = the per-parameter reference, with clipping and decay on m
     const vars = shapes.map((s, k) => tf.variable(tf.tensor(init[k], s), true, `adamw-test-${limit}-${k}`));
     const opt = new BucketedAdamW(vars.map((v, k) => ({ name: `p${k}`, variable: v, decayed: shapes[k].length >= 2 })), options, limit);
     for (let s = 0; s < 3; s++) {
-      const flat = opt.flatten(grads[s].map((g, k) => tf.tensor(g, shapes[k])));
+      const given = grads[s].map((g, k) => tf.tensor(g, shapes[k]));
+      const flat = opt.flatten(given, s === 1);
+      assert.deepEqual(given.map((g) => g.isDisposed), given.map(() => s === 1), 'flatten consumes the gradients only when asked');
+      tf.dispose(given);
       const squares = await opt.sumsOfSquares(flat);
       const expected = grads[s].flat().reduce((a, x) => a + x * x, 0);
       assert.ok(Math.abs(squares.reduce((a, b) => a + b, 0) - expected) < 1e-4, `sum of squares, bucket limit ${limit}`);
+      const before = tf.memory().numTensors;
       opt.apply(flat, s + 1, clip[s], options.lr);
-      tf.dispose(flat);
+      assert.equal(tf.memory().numTensors - before, (s === 0 ? 2 * flat.length : 0) - flat.length, `the update keeps its moments only (two per bucket, made on the first step), limit ${limit}`);
+      assert.ok(flat.every((f) => f.isDisposed), 'apply disposes the flat gradients');
     }
     for (let k = 0; k < shapes.length; k++) {
       const want = referenceAdamW(init[k], grads.map((g) => g[k]), { ...options, wd: shapes[k].length >= 2 ? options.weightDecay : 0, clip });
