@@ -69,9 +69,9 @@ export function variableGradsReleasing(f: () => tf.Scalar, varList: readonly tf.
     () => engine.endTape(),
     () => engine.tidy('forward', f),
   );
-  const tape = engine.state.activeTape;
-  if (!Array.isArray(tape) || !(y instanceof tf.Tensor) || y.rank !== 0) throw new Error('variableGradsReleasing: f must return a scalar computed from the variables');
+  const tape = engine.state.activeTape ?? [];
   try {
+    if (!(y instanceof tf.Tensor) || y.rank !== 0) throw new Error(`variableGradsReleasing: f must return a scalar, got a tensor of shape [${(y as tf.Tensor).shape}]`);
     const grads = engine.tidy('backward', () => {
       const gradOf = new Map<number, tf.Tensor>([[y.id, tf.onesLike(y)]]);
       const nodes = nodesFromXsToY(tape, varList, y);
@@ -117,7 +117,7 @@ export function variableGradsReleasing(f: () => tf.Scalar, varList: readonly tf.
     });
     return { value: y as tf.Scalar, grads };
   } catch (err) {
-    y.dispose();
+    tf.dispose(y);
     throw err;
   } finally {
     for (const node of tape) for (const t of node.saved ?? []) t.dispose();

@@ -32,7 +32,6 @@ import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
 import { columnsFrom, firstLossColumn, mediaTensors, packGroups, padBatch, promptPrefix, sharedPrefixes, type PackedGroups } from './trainer-batch';
 import { headLogprobsAndEntropy } from './vocab-head';
-import { splitCommonPrefix, type PrefixSplit } from './trainer-prefix';
 import { variableGradsReleasing } from './tfjs-backprop';
 
 export type { AdamWOptions } from './adamw';
@@ -181,8 +180,6 @@ export interface TrainerOptions {
    * prompt's gradient is the sum over the group, as in the unshared computation. Micro-batches by a
    * token budget keep a prompt's sequences together. Also for logprobs() of sequences that give
    * promptLength. Not with media inputs. With loraDropout, the group shares the prompt's dropout mask.
-   * Tokens every row of a micro-batch reads first (a chat template's system prompt before each
-   * question) are computed once too (engines/trainer-prefix.ts), except under gradient checkpointing.
    */
   sharePrompts?: boolean;
   /** LoRA models: dropout on each adapter's input during train steps (not in logprobs); default 0. */
@@ -288,35 +285,6 @@ export class NonFiniteUpdateError extends Error {
     super(message);
     this.name = 'NonFiniteUpdateError';
   }
-}
-
-/** Rows of a forward pass as tensors: tokens and positions [U, L], attention bias, rotary tables. */
-interface RowTensors {
-  tokens: tf.Tensor2D;
-  positions: tf.Tensor2D;
-  bias: tf.Tensor4D;
-  rope?: { cos: tf.Tensor; sin: tf.Tensor };
-}
-
-/** A PrefixSplit's tensors: the prefix row and the rows' remaining columns. */
-interface SplitTensors {
-  split: PrefixSplit;
-  prefix: RowTensors;
-  rest: RowTensors;
-}
-
-/** Packed rows (packGroups) as tensors; `split` when they are computed split at their common prefix (then no bias or rope of the whole rows). */
-interface PackedTensors extends Omit<RowTensors, 'bias'> {
-  bias?: tf.Tensor4D;
-  gather: tf.Tensor1D;
-  split?: SplitTensors;
-}
-
-/** Every tensor in a record of them (nested records included), to dispose. */
-function tensorsOf(value: unknown): tf.Tensor[] {
-  if (value instanceof tf.Tensor) return [value];
-  if (value === null || typeof value !== 'object' || ArrayBuffer.isView(value)) return [];
-  return Object.values(value).flatMap(tensorsOf);
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -566,66 +534,21 @@ export class Trainer {
    * it, none padded; gathered back to the padded layout (the gather's gradient sums a prompt's
    * gradients over its sequences).
    */
-  private packedHidden(packed: PackedTensors, B: number, S: number, training: boolean): tf.Tensor3D {
+  private packedHidden(packed: { tokens: tf.Tensor2D; positions: tf.Tensor2D; bias: tf.Tensor4D; gather: tf.Tensor1D; rope?: { cos: tf.Tensor; sin: tf.Tensor } }, B: number, S: number, training: boolean): tf.Tensor3D {
     const [U, L] = packed.tokens.shape;
-    const hidden = packed.split
-      ? this.splitHidden(packed.split, training)
-      : (forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: packed.tokens, positions: packed.positions, attentionBias: packed.bias!, rope: packed.rope, loraInput: this.loraInput(training), recomputeLayers: training && this.gradientCheckpointing }).hidden as tf.Tensor3D);
-    const D = hidden.shape[2];
-    return tf.reshape(tf.gather(tf.reshape(hidden, [U * L, D]), packed.gather), [B, S, D]);
+    const { hidden } = forwardHidden(this.ops, this.model, this.weightTensors(), { tokens: packed.tokens, positions: packed.positions, attentionBias: packed.bias, rope: packed.rope, loraInput: this.loraInput(training), recomputeLayers: training && this.gradientCheckpointing });
+    const D = (hidden as tf.Tensor).shape[2] as number;
+    return tf.reshape(tf.gather(tf.reshape(hidden as tf.Tensor, [U * L, D]), packed.gather), [B, S, D]);
   }
 
-  /**
-   * The hidden states [U, L, D] of rows split at their common prefix (splitCommonPrefix): the prefix
-   * computed once as one row, each row's remaining columns attending to its keys and values (tiled
-   * to the rows, so their gradients sum back into the one prefix).
-   */
-  private splitHidden(t: SplitTensors, training: boolean): tf.Tensor3D {
-    const U = t.split.rows;
-    const w = this.weightTensors();
-    const loraInput = this.loraInput(training);
-    const prefix = forwardHidden(this.ops, this.model, w, { tokens: t.prefix.tokens, positions: t.prefix.positions, attentionBias: t.prefix.bias, rope: t.prefix.rope, loraInput });
-    const past = prefix.present.map((c) => ({ k: tf.tile(c.k, [U, 1, 1, 1]), v: tf.tile(c.v, [U, 1, 1, 1]) }));
-    const rest = forwardHidden(this.ops, this.model, w, { tokens: t.rest.tokens, positions: t.rest.positions, attentionBias: t.rest.bias, rope: t.rest.rope, past, loraInput });
-    return tf.concat([tf.tile(prefix.hidden, [U, 1, 1]), rest.hidden], 1) as tf.Tensor3D;
-  }
-
-  /**
-   * Rows [U, L] (tokens, positions, attention bias [biasRows, 1, L, L]) split at the tokens all of
-   * them read first, when sharing is on and the prefix is long enough; `limit`: the first column a
-   * loss reads (the prefix stays before it).
-   */
-  private prefixSplit(rows: { tokens: Int32Array; positions: Int32Array; bias: Float32Array; biasRows: number }, U: number, L: number, limit: number, training: boolean): SplitTensors | undefined {
-    if (!this.sharePrompts || (training && this.gradientCheckpointing)) return undefined;
-    const split = splitCommonPrefix(rows, U, L, limit);
-    if (!split) return undefined;
-    const { length: C } = split;
-    const R = L - C;
-    return {
-      split,
-      prefix: { tokens: tf.tensor2d(split.prefix.tokens, [1, C], 'int32'), positions: tf.tensor2d(split.prefix.positions, [1, C], 'int32'), bias: tf.tensor4d(split.prefix.bias, [1, 1, C, C]), rope: this.ropeOf(split.prefix.positions, 1, C) },
-      rest: { tokens: tf.tensor2d(split.rest.tokens, [U, R], 'int32'), positions: tf.tensor2d(split.rest.positions, [U, R], 'int32'), bias: tf.tensor4d(split.rest.bias, [split.rest.biasRows, 1, R, L]), rope: this.ropeOf(split.rest.positions, U, R) },
-    };
-  }
-
-  /** The padded rows [B, T] of a batch split at their common prefix (prefixSplit), or undefined. */
-  private batchSplit(batch: { B: number; T: number; inputs: Int32Array }, limit: number, training: boolean): SplitTensors | undefined {
-    const { B, T } = batch;
-    const positions = new Int32Array(B * T);
-    for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) positions[b * T + t] = t;
-    return this.prefixSplit({ tokens: batch.inputs, positions, bias: attentionBias(1, T, 0), biasRows: 1 }, B, T, limit, training);
-  }
-
-  /** The tensors of packed rows (packGroups), split at their common prefix when they share one; the caller disposes them (tensorsOf). */
-  private packedTensors(packed: PackedGroups, limit: number, training: boolean): PackedTensors {
-    const split = this.prefixSplit({ tokens: packed.tokens, positions: packed.positions, bias: packed.bias, biasRows: packed.rows }, packed.rows, packed.length, limit, training);
+  /** The tensors of packed rows (packGroups); the caller disposes them. */
+  private packedTensors(packed: PackedGroups): { tokens: tf.Tensor2D; positions: tf.Tensor2D; bias: tf.Tensor4D; gather: tf.Tensor1D; rope?: { cos: tf.Tensor; sin: tf.Tensor } } {
     return {
       tokens: tf.tensor2d(packed.tokens, [packed.rows, packed.length], 'int32'),
       positions: tf.tensor2d(packed.positions, [packed.rows, packed.length], 'int32'),
-      bias: split ? undefined : tf.tensor4d(packed.bias, [packed.rows, 1, packed.length, packed.length]),
+      bias: tf.tensor4d(packed.bias, [packed.rows, 1, packed.length, packed.length]),
       gather: tf.tensor1d(packed.gather, 'int32'),
-      rope: split ? undefined : this.ropeOf(packed.positions, packed.rows, packed.length),
-      split,
+      rope: this.ropeOf(packed.positions, packed.rows, packed.length),
     };
   }
 
@@ -672,9 +595,7 @@ export class Trainer {
       const packed = shared && packGroups(batch, from, chunk.map((s) => s.tokens.length - 1), shared, 0);
       const lp = tf.tidy(() => {
         const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
-        if (packed) return this.headOutputs(this.packedHidden(this.packedTensors(packed, packed.length, false), batch.B, batch.T, false), targets).logprobs;
-        const split = batch.media ? undefined : this.batchSplit(batch, batch.T, false);
-        if (split) return this.headOutputs(this.splitHidden(split, false), targets).logprobs;
+        if (packed) return this.headOutputs(this.packedHidden(this.packedTensors(packed), batch.B, batch.T, false), targets).logprobs;
         const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
         return this.headOutputs(this.hidden(inputs, false, 0, mediaTensors(batch)), targets).logprobs;
       });
@@ -755,12 +676,11 @@ export class Trainer {
         // Rows with the same inputs before `from` (a group's prompt) compute those columns once.
         const shared = this.sharePrompts && !mb.media ? sharedPrefixes(mb, from) : undefined;
         const packed = shared && packGroups(mb, from, indices.map((i) => sequences[i].tokens.length - 1), shared);
+        paddedTokens += packed ? packed.rows * packed.length : mb.B * mb.T;
         // The batch's constants are made outside the differentiated closure: the gradient tape
         // records (and keeps copies for) every op inside it.
-        // Else rows that all start with the same tokens (a system prompt) compute them once.
-        const split = packed || mb.media ? undefined : this.batchSplit(mb, from, true);
         const data = {
-          inputs: packed || split ? undefined : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
+          inputs: packed ? undefined : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
           targets: tf.tensor2d(cols(mb.targets), shape, 'int32'),
           mask: tf.tensor2d(cols(mb.mask), shape),
           oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
@@ -768,10 +688,8 @@ export class Trainer {
           advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
         };
         const media = mediaTensors(mb);
-        const packedInputs = packed && this.packedTensors(packed, from, true);
-        const constants = tensorsOf([data, media, packedInputs, split]);
-        const cut = (split ?? packedInputs?.split)?.split;
-        paddedTokens += cut ? cut.length + cut.rows * (cut.columns - cut.length) : packed ? packed.rows * packed.length : mb.B * mb.T;
+        const packedInputs = packed && this.packedTensors(packed);
+        const constants = [...Object.values(data), ...Object.values(media ?? {}), ...(packedInputs ? [packedInputs.tokens, packedInputs.positions, packedInputs.bias, packedInputs.gather, ...(packedInputs.rope ? [packedInputs.rope.cos, packedInputs.rope.sin] : [])] : [])].filter((t): t is tf.Tensor => t !== undefined);
         // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
         // projector's) when the micro-batch has that medium, the language model's always. The
         // others get a zero gradient below (tf.variableGrads refuses a loss that reaches none).
@@ -784,11 +702,7 @@ export class Trainer {
         let g: tf.NamedTensorMap;
         try {
           const microBatchLoss = () => {
-            const hidden = packedInputs
-              ? this.packedHidden(packedInputs, mb.B, mb.T - from, true)
-              : split
-                ? (tf.slice(this.splitHidden(split, true), [0, from, 0], [-1, -1, -1]) as tf.Tensor3D)
-                : this.hidden(data.inputs!, true, from, media);
+            const hidden = packedInputs ? this.packedHidden(packedInputs, mb.B, mb.T - from, true) : this.hidden(data.inputs!, true, from, media);
             const { logprobs, entropy } = this.headOutputs(hidden, data.targets);
             const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
             // The full [B, T, V] logits and log-softmax only for a loss that reads them (the built-in ones do not).

@@ -5,11 +5,10 @@ import { before, test } from 'node:test';
 import * as tf from '@tensorflow/tfjs';
 import { loadTfjsBackend } from '../engines/backends';
 import { seededRandom } from '../config/seeds';
-import { attentionBias, initWeights, parameterSpec, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { initWeights, parameterSpec, TINY_MODEL, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { decodeSafetensors } from '../engines/safetensors';
 import { learningRate, NonFiniteUpdateError, planMicroBatches, Trainer, type TrainSequence, type TrainingLoss } from '../engines/trainer';
 import { packGroups, padBatch, sharedPrefixes } from '../engines/trainer-batch';
-import { commonPrefixLength, splitCommonPrefix } from '../engines/trainer-prefix';
 import { policyLoss, sftLoss } from '../training/losses';
 
 const MODEL: ModelConfig = { ...TINY_MODEL, contextLength: 16 };
@@ -331,80 +330,6 @@ test('sharePrompts: a group computes its prompt once, with the same loss and upd
       assert.ok(worst < 1e-5, `${label}: max weight difference after the step ${worst} (lr 1e-3)`);
     }
   }
-});
-
-test('sharePrompts: the tokens every row starts with (a system prompt) are computed once, with the same loss, update and log-probs', async () => {
-  const llama: ModelConfig = { architecture: 'llama', vocabSize: 40, dModel: 16, nLayers: 2, nHeads: 4, nKvHeads: 2, dFF: 24, contextLength: 40, ropeTheta: 10000, rmsNormEps: 1e-5, tieEmbeddings: true };
-  const loraModel: ModelConfig = { ...llama, lora: { rank: 4, alpha: 8, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } };
-  for (const [name, model] of [['gpt', { ...TINY_MODEL, contextLength: 40 }], ['llama', llama], ['llama + LoRA', loraModel]] as const) {
-    const rand = seededRandom(5);
-    const token = () => 1 + Math.floor(rand() * (model.vocabSize - 1));
-    const system = Array.from({ length: 10 }, token);
-    // Distinct questions after the system prompt (one micro-batch of padded rows), and the same with
-    // two samples per question (packed one row per question): both split at the system prompt.
-    const batchOf = (samples: number): TrainSequence[] => {
-      const out: TrainSequence[] = [];
-      for (const [q, questionLength] of [3, 5, 2, 4].entries()) {
-        // Questions start with distinct tokens: no two rows share more than the system prompt.
-        const prompt = [...system, q + 1, ...Array.from({ length: questionLength - 1 }, token)];
-        for (let s = 0; s < samples; s++) {
-          const tokens = [...prompt, ...Array.from({ length: 2 + Math.floor(rand() * 6) }, token)];
-          out.push({ tokens, lossMask: tokens.slice(1).map((_, t) => (t >= prompt.length - 1 ? 1 : 0)), oldLogprobs: Array(tokens.length - 1).fill(-3), advantages: rand() - 0.5 });
-        }
-      }
-      return out;
-    };
-    const spec = parameterSpec(model);
-    const weights = initWeights(model, 3, spec);
-    for (const p of spec) if (p.name.endsWith('.lora_b')) weights[p.name] = Float32Array.from(weights[p.name], () => (rand() - 0.5) * 0.2);
-    for (const samples of [1, 2]) {
-      const sequences = batchOf(samples);
-      const run = async (sharePrompts: boolean) => {
-        // eps 1e-2: the update is then about lr g / 1e-2, a comparison of the gradients themselves
-        // (with eps 1e-8, float noise on a near-zero gradient moves its parameter by up to lr).
-        const trainer = Trainer.create({ model, weights, optimizer: { lr: 1e-3, weightDecay: 0, eps: 1e-2 }, maxGradNorm: Infinity, microBatchSize: 16, sharePrompts });
-        try {
-          const m = await trainer.trainStep(sequences, policyLoss({ algorithm: 'ppo' }));
-          const scored = await trainer.logprobs(sequences.map((q) => ({ tokens: q.tokens })));
-          return { m, scored, weights: await trainer.exportWeights() };
-        } finally {
-          trainer.dispose();
-        }
-      };
-      const [unshared, shared] = [await run(false), await run(true)];
-      const label = `${name}, ${samples} sample(s) per question`;
-      // The rows computed: the system prompt once, not once per row (per packed row with groups).
-      const rows = 4;
-      assert.ok(unshared.m.paddedTokens - shared.m.paddedTokens >= (rows - 1) * system.length, `${label}: ${shared.m.paddedTokens} tokens computed vs ${unshared.m.paddedTokens}`);
-      assert.ok(Math.abs(shared.m.loss - unshared.m.loss) < 1e-5, `${label}: loss ${shared.m.loss} vs ${unshared.m.loss}`);
-      assert.ok(Math.abs(shared.m.gradNorm - unshared.m.gradNorm) < 1e-4 * unshared.m.gradNorm, `${label}: gradient norm ${shared.m.gradNorm} vs ${unshared.m.gradNorm}`);
-      assert.ok(Math.abs(shared.m.entropy - unshared.m.entropy) < 1e-5, `${label}: entropy`);
-      const worst = maxAbsDiff(unshared.weights, shared.weights);
-      assert.ok(worst < 1e-6, `${label}: max weight difference after the step ${worst} (lr 1e-3, eps 1e-2)`);
-      shared.scored.forEach((row, i) => row.forEach((v, t) => assert.ok(Math.abs(v - unshared.scored[i][t]) < 1e-5, `${label}: log-prob of sequence ${i} target ${t}: ${v} vs ${unshared.scored[i][t]}`)));
-    }
-  }
-});
-
-test('splitCommonPrefix: the columns every row holds at their own positions, up to the limit, split off once', () => {
-  const L = 6;
-  const tokens = Int32Array.from([1, 2, 3, 4, 5, 0, 1, 2, 3, 9, 9, 9, 1, 2, 3, 4, 7, 0]);
-  const positions = Int32Array.from({ length: 18 }, (_, i) => i % L);
-  assert.equal(commonPrefixLength(tokens, positions, 3, L, 6), 3);
-  assert.equal(commonPrefixLength(tokens, positions, 3, L, 2), 2, 'never past the limit');
-  assert.equal(commonPrefixLength(tokens.subarray(0, 6), positions, 1, L, 6), 5, 'one row: all but its last column');
-  const shifted = Int32Array.from(positions, (p, i) => (i === 7 ? 5 : p));
-  assert.equal(commonPrefixLength(tokens, shifted, 3, L, 6), 1, 'a token at another position is not the prefix');
-  const bias = attentionBias(1, L, 0);
-  assert.equal(splitCommonPrefix({ tokens, positions, bias, biasRows: 1 }, 3, L, 6), undefined, 'shorter than the minimum');
-  const split = splitCommonPrefix({ tokens, positions, bias, biasRows: 1 }, 3, L, 6, 2)!;
-  assert.equal(split.length, 3);
-  assert.deepEqual([...split.prefix.tokens], [1, 2, 3]);
-  assert.deepEqual([...split.rest.tokens], [4, 5, 0, 9, 9, 9, 4, 7, 0]);
-  assert.deepEqual([...split.rest.positions], [3, 4, 5, 3, 4, 5, 3, 4, 5]);
-  assert.deepEqual([...split.prefix.bias], [...attentionBias(1, 3, 0)], 'the prefix attends causally to itself');
-  assert.deepEqual([...split.rest.bias], [...attentionBias(1, 3, 3)], 'the rest: every prefix key, then causally its own');
-  assert.equal(splitCommonPrefix({ tokens: tokens.subarray(0, 6), positions, bias, biasRows: 1 }, 1, L, 6, 2), undefined, 'one row: nothing to share');
 });
 
 test('planMicroBatches with prompts keeps a prompt\'s sequences together and counts its packed rows', () => {
