@@ -1,7 +1,7 @@
 // One train-engine measurement in its own process, for `relax bench engines --set model=...`
 // (bench/real-engines.ts): TensorFlow reads its intra-op thread count once, when it loads, so each
 // thread count is a process; and the process's peak RSS is then the train engine's alone (the
-// weights as loaded, the trainer's tensors, the step's activations), as a train worker holds them.
+// trainer's tensors, the step's activations, the runtime), as a train worker holds them.
 //
 // Input (argv[2], a JSON file): { dir, contextLength, rank, mode: 'lora' | 'full', microBatchTokens,
 // sharePrompts?, sequences: [{ tokens, lossMask, oldLogprobs, advantages }] }. Prints one JSON line:
@@ -37,12 +37,20 @@ export interface TrainChildResult {
   backend: string;
 }
 
+/**
+ * The trainer, from the weights read for it and then dropped: the process holds the trainer's copy
+ * only, as a train worker does (training/policy-model.ts keeps no copy beside its engines).
+ */
+async function createTrainer(input: TrainChildInput): Promise<Trainer> {
+  const base = await loadHfModel(input.dir, { contextLength: input.contextLength });
+  const model: ModelConfig = input.mode === 'lora' ? { ...base.config, lora: { rank: input.rank, alpha: 2 * input.rank, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } } : base.config;
+  return Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens, sharePrompts: input.sharePrompts ?? true, gradientCheckpointing: input.gradientCheckpointing ?? false });
+}
+
 async function main(): Promise<void> {
   const input = JSON.parse(fs.readFileSync(process.argv[2], 'utf8')) as TrainChildInput;
   const backend = await loadTfjsBackend({ kind: 'cpu' });
-  const base = await loadHfModel(input.dir, { contextLength: input.contextLength });
-  const model: ModelConfig = input.mode === 'lora' ? { ...base.config, lora: { rank: input.rank, alpha: 2 * input.rank, targets: ['q', 'k', 'v', 'o', 'gate', 'up', 'down'] } } : base.config;
-  const trainer = Trainer.create({ model, weights: base.weights, optimizer: { lr: input.mode === 'lora' ? 1e-4 : 1e-5 }, microBatchSize: input.sequences.length, microBatchTokens: input.microBatchTokens, sharePrompts: input.sharePrompts ?? true, gradientCheckpointing: input.gradientCheckpointing ?? false });
+  const trainer = await createTrainer(input);
   const loss = policyLoss({ algorithm: 'ppo' });
   let microBatches = 0;
   let paddedTokens = 0;

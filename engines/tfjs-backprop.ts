@@ -60,8 +60,12 @@ function nodesFromXsToY(tape: readonly TapeNode[], xs: readonly tf.Tensor[], y: 
  * tf.variableGrads(f, varList) (the gradients of the scalar f() with respect to the variables, and
  * its value, kept), with the backward pass freeing each node's tensors once done with them. Not for
  * higher-order gradients (f must not itself be differentiated).
+ *
+ * `into`: gradients to add these to (micro-batch accumulation), by variable name. Each variable's
+ * gradient is added as soon as it is complete (its last reader on the tape is done), and freed, so
+ * the backward pass never holds a second set of the variables' gradients; `grads` is then `into`.
  */
-export function variableGradsReleasing(f: () => tf.Scalar, varList: readonly tf.Variable[]): { value: tf.Scalar; grads: tf.NamedTensorMap } {
+export function variableGradsReleasing(f: () => tf.Scalar, varList: readonly tf.Variable[], into?: tf.NamedTensorMap): { value: tf.Scalar; grads: tf.NamedTensorMap } {
   const engine = tf.engine() as unknown as EngineInternals;
   if (engine.state.gradientDepth !== 0) throw new Error('variableGradsReleasing: called inside another gradient computation');
   const y = engine.scopedRun(
@@ -75,6 +79,10 @@ export function variableGradsReleasing(f: () => tf.Scalar, varList: readonly tf.
     const grads = engine.tidy('backward', () => {
       const gradOf = new Map<number, tf.Tensor>([[y.id, tf.onesLike(y)]]);
       const nodes = nodesFromXsToY(tape, varList, y);
+      // Per variable, the tape's reads of it not yet differentiated: at 0 its gradient is complete.
+      const variableOf = new Map(varList.map((v) => [v.id, v]));
+      const readsLeft = new Map<number, number>();
+      for (const node of nodes) for (const input of Object.values(node.inputs)) if (variableOf.has(input.id)) readsLeft.set(input.id, (readsLeft.get(input.id) ?? 0) + 1);
       for (let i = nodes.length - 1; i >= 0; i--) {
         const node = nodes[i];
         if (!node.gradient) throw new Error(`Cannot compute gradient: gradient function not found for ${node.kernelName}.`);
@@ -102,12 +110,25 @@ export function variableGradsReleasing(f: () => tf.Scalar, varList: readonly tf.
           if (dx.dtype !== 'float32') throw new Error(`Error in gradient for op ${node.kernelName}: the gradient of input ${name} must be float32, got ${dx.dtype}`);
           if (dx.shape.join(',') !== x.shape.join(',')) throw new Error(`Error in gradient for op ${node.kernelName}: the gradient of input ${name} has shape [${dx.shape}], expected [${x.shape}]`);
           const previous = gradOf.get(x.id);
-          if (!previous) return void gradOf.set(x.id, dx);
-          gradOf.set(x.id, tf.add(previous, dx));
-          previous.dispose();
-          dx.dispose();
+          if (!previous) gradOf.set(x.id, dx);
+          else {
+            gradOf.set(x.id, tf.add(previous, dx));
+            previous.dispose();
+            dx.dispose();
+          }
+          const variable = variableOf.get(x.id);
+          if (!into || !variable) return;
+          const left = readsLeft.get(x.id)! - 1;
+          readsLeft.set(x.id, left);
+          if (left > 0) return;
+          const complete = gradOf.get(x.id)!;
+          gradOf.delete(x.id);
+          const sum = into[variable.name];
+          into[variable.name] = tf.keep(sum ? tf.add(sum, complete) : complete);
+          if (sum) tf.dispose([sum, complete]);
         });
       }
+      if (into) return into;
       const out: tf.NamedTensorMap = {};
       for (const v of varList) {
         const g = gradOf.get(v.id);

@@ -645,6 +645,8 @@ export class Trainer {
     const varList = names.map((n) => this.variables.get(n)!);
     const parts = names.map(parameterPart);
     let grads: tf.Tensor[] | undefined;
+    /** The step's gradients so far, summed over micro-batches as each is complete (variableGradsReleasing). */
+    const summed: tf.NamedTensorMap = {};
     const sums: Record<string, number> = {};
     const weightOf: Record<string, number> = {};
     let ratioMin = Infinity;
@@ -699,7 +701,6 @@ export class Trainer {
         let keptLogprobs: tf.Tensor2D | undefined;
         let keptEntropy: tf.Tensor2D | undefined;
         let value: tf.Scalar;
-        let g: tf.NamedTensorMap;
         try {
           const microBatchLoss = () => {
             const hidden = packedInputs ? this.packedHidden(packedInputs, mb.B, mb.T - from, true) : this.hidden(data.inputs!, true, from, media);
@@ -732,7 +733,7 @@ export class Trainer {
             return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
           };
           // The backward pass frees each op's saved tensors and gradients once done with them.
-          ({ value, grads: g } = reached.length > 0 ? variableGradsReleasing(microBatchLoss, reached) : { value: tf.tidy(microBatchLoss), grads: {} });
+          value = reached.length > 0 ? variableGradsReleasing(microBatchLoss, reached, summed).value : tf.tidy(microBatchLoss);
         } catch (err) {
           tf.dispose([...constants, ...Object.values(lossMetrics)]);
           throw err;
@@ -758,9 +759,7 @@ export class Trainer {
         const values = (await stacked.data()) as Float32Array;
         tf.dispose([stacked, value, keptLogprobs!, keptEntropy!, ...Object.values(lossMetrics), ...constants]);
         const metric = Object.fromEntries(names.map((n, i) => [n, values[i]]));
-        const microGrads = varList.map((v) => g[v.name] ?? tf.zerosLike(v));
         if (!Number.isFinite(metric.loss)) {
-          tf.dispose(microGrads);
           throw new NonFiniteUpdateError(
             `${loss.name} loss is not finite (${metric.loss}) on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
           );
@@ -770,19 +769,12 @@ export class Trainer {
           else if (k === 'ratioMax') ratioMax = Math.max(ratioMax, v);
           else addMetric(k, v, share);
         }
-        if (!grads) grads = microGrads;
-        else {
-          // One parameter at a time, each sum's inputs freed at once: a full model's gradients are
-          // held twice at most, not three times.
-          for (let i = 0; i < grads.length; i++) {
-            const sum = tf.add(grads[i], microGrads[i]);
-            tf.dispose([grads[i], microGrads[i]]);
-            grads[i] = sum;
-          }
-        }
       }
       await yieldToEventLoop();
-      const flat = this.adamw.flatten(grads!, true);
+      // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
+      grads = varList.map((v) => summed[v.name] ?? tf.zerosLike(v));
+      for (const name of Object.keys(summed)) delete summed[name];
+      const flat = this.adamw.flatten(grads, true);
       grads = undefined;
       let gradNorm: number;
       let clipScale: number;
@@ -825,6 +817,7 @@ export class Trainer {
       };
     } finally {
       if (grads) tf.dispose(grads);
+      tf.dispose(Object.values(summed));
     }
   }
 

@@ -2,7 +2,7 @@
 // the task's own tokenizer, or a pretrained model (`model.from`: a Hugging Face directory, a .gguf
 // file, or a named model) with ITS tokenizer, chat template and end-of-turn tokens, optionally with
 // LoRA adapters, and the task either built in or read from data files (`data`). The base weights of
-// a pretrained model are read from its directory once per process, when a stage first needs them.
+// a pretrained model are read from its directory when an engine is made (not kept beside it).
 // model.vision / model.audio add freshly initialised encoders to a pretrained model, placed at its
 // tokenizer's single <image> / <audio> token (a tokenizer without one is refused, never extended).
 import path from 'node:path';
@@ -23,7 +23,7 @@ export interface RunPolicy {
   task: Task;
   /** A pretrained model's Hugging Face directory. */
   modelDir?: string;
-  /** A pretrained model's weights (every parameter but LoRA adapters), read once per process. */
+  /** A pretrained model's weights (every parameter but LoRA adapters), read for each engine that asks (concurrent asks share one read). */
   baseWeights?: () => Promise<PolicyWeights>;
 }
 
@@ -32,15 +32,22 @@ export class RunModelError extends Error {
   override readonly name = 'RunModelError';
 }
 
+/** Reads in flight, shared by the callers that ask meanwhile (a train and a reference trainer made together). */
 const baseWeightsByDir = new Map<string, Promise<PolicyWeights>>();
 
+/**
+ * The base weights, read from the model's directory for each caller (the engines copy them into
+ * their own tensors): a process keeps no JS copy of them beside its engines' (one copy of the base
+ * weights per process), for a read of the directory per engine made (about a second).
+ */
 function baseWeightsOf(dir: string, contextLength: number): () => Promise<PolicyWeights> {
   return () => {
     let loading = baseWeightsByDir.get(dir);
     if (!loading) {
       loading = loadHfModel(dir, { contextLength }).then((m) => m.weights);
       baseWeightsByDir.set(dir, loading);
-      loading.catch(() => baseWeightsByDir.delete(dir));
+      const forget = () => baseWeightsByDir.delete(dir);
+      loading.then(forget, forget);
     }
     return loading;
   };
