@@ -29,8 +29,8 @@ interface Bucket {
   params: AdamWParameter[];
   sizes: number[];
   elements: number;
-  /** 1 where weight decay applies, per element; undefined when it applies nowhere in the bucket. */
-  decayMask?: tf.Tensor1D;
+  /** Whether weight decay applies to the bucket: its parameters are all decayed, or none is. */
+  decayed: boolean;
   m?: tf.Variable;
   v?: tf.Variable;
 }
@@ -68,26 +68,20 @@ export function bucketParameters<T extends { size: number }>(params: readonly T[
 
 export class BucketedAdamW {
   private readonly buckets: Bucket[];
+  /** Each parameter's place in the constructor's order (the buckets hold decayed ones first). */
+  private readonly order: Map<string, number>;
   private readonly options: Required<AdamWOptions>;
 
   constructor(params: readonly AdamWParameter[], options: AdamWOptions, limit = BUCKET_ELEMENTS) {
     this.options = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, ...options };
-    const grouped = bucketParameters(params.map((p) => ({ p, size: elementsOf(p) })), limit);
+    this.order = new Map(params.map((p, i) => [p.name, i]));
+    // The decayed parameters (matrices) and the others (biases, norms) in buckets of their own, so
+    // decay is a scalar factor of a bucket, never a per-element mask (a full model's size).
+    const grouped = [true, false].flatMap((decayed) => bucketParameters(params.filter((p) => p.decayed === decayed).map((p) => ({ p, size: elementsOf(p) })), limit));
     this.buckets = grouped.map((group) => {
       const ps = group.map((g) => g.p);
       const sizes = ps.map(elementsOf);
-      const elements = sizes.reduce((a, b) => a + b, 0);
-      let decayMask: tf.Tensor1D | undefined;
-      if (this.options.weightDecay > 0 && ps.some((p) => p.decayed)) {
-        const mask = new Float32Array(elements);
-        let offset = 0;
-        ps.forEach((p, i) => {
-          if (p.decayed) mask.fill(1, offset, offset + sizes[i]);
-          offset += sizes[i];
-        });
-        decayMask = tf.tensor1d(mask);
-      }
-      return { params: ps, sizes, elements, decayMask };
+      return { params: ps, sizes, elements: sizes.reduce((a, b) => a + b, 0), decayed: ps[0].decayed };
     });
   }
 
@@ -97,9 +91,8 @@ export class BucketedAdamW {
    * twice (a full fine-tuning step's weights' worth).
    */
   flatten(grads: readonly tf.Tensor[], consume = false): tf.Tensor1D[] {
-    let i = 0;
     return this.buckets.map((b) => {
-      const parts = b.params.map(() => grads[i++]);
+      const parts = b.params.map((p) => grads[this.order.get(p.name)!]);
       const flat = tf.tidy(() => (parts.length === 1 ? tf.reshape(parts[0], [-1]) : tf.concat(parts.map((g) => tf.reshape(g, [-1])))) as tf.Tensor1D);
       if (consume) tf.dispose(parts);
       return flat;
@@ -108,6 +101,7 @@ export class BucketedAdamW {
 
   /** Each bucket's sum of squared gradient entries (one read for the global norm and finiteness). */
   async sumsOfSquares(flat: readonly tf.Tensor1D[]): Promise<Float32Array> {
+    // g . g: one pass over the gradient (square then sum is two).
     const sums = tf.tidy(() => tf.stack(flat.map((g) => tf.sum(tf.square(g)))));
     const values = (await sums.data()) as Float32Array;
     sums.dispose();
@@ -130,21 +124,23 @@ export class BucketedAdamW {
   apply(flat: readonly tf.Tensor1D[], step: number, clipScale: number, lr: number): void {
     const { beta1, beta2, eps, weightDecay } = this.options;
     const correction1 = 1 - beta1 ** step;
-    const correction2 = 1 - beta2 ** step;
+    // lr m_hat / (sqrt(v_hat) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)): the bias
+    // corrections folded into two scalars, one op fewer over the bucket.
+    const root2 = Math.sqrt(1 - beta2 ** step);
     this.buckets.forEach((b, i) => {
       b.m ??= variableOf(tf.zeros([b.elements]));
       b.v ??= variableOf(tf.zeros([b.elements]));
       tf.tidy(() => {
-        const g = clipScale === 1 ? flat[i] : tf.mul(flat[i], tf.scalar(clipScale));
-        const m = tf.add(tf.mul(b.m!, tf.scalar(beta1)), tf.mul(g, tf.scalar(1 - beta1)));
-        const v = tf.add(tf.mul(b.v!, tf.scalar(beta2)), tf.mul(tf.square(g), tf.scalar(1 - beta2)));
-        // lr * m_hat / (sqrt(v_hat) + eps), with the bias corrections folded into scalars.
-        const update = tf.div(tf.mul(m, tf.scalar(lr / correction1)), tf.add(tf.sqrt(tf.mul(v, tf.scalar(1 / correction2))), tf.scalar(eps)));
+        // The clipping scale folded into the moments' scalars (no pass of its own).
+        const g = flat[i];
+        const m = tf.add(tf.mul(b.m!, tf.scalar(beta1)), tf.mul(g, tf.scalar((1 - beta1) * clipScale)));
+        const v = tf.add(tf.mul(b.v!, tf.scalar(beta2)), tf.mul(tf.square(g), tf.scalar((1 - beta2) * clipScale * clipScale)));
+        const update = tf.div(tf.mul(m, tf.scalar((lr * root2) / correction1)), tf.add(tf.sqrt(v), tf.scalar(eps * root2)));
         b.m!.assign(m);
         b.v!.assign(v);
         const params = b.params.length === 1 ? tf.reshape(b.params[0].variable, [-1]) : tf.concat(b.params.map((p) => tf.reshape(p.variable, [-1])));
-        let next = tf.sub(params, update);
-        if (b.decayMask) next = tf.sub(next, tf.mul(tf.mul(params, b.decayMask), tf.scalar(lr * weightDecay)));
+        // Decoupled decay: p (1 - lr wd) - update.
+        const next = b.decayed && weightDecay > 0 ? tf.sub(tf.mul(params, tf.scalar(1 - lr * weightDecay)), update) : tf.sub(params, update);
         const parts = b.params.length === 1 ? [next] : tf.split(next, b.sizes);
         b.params.forEach((p, k) => p.variable.assign(tf.reshape(parts[k], p.variable.shape)));
       });
@@ -166,7 +162,7 @@ export class BucketedAdamW {
         offset += b.sizes[i];
       });
     }
-    return out;
+    return out.sort((a, b) => this.order.get(a.name)! - this.order.get(b.name)!);
   }
 
   /** Replaces the moments; a parameter absent from `moments` starts from zero. */
@@ -193,7 +189,7 @@ export class BucketedAdamW {
 
   dispose(): void {
     for (const b of this.buckets) {
-      tf.dispose([b.m, b.v, b.decayMask].filter((t): t is tf.Variable | tf.Tensor1D => t !== undefined));
+      tf.dispose([b.m, b.v].filter((t): t is tf.Variable => t !== undefined));
       b.m = b.v = undefined;
     }
   }
