@@ -83,7 +83,6 @@ export function headLogprobsAndEntropy(h: tf.Tensor2D, head: Unembedding, target
     const [hs, ts] = saved;
     const stats = saved.slice(2, 2 + ranges.length);
     const logits = saved.slice(2 + ranges.length);
-    const V = (heads.dv?.shape[1] ?? heads.vd?.shape[0]) as number;
     let dw: tf.Tensor | undefined;
     const dhs = ranges.map(([start, n], c) => {
       const out = tf.tidy(() => {
@@ -94,8 +93,11 @@ export function headLogprobsAndEntropy(h: tf.Tensor2D, head: Unembedding, target
         const g = tf.slice(dy, [start, 0], [n, 2]);
         const gLogprob = tf.slice(g, [0, 0], [n, 1]);
         const gEntropy = tf.slice(g, [0, 1], [n, 1]);
-        // dz = g_lp (onehot - p) + g_ent p (E[z] - z) = p (g_ent (E[z] - z) - g_lp) + g_lp onehot
-        const dz = tf.add(tf.mul(p, tf.sub(tf.mul(gEntropy, tf.sub(meanZ, z)), gLogprob)), tf.mul(tf.oneHot(tf.slice(ts, [start], [n]), V), gLogprob));
+        // dz = g_lp (onehot - p) + g_ent p (E[z] - z) = p (g_ent (E[z] - z) - g_lp) + g_lp onehot:
+        // the one-hot term added at the targets only (a scatter of n values, not three [n, V] passes).
+        const dense = tf.mul(p, tf.sub(tf.mul(gEntropy, tf.sub(meanZ, z)), gLogprob));
+        const at = tf.stack([tf.range(0, n, 1, 'int32'), tf.slice(ts, [start], [n])], 1);
+        const dz = tf.tensorScatterUpdate(dense, at, tf.add(tf.gatherND(dense, at), tf.reshape(gLogprob, [n])));
         const dh = heads.vd ? tf.matMul(dz, heads.vd) : tf.matMul(dz, heads.dv!, false, true);
         const hc = tf.slice(hs, [start, 0], [n, -1]);
         const dwChunk = trained === 'dv' ? tf.matMul(hc, dz, true, false) : trained === 'vd' ? tf.matMul(dz, hc, true, false) : undefined;
