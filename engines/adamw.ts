@@ -101,7 +101,6 @@ export class BucketedAdamW {
 
   /** Each bucket's sum of squared gradient entries (one read for the global norm and finiteness). */
   async sumsOfSquares(flat: readonly tf.Tensor1D[]): Promise<Float32Array> {
-    // g . g: one pass over the gradient (square then sum is two).
     const sums = tf.tidy(() => tf.stack(flat.map((g) => tf.sum(tf.square(g)))));
     const values = (await sums.data()) as Float32Array;
     sums.dispose();

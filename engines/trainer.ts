@@ -644,7 +644,6 @@ export class Trainer {
     const names = [...this.variables.keys()];
     const varList = names.map((n) => this.variables.get(n)!);
     const parts = names.map(parameterPart);
-    let grads: tf.Tensor[] | undefined;
     /** The step's gradients so far, summed over micro-batches as each is complete (variableGradsReleasing). */
     const summed: tf.NamedTensorMap = {};
     const sums: Record<string, number> = {};
@@ -694,7 +693,7 @@ export class Trainer {
         const constants = [...Object.values(data), ...Object.values(media ?? {}), ...(packedInputs ? [packedInputs.tokens, packedInputs.positions, packedInputs.bias, packedInputs.gather, ...(packedInputs.rope ? [packedInputs.rope.cos, packedInputs.rope.sin] : [])] : [])].filter((t): t is tf.Tensor => t !== undefined);
         // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
         // projector's) when the micro-batch has that medium, the language model's always. The
-        // others get a zero gradient below (tf.variableGrads refuses a loss that reaches none).
+        // others get a zero gradient at the update (a loss that reaches no variable is not differentiated).
         const reaches = (part: TrainablePart) => part === 'language_model' || (part.startsWith('vision') ? mb.media?.images : mb.media?.audio) !== undefined;
         const reached = varList.filter((_, i) => reaches(parts[i]));
         const lossMetrics: Record<string, tf.Scalar> = {};
@@ -772,10 +771,7 @@ export class Trainer {
       }
       await yieldToEventLoop();
       // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
-      grads = varList.map((v) => summed[v.name] ?? tf.zerosLike(v));
-      for (const name of Object.keys(summed)) delete summed[name];
-      const flat = this.adamw.flatten(grads, true);
-      grads = undefined;
+      const flat = this.adamw.flatten(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)), true);
       let gradNorm: number;
       let clipScale: number;
       let lr: number;
@@ -816,7 +812,6 @@ export class Trainer {
         durationMs: performance.now() - started,
       };
     } finally {
-      if (grads) tf.dispose(grads);
       tf.dispose(Object.values(summed));
     }
   }
