@@ -66,7 +66,26 @@ export function bucketParameters<T extends { size: number }>(params: readonly T[
   return buckets;
 }
 
-export class BucketedAdamW {
+/**
+ * What the trainer calls once per step: the step's gradients in (prepare), their sums of squares
+ * (global norm, finiteness), one update. BucketedAdamW runs on every backend; FusedAdamW
+ * (engines/adamw-fused.ts) on native TensorFlow.
+ */
+export interface AdamWOptimizer {
+  /** The gradients (one per parameter, constructor order), consumed, as this optimizer reads them. */
+  prepare(grads: readonly tf.Tensor[]): tf.Tensor[];
+  /** Sums of squared gradient entries, one per prepared tensor (one read). */
+  sumsOfSquares(prepared: readonly tf.Tensor[]): Promise<Float32Array>;
+  /** Names the first parameter of prepared tensor `index` whose gradient is not finite. */
+  nonFiniteParameter(prepared: readonly tf.Tensor[], index: number): Promise<string>;
+  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale`, learning rate `lr`; disposes `prepared`. */
+  apply(prepared: readonly tf.Tensor[], step: number, clipScale: number, lr: number): void;
+  exportMoments(): Promise<Array<{ name: string; shape: number[]; m: Float32Array; v: Float32Array }>>;
+  importMoments(moments: ReadonlyMap<string, { m: Float32Array; v: Float32Array }>): void;
+  dispose(): void;
+}
+
+export class BucketedAdamW implements AdamWOptimizer {
   private readonly buckets: Bucket[];
   /** Each parameter's place in the constructor's order (the buckets hold decayed ones first). */
   private readonly order: Map<string, number>;
@@ -97,6 +116,10 @@ export class BucketedAdamW {
       if (consume) tf.dispose(parts);
       return flat;
     });
+  }
+
+  prepare(grads: readonly tf.Tensor[]): tf.Tensor[] {
+    return this.flatten(grads, true);
   }
 
   /** Each bucket's sum of squared gradient entries (one read for the global norm and finiteness). */

@@ -24,7 +24,8 @@
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
 import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
-import { BucketedAdamW, type AdamWOptions } from './adamw';
+import type { AdamWOptimizer, AdamWOptions } from './adamw';
+import { createAdamW } from './adamw-fused';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
 import { aggregateLoss, entropyFromLogSoftmax, klLoss, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
@@ -333,7 +334,7 @@ export class Trainer {
   /** wasm: the row blocks frozen projections are multiplied by (their whole tensors are disposed). */
   private readonly frozenBlocks: tf.Tensor[] = [];
   private readonly loraDropout: number;
-  private readonly adamw: BucketedAdamW;
+  private readonly adamw: AdamWOptimizer;
   private readonly ops: ReturnType<typeof createTfjsOps>;
   /**
    * Native backends compute the vocabulary head fused, in row chunks (engines/vocab-head.ts); wasm
@@ -377,7 +378,7 @@ export class Trainer {
         return [p.name, variable];
       }),
     );
-    this.adamw = new BucketedAdamW(
+    this.adamw = createAdamW(
       trained.map((p) => ({ name: p.name, variable: this.variables.get(p.name)!, decayed: p.shape.length >= 2 })),
       this.optimizer,
     );
@@ -771,7 +772,7 @@ export class Trainer {
       }
       await yieldToEventLoop();
       // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
-      const flat = this.adamw.flatten(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)), true);
+      const flat = this.adamw.prepare(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)));
       let gradNorm: number;
       let clipScale: number;
       let lr: number;

@@ -1,10 +1,13 @@
 // AdamW over flat parameter buckets (engines/adamw.ts) computes exactly the textbook per-parameter
 // update (Loshchilov & Hutter; bias-corrected moments, decoupled decay on matrices only), whatever
-// the bucketing, and its moments round-trip per parameter.
+// the bucketing, and its moments round-trip per parameter; so does AdamW through TensorFlow's fused
+// kernel on the native backend (engines/adamw-fused.ts), which the trainer picks there.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import * as tf from '@tensorflow/tfjs';
 import { bucketParameters, BucketedAdamW } from '../engines/adamw';
+import { createAdamW, FusedAdamW } from '../engines/adamw-fused';
+import { loadTfjsBackend } from '../engines/backends';
 
 /** The per-parameter reference, in float64. */
 function referenceAdamW(p: number[], g: number[][], o: { lr: number; beta1: number; beta2: number; eps: number; wd: number; clip: number[] }): number[] {
@@ -79,4 +82,49 @@ test('a non-finite gradient is found in its bucket and named', async () => {
   assert.equal(await opt.nonFiniteParameter(flat, 0), 'b');
   tf.dispose([...flat, ...vars]);
   opt.dispose();
+});
+
+test('fused AdamW (native TensorFlow) = the per-parameter reference, with clipping and decay on matrices only; no tensor left behind', async () => {
+  await loadTfjsBackend({ kind: 'cpu' }, 'native');
+  const shapes: number[][] = [[2, 3], [3], [4, 2], [1]];
+  const init = shapes.map((s, k) => Array.from({ length: s.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(k * 7 + i)));
+  const grads = [0, 1, 2].map((s) => shapes.map((sh, k) => Array.from({ length: init[k].length }, (_, i) => Math.cos(s * 3 + k + i * 0.7))));
+  const clip = [1, 0.5, 0.25];
+  const options = { lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 };
+  const vars = shapes.map((s, k) => tf.variable(tf.tensor(init[k], s), true, `adamw-fused-test-${k}`));
+  const params = vars.map((v, k) => ({ name: `p${k}`, variable: v, decayed: shapes[k].length >= 2 }));
+  const opt = createAdamW(params, options);
+  assert.ok(opt instanceof FusedAdamW, 'the native backend gets the fused kernel');
+  let afterFirst = 0;
+  for (let s = 0; s < 3; s++) {
+    const given = grads[s].map((g, k) => tf.tensor(g, shapes[k]));
+    const prepared = opt.prepare(given);
+    const squares = await opt.sumsOfSquares(prepared);
+    grads[s].forEach((g, k) => assert.ok(Math.abs(squares[k] - g.reduce((a, x) => a + x * x, 0)) < 1e-4, `sum of squares of p${k}`));
+    opt.apply(prepared, s + 1, clip[s], options.lr);
+    assert.ok(given.every((g) => g.isDisposed), 'apply disposes the gradients');
+    if (s === 0) afterFirst = tf.memory().numTensors;
+    else assert.equal(tf.memory().numTensors, afterFirst, 'a step leaves no tensor behind (the handles are made on the first step)');
+  }
+  for (let k = 0; k < shapes.length; k++) {
+    const want = referenceAdamW(init[k], grads.map((g) => g[k]), { ...options, wd: shapes[k].length >= 2 ? options.weightDecay : 0, clip });
+    const got = Array.from(await vars[k].data());
+    got.forEach((x, i) => assert.ok(Math.abs(x - want[i]) < 1e-5, `p${k}[${i}]: ${x} vs ${want[i]}`));
+  }
+  const moments = await opt.exportMoments();
+  assert.deepEqual(moments.map((m) => m.name), ['p0', 'p1', 'p2', 'p3']);
+  // The same moments restored into a bucketed optimizer and back: the two read each other's state.
+  const bucketed = new BucketedAdamW(params, options);
+  bucketed.importMoments(new Map(moments.map((m) => [m.name, m])));
+  const copy = new FusedAdamW(params, options, tf.backend() as never);
+  copy.importMoments(new Map((await bucketed.exportMoments()).map((m) => [m.name, m])));
+  assert.deepEqual(await copy.exportMoments(), moments, 'moments round-trip');
+  const before = tf.memory().numTensors;
+  copy.dispose();
+  opt.dispose();
+  bucketed.dispose();
+  assert.ok(tf.memory().numTensors < before, 'dispose frees the resource handles');
+  tf.dispose(vars);
+  await tf.setBackend('cpu');
+  assert.ok(createAdamW(params, options) instanceof BucketedAdamW, 'other backends get the bucketed tfjs ops');
 });
