@@ -62,12 +62,14 @@ const optionsSchema = z
     multimodal_train_sequences: count(1, 32),
     /**
      * On a pretrained model (bench/real-engines.ts, which applies the defaults): the train batch's
-     * new tokens (56), the LoRA rank (16), the train micro-batch token budget (the real-model
-     * recipe's 512), and gradient checkpointing for every train run (0).
+     * new tokens (56), the LoRA rank (16), the train micro-batch token budgets of LoRA (the
+     * real-model recipe's 1,024) and of full fine-tuning (512), and gradient checkpointing for every
+     * train run (0).
      */
     train_new_tokens: z.coerce.number().int().min(1).optional(),
     train_rank: z.coerce.number().int().min(1).optional(),
     micro_batch_tokens: z.coerce.number().int().min(1).optional(),
+    micro_batch_tokens_full: z.coerce.number().int().min(1).optional(),
     gradient_checkpointing: z.enum(['0', '1']).optional(),
   })
   .strict();

@@ -27,7 +27,7 @@ import { RolloutEngine } from '../engines/rollout';
 import { trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
 import { ChatTemplate } from '../engines/tokenizers/chat-template';
 import { HfTokenizer } from '../engines/tokenizers/hf';
-import { REAL_MODEL_MICRO_BATCH_TOKENS } from '../training/recipes';
+import { FULL_FINETUNE_MICRO_BATCH_TOKENS, REAL_MODEL_MICRO_BATCH_TOKENS } from '../training/recipes';
 import type { BenchContext } from './index';
 import type { TrainChildInput, TrainChildResult } from './train-engine-child';
 import { median, peakRssMb, round, timeCalls } from './measure';
@@ -165,6 +165,8 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   const trainNewTokens = Number(ctx.options.train_new_tokens ?? 56);
   const trainRank = Number(ctx.options.train_rank ?? 16);
   const microBatchTokens = Number(ctx.options.micro_batch_tokens ?? REAL_MODEL_MICRO_BATCH_TOKENS);
+  const microBatchTokensFull = Number(ctx.options.micro_batch_tokens_full ?? FULL_FINETUNE_MICRO_BATCH_TOKENS);
+  const budgetOf = (mode: 'lora' | 'full') => (mode === 'full' ? microBatchTokensFull : microBatchTokens);
   const gradientCheckpointing = ctx.options.gradient_checkpointing === '1';
   const prompts = chatPrompts(dir, trainSequences);
   const sampler = await RolloutEngine.create(base.config, engineOptions);
@@ -185,7 +187,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
   try {
     const inputFile = (mode: 'lora' | 'full') => {
       const file = path.join(scratch, `${mode}.json`);
-      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode, microBatchTokens, gradientCheckpointing, sequences: batch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
+      const input: TrainChildInput = { dir, contextLength: 512, rank: trainRank, mode, microBatchTokens: budgetOf(mode), gradientCheckpointing, sequences: batch.map((q) => ({ ...q, lossMask: Array.from(q.lossMask), oldLogprobs: Array.from(q.oldLogprobs ?? []) })) };
       writeFileSync(file, JSON.stringify(input));
       return file;
     };
@@ -199,7 +201,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
           byThreads[n][mode] = r.tokensPerS;
           stepMsByThreads[n][mode] = r.stepMs;
           peakByMode[mode] = Math.max(peakByMode[mode] ?? 0, r.peakRssMb);
-          ctx.log(`train ${mode} (${r.backend}, ${n} thread${n === 1 ? '' : 's'}, ${batch.length} sequences, micro-batches of <= ${microBatchTokens} tokens: ${r.microBatches}${gradientCheckpointing ? ', gradient checkpointing' : ''}): ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
+          ctx.log(`train ${mode} (${r.backend}, ${n} thread${n === 1 ? '' : 's'}, ${batch.length} sequences, micro-batches of <= ${budgetOf(mode)} tokens: ${r.microBatches}${gradientCheckpointing ? ', gradient checkpointing' : ''}): ${r.tokensPerS.toFixed(1)} tokens/s, ${(r.stepMs / 1000).toFixed(1)} s a step, peak RSS ${r.peakRssMb.toFixed(0)} MB`);
         } catch (err) {
           byThreads[n][mode] = `failed: ${(err as Error).message.split('\n')[0]}`;
         }
@@ -284,6 +286,7 @@ export async function pretrainedEnginesBench(ctx: BenchContext, from: string, ro
     train_group: trainGroup,
     train_step_ms: stepMs,
     train_micro_batch_tokens: microBatchTokens,
+    train_micro_batch_tokens_full: microBatchTokensFull,
     train_gradient_checkpointing: gradientCheckpointing,
     train_lora_rank: trainRank,
     train_sequences: batch.length,

@@ -92,11 +92,23 @@ export function ortThreads(model?: ModelConfig, env: NodeJS.ProcessEnv = process
   return n;
 }
 
+/**
+ * TensorFlow's settings read from the OS environment when it loads (main thread only: a worker
+ * thread's process.env never reaches getenv), where the user has not set them: its INFO and WARNING
+ * logs off (two absl/oneDNN lines at load still print on 2.21), and its oneDNN kernels on. TensorFlow
+ * turns oneDNN on by itself only on CPUs with AVX-512 VNNI/BF16 or AMX; on an AVX2-only host (AMD
+ * EPYC, 2 cores) its Eigen matmuls ran a SmolLM2 LoRA train step at 105 tokens/s and oneDNN at 140
+ * (full fine-tuning 80 -> 104; docs/results.md). TF_ENABLE_ONEDNN_OPTS=0 turns it off.
+ */
+export function setTensorflowEnvironment(): void {
+  process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
+  process.env.TF_ENABLE_ONEDNN_OPTS ??= '1';
+}
+
 /** Loads the native TensorFlow backend for `device` and makes it current; the reason when none loads. */
 export async function loadNativeBackend(device: Device, packages: readonly string[] = nativeCandidates(device)): Promise<TfjsBackendInfo | { error: string }> {
   const tf = await import('@tensorflow/tfjs');
-  // TensorFlow's own INFO and WARNING logs off (two absl/oneDNN lines at load still print on 2.21).
-  process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
+  setTensorflowEnvironment();
   // Read once, when TensorFlow loads (engineThreads; TF_NUM_INTRAOP_THREADS overrides). The
   // trainer thread (training/trainer-thread.ts) sets it for its model before it loads TensorFlow.
   process.env.TF_NUM_INTRAOP_THREADS ??= String(engineThreads());

@@ -18,7 +18,7 @@
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import type { RunConfig } from '../config/run-config';
-import { engineThreads, USER_TF_INTRAOP_THREADS } from '../engines/backends';
+import { engineThreads, setTensorflowEnvironment, USER_TF_INTRAOP_THREADS } from '../engines/backends';
 import type { Device } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { NonFiniteUpdateError, type LrSchedule, type ScoredSequence, type TrainerOptions, type TrainSequence, type TrainStepMetrics, type TrainStepOptions } from '../engines/trainer';
@@ -75,7 +75,7 @@ class TrainerThread {
     // own process.env is a copy that never reaches getenv); the main thread may have set it for
     // itself, so only a value the user set wins over this model's count.
     process.env.TF_NUM_INTRAOP_THREADS = USER_TF_INTRAOP_THREADS ?? String(engineThreads(model));
-    process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';
+    setTensorflowEnvironment();
     this.worker = new Worker(path.join(__dirname, 'trainer-thread-entry.js'), { workerData: { device } });
     this.worker.unref();
     let started: (info: TrainerThreadInfo) => void;
