@@ -60,12 +60,7 @@ const optionsSchema = z
     multimodal: z.enum(['0', '1']).default('1'),
     multimodal_batch: count(1, 16),
     multimodal_train_sequences: count(1, 32),
-    /**
-     * On a pretrained model (bench/real-engines.ts, which applies the defaults): the train batch's
-     * new tokens (56), the LoRA rank (16), the train micro-batch token budgets of LoRA (the
-     * real-model recipe's 1,024) and of full fine-tuning (512), and gradient checkpointing for every
-     * train run (0).
-     */
+    /** Pretrained (bench/real-engines.ts sets defaults): train new tokens, LoRA rank, token budgets, checkpointing. */
     train_new_tokens: z.coerce.number().int().min(1).optional(),
     train_rank: z.coerce.number().int().min(1).optional(),
     micro_batch_tokens: z.coerce.number().int().min(1).optional(),
