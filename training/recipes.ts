@@ -58,8 +58,9 @@ export interface RealModelRecipeOptions {
 
 /**
  * The real-model recipe's (LoRA) micro-batch token budget: the engines bench's 8 x ~96-token batch
- * in one micro-batch trains at 140 tokens/s where two of 512 ran at 104, and a SmolLM2 LoRA trainer's
- * peak stays under 4.5 GB (docs/results.md).
+ * in one micro-batch trains at 140 tokens/s where two of 512 ran at 104. The cost is memory: a
+ * SmolLM2 LoRA trainer on a GRPO group batch (8 x 4) peaks near 5 GB, ~0.7 GB above 512's
+ * (docs/results.md).
  */
 export const REAL_MODEL_MICRO_BATCH_TOKENS = 1024;
 
