@@ -214,6 +214,17 @@ const rotaryFused = tf.customGrad((x, cos, sin, save) => {
   };
 }) as (x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor) => tf.Tensor;
 
+/**
+ * tf.reshape whose backward pass keeps nothing. tfjs's Reshape keeps its input for its gradient (to
+ * read its shape), and so holds alive until the backward pass whatever it reshapes: a fused
+ * projection's whole output (LoRA's [N, 3 * 576] q/k/v and [N, 2 * 1536] gate/up blocks, which are
+ * split at once) and the attention's output before its transpose. Here the shape is read once.
+ */
+function reshapeFree(x: tf.Tensor, shape: number[]): tf.Tensor {
+  const from = x.shape;
+  return (tf.customGrad((xin, _save) => ({ value: tf.reshape(xin as tf.Tensor, shape), gradFunc: (dy: tf.Tensor) => tf.reshape(dy, from) })) as (x: tf.Tensor) => tf.Tensor)(x);
+}
+
 function resolveShape(x: tf.Tensor, shape: number[]): number[] {
   return shape.map((d, i) => (d === 0 ? x.shape[i] : d));
 }
@@ -229,7 +240,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
   // closer to the float64 reference (1.2e-4 -> 9e-5 max error).
   const sigmoid = options.explicitTransposeGrad ? (x: tf.Tensor) => tf.div(tf.scalar(1), tf.add(tf.scalar(1), tf.exp(tf.neg(x)))) : (x: tf.Tensor) => tf.sigmoid(x);
   const swiglu = swigluFused(sigmoid);
-  const to2d = (x: tf.Tensor) => tf.reshape(x, [-1, x.shape[x.rank - 1] as number]);
+  const to2d = (x: tf.Tensor) => reshapeFree(x, [-1, x.shape[x.rank - 1] as number]);
   // The fused attention and LoRA projection use BatchMatMul's transpose flags, the fast path on
   // native TensorFlow (the slow one on wasm, which keeps the compositions).
   const native: Pick<TensorOps<tf.Tensor>, 'attention' | 'loraLinear'> = options.explicitTransposeGrad
@@ -239,12 +250,13 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
         loraLinear(x, weight, bias, loraX, parts, scale) {
           const x2d = to2d(x);
           const y = loraLinearFused(x2d, weight, bias, loraX === x ? x2d : to2d(loraX), parts, scale);
-          return tf.reshape(y, [...x.shape.slice(0, -1), y.shape[1] as number]);
+          return reshapeFree(y, [...x.shape.slice(0, -1), y.shape[1] as number]);
         },
       };
   return {
     ...native,
     checkpoint: checkpointLayer,
+    scope: <R>(f: () => R): R => tf.tidy(f as () => tf.TensorContainer) as R,
     embed: (table, ids) => tf.gather(table, ids),
     linear(x, weight, bias) {
       const lead = x.shape.slice(0, -1);
@@ -255,7 +267,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
         y = isTrained(weight) ? trainedLinear2d(x2d, weight) : frozenLinear2d(x2d, weight);
         if (bias) y = tf.add(y, bias);
       }
-      return tf.reshape(y, [...lead, weight.shape[1] as number]);
+      return reshapeFree(y, [...lead, weight.shape[1] as number]);
     },
     matmul,
     add: (a, b) => tf.add(a, b),
@@ -275,11 +287,11 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
       // An explicit transpose + plain matmul: BatchMatMul's transpose flags are the slow path on wasm.
       const x2d = to2d(x);
       const y = isTrained(weight) ? matmul(x2d, tf.transpose(weight)) : options.explicitTransposeGrad ? frozenLinear2d(x2d, tf.transpose(weight)) : tf.matMul(x2d, weight, false, true);
-      return tf.reshape(y, [...lead, weight.shape[0] as number]);
+      return reshapeFree(y, [...lead, weight.shape[0] as number]);
     },
     split: (x, parts) => tf.split(x, parts, -1),
     splitSizes: (x, sizes) => tf.split(x, sizes, -1),
-    reshape: (x, shape) => tf.reshape(x, resolveShape(x, shape)),
+    reshape: (x, shape) => reshapeFree(x, resolveShape(x, shape)),
     transpose: (x, perm) => tf.transpose(x, perm),
     concat: (xs, axis) => tf.concat(xs, axis),
     lastPosition: (x) => tf.slice(x, [0, x.shape[1]! - 1, 0], [-1, 1, -1]),

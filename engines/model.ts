@@ -464,6 +464,13 @@ export interface TensorOps<T> {
    */
   checkpoint?(layer: (x: T, w: Record<string, T>) => T, x: T, w: Record<string, T>): T;
   /**
+   * Optional scope for one decoder layer: what `f` returns is kept, every other tensor it made is
+   * freed when it returns (a backend that records a tape for gradients keeps what the backward pass
+   * reads). Without it, a train step's forward pass holds every intermediate of every layer until
+   * its loss is computed.
+   */
+  scope?<R>(f: () => R): R;
+  /**
    * Optional fused attention core: softmax(q kT + bias) v for q [B, H, M, Dh], kT [B, H, Dh, S],
    * v [B, H, S, Dh] and an additive bias that broadcasts to [B, H, M, S] (none: every key).
    */
@@ -665,7 +672,7 @@ export function unembed<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string
  */
 function decoderLayer<T>(ops: TensorOps<T>, inputs: ForwardInputs<T>, w: Record<string, T>, p: string, x: T, present: LayerCache<T>[], layer: (x: T, w: Record<string, T>) => { x: T; cache: LayerCache<T> }): T {
   if (!inputs.recomputeLayers || !ops.checkpoint || inputs.past) {
-    const out = layer(x, w);
+    const out = ops.scope ? ops.scope(() => layer(x, w)) : layer(x, w);
     present.push(out.cache);
     return out.x;
   }
