@@ -59,8 +59,8 @@ export interface RealModelRecipeOptions {
 /**
  * The real-model recipe's (LoRA) micro-batch token budget: the engines bench's 8 x ~96-token batch
  * in one micro-batch trains at 140 tokens/s where two of 512 ran at 104. The cost is memory: a
- * SmolLM2 LoRA trainer on a GRPO group batch (8 x 4) peaks near 5 GB, ~0.7 GB above 512's
- * (docs/results.md).
+ * SmolLM2 LoRA trainer on a GRPO group batch (8 x 4) peaks near 4.2 GB (4.8 GB before each layer's
+ * forward freed what its backward pass does not read; docs/results.md).
  */
 export const REAL_MODEL_MICRO_BATCH_TOKENS = 1024;
 
