@@ -15,16 +15,13 @@ const { startTemporalServer } = require(path.join(root, 'dist', 'workers', 'temp
 const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 
 /**
- * The side lane, in this order: the image and audio learning runs (their SFT warm starts compute in
- * one process for minutes, while the main lane's multi-process suites leave a core idle much of the
- * time), the chaos suite (so that the database pass, where the waiting suites below are few, has two
- * lanes of similar length too), then suites that spend most of their time waiting (slow-reward
- * sleeps, cooldowns, timers, workers killed and restarted, webhooks). They run beside the main lane
- * on a Temporal server of their own (the task queue names are the same in every stack). Their output
- * is printed when the main lane ends. Measured on a fresh clone (2 cores): the embedded pass's lanes
- * took 1,331 s and 936 s with only the audio run here, the database pass's 474 s and 103 s.
+ * The side lane, in this order: the audio learning run (its SFT warm start computes in one process
+ * for minutes, while the main lane's multi-process suites leave a core idle much of the time), then
+ * suites that spend most of their time waiting (slow-reward sleeps, cooldowns, timers, workers
+ * killed and restarted, webhooks). They run beside the main lane on a Temporal server of their own
+ * (the task queue names are the same in every stack). Their output is printed when the main lane ends.
  */
-const SIDE_LANE = ['multimodal-audio-run', 'multimodal-run', 'chaos', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+const SIDE_LANE = ['multimodal-audio-run', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
 /** Suites that assert on timing under a load of their own: run alone, after both lanes. */
 const LAST_SUITES = ['long-train-step'];
 
