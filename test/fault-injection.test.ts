@@ -162,6 +162,7 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
   if (mode === 'async') assert.ok(stale.some((r) => r.staleness > 0), 'the rollout ran ahead of training');
 }
 
-test('a run survives 10 SIGKILLs across every role and a Temporal server restart, training each step exactly once', (t) => runUnderFaults(t, 'sync'));
-
-test('the same in async mode (max_staleness 2): nothing lost or trained twice, the staleness bound holds', (t) => runUnderFaults(t, 'async'));
+// Async mode only: a sync run under the same kinds of kills (every role, the Temporal server, and
+// relax dev besides), with the same exactly-once checks of what Postgres holds, is the chaos suite's
+// (test/chaos.test.ts); running it here too cost ~90 s of the CI budget.
+test('a run in async mode (max_staleness 2) survives 10 SIGKILLs across every role and a Temporal server restart: each step trained exactly once, nothing lost, the staleness bound holds', (t) => runUnderFaults(t, 'async'));
