@@ -218,11 +218,27 @@ const rotaryFused = tf.customGrad((x, cos, sin, save) => {
  * tf.reshape whose backward pass keeps nothing. tfjs's Reshape keeps its input for its gradient (to
  * read its shape), and so holds alive until the backward pass whatever it reshapes: a fused
  * projection's whole output (LoRA's [N, 3 * 576] q/k/v and [N, 2 * 1536] gate/up blocks, which are
- * split at once) and the attention's output before its transpose. Here the shape is read once.
+ * split at once) and the attention's output before its transpose. This is the backend's own Reshape
+ * kernel under another name, whose registered gradient reads the input's shape from its attributes.
+ * (A tf.customGrad wrapper did the same at several times the cost of a reshape per call.)
  */
+const RESHAPE_FREE = 'RelaxReshapeFree';
+const reshapeFreeBackends = new Set<string>();
+let reshapeFreeGradient = false;
+
 function reshapeFree(x: tf.Tensor, shape: number[]): tf.Tensor {
-  const from = x.shape;
-  return (tf.customGrad((xin, _save) => ({ value: tf.reshape(xin as tf.Tensor, shape), gradFunc: (dy: tf.Tensor) => tf.reshape(dy, from) })) as (x: tf.Tensor) => tf.Tensor)(x);
+  const backendName = tf.getBackend();
+  if (!reshapeFreeBackends.has(backendName)) {
+    const reshape = tf.getKernel('Reshape', backendName);
+    if (!reshape) throw new Error(`the ${backendName} tfjs backend has no Reshape kernel`);
+    tf.registerKernel({ kernelName: RESHAPE_FREE, backendName, kernelFunc: ({ inputs, backend, attrs }) => reshape.kernelFunc({ inputs, backend, attrs: { shape: (attrs as { shape: number[] }).shape } }) });
+    if (!reshapeFreeGradient) {
+      tf.registerGradient({ kernelName: RESHAPE_FREE, inputsToSave: [], gradFunc: (dy, _saved, attrs) => ({ x: () => tf.reshape(dy as tf.Tensor, (attrs as unknown as { inputShape: number[] }).inputShape) }) });
+      reshapeFreeGradient = true;
+    }
+    reshapeFreeBackends.add(backendName);
+  }
+  return tf.engine().runKernel(RESHAPE_FREE, { x }, { shape, inputShape: x.shape }) as tf.Tensor;
 }
 
 function resolveShape(x: tf.Tensor, shape: number[]): number[] {
