@@ -226,9 +226,7 @@ async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> 
         // An external engine that cannot confirm fails the weight sync (and is marked failed).
         if (err instanceof ApplicationFailure && err.type === 'EngineUnhealthy') throw err;
         last = { runId, policyVersion: newest.policyVersion, error: shortened((err as Error).message, 300) };
-        // Pruned between the registry read and the file read: a bare ENOENT of its files.
-        const gone = (err as NodeJS.ErrnoException).code === 'ENOENT';
-        if (!(gone || err instanceof CheckpointPrunedError || (err instanceof ApplicationFailure && err.type === 'PrunedPolicyVersion'))) break;
+        if (!(err instanceof CheckpointPrunedError || (err instanceof ApplicationFailure && err.type === 'PrunedPolicyVersion'))) break;
       }
     }
     if (last) loaded.push(last);

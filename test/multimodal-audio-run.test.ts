@@ -8,8 +8,8 @@ let stack: MultimodalStack;
 before(async () => {
   // The recipe evaluates its SFT after every step (held-out accuracy sits at chance for ~180 steps,
   // then jumps past the band within a few). Here every 5th: the warm start it falls back to is at
-  // most 5 steps before the jump, and the SFT costs ~130 s less of the CI's 2 cores (measured alone:
-  // 220 s at every step, 132 s at every 10th).
+  // most 5 steps before the jump, and the SFT costs less of the CI's 2 cores (measured alone: 220 s
+  // at every step, 132 s at every 10th).
   stack = await MultimodalStack.start(['audio'], { audio: { evalEvery: 5 } });
 });
 after(async () => {

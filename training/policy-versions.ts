@@ -51,7 +51,14 @@ export async function publishPolicyVersion(
  */
 export async function loadPolicyWeights(db: Queryable, run: RunCheckpoints, version: number): Promise<PolicyWeights> {
   const checkpoint = await requireRetainedCheckpoint(db, run.runId, version);
-  return (await loadCheckpoint(checkpoint.path, { model: run.model, sha256: checkpoint.sha256 })).weights;
+  try {
+    return (await loadCheckpoint(checkpoint.path, { model: run.model, sha256: checkpoint.sha256 })).weights;
+  } catch (err) {
+    // Retention marks a version pruned before it deletes the files: files gone between the registry
+    // read and the file read are a pruned version (CheckpointPrunedError), not an I/O failure.
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') await requireRetainedCheckpoint(db, run.runId, version);
+    throw err;
+  }
 }
 
 /** The optimizer state published with `version`, if any (version 0 and warm starts have none). */
