@@ -35,7 +35,7 @@ export interface ColocatedStepResult extends TrainStepResult {
 
 // One engine per run in this process, switched to the trainer's versions as it publishes them: the
 // trainer's own weights when it holds that version (every step but a new instance's first).
-const policies = new RunPolicies(async (ctx, run, v) => (await heldTrainerWeights(run.runId, v)) ?? loadPolicyWeights(ctx.pool, run, v));
+const policies = new RunPolicies('colocated.policy', async (ctx, run, v) => (await heldTrainerWeights(run.runId, v)) ?? loadPolicyWeights(ctx.pool, run, v));
 
 /** Generates iteration step - 1 here, with the reference log-probs when the KL term is on. */
 async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainStepInput, iteration: number): Promise<NewSample[]> {

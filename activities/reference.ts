@@ -6,17 +6,21 @@ import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
 import { referenceTrainerOptions } from '../training/options';
 import { withBaseWeights } from '../training/policy-model';
 import { loadPolicyWeights } from '../training/policy-versions';
+import { runState } from '../training/run-state';
 import { RemoteTrainer } from '../training/trainer-thread';
 import type { RunContext } from '../training/run-context';
 import { referenceLogprobs, withSequenceMedia } from '../training/update';
 import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 // The frozen reference policy of each run, forward passes only, on this process's trainer thread.
-const references = new Map<string, RemoteTrainer>();
+const references = runState.slot<RemoteTrainer>('reference.model', (reference) => reference.dispose());
 
 export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<RemoteTrainer> {
   let reference = references.get(run.runId);
-  if (reference?.lost) reference = undefined;
+  if (reference?.lost) {
+    references.delete(run.runId);
+    reference = undefined;
+  }
   if (!reference) {
     const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));
     reference = await RemoteTrainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights), run.config.train.share_prompts), parseDevice(ctx.device));

@@ -17,6 +17,7 @@ import { CheckpointPrunedError, latestCheckpoint } from '../store/checkpoint-reg
 import { recordMetrics } from '../store/metrics';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
+import { runState, whenLoaded, type RunSlot } from '../training/run-state';
 import { transferQueueBuffer } from '../training/sample-buffer';
 import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type EngineFigures, type ExternalEngineHandle, type WorkerContext } from './context';
 
@@ -40,9 +41,15 @@ export interface GenerateResult {
  * to the run's published checkpoints; the colocated step gives the trainer's own weights first.
  */
 export class RunPolicies {
-  private readonly engines = new Map<string, Promise<PolicyEngine>>();
+  private readonly engines: RunSlot<Promise<PolicyEngine>>;
 
-  constructor(private readonly loadWeights: (ctx: WorkerContext, run: RunContext, version: number) => Promise<PolicyWeights> = (ctx, run, v) => loadPolicyWeights(ctx.pool, run, v)) {}
+  /** `slot`: the name of the run state slot its engines live in (training/run-state.ts), released with the run. */
+  constructor(
+    slot: string,
+    private readonly loadWeights: (ctx: WorkerContext, run: RunContext, version: number) => Promise<PolicyWeights> = (ctx, run, v) => loadPolicyWeights(ctx.pool, run, v),
+  ) {
+    this.engines = runState.slot(slot, whenLoaded((engine: PolicyEngine) => engine.release()));
+  }
 
   of(ctx: WorkerContext, run: RunContext): Promise<PolicyEngine> {
     let policy = this.engines.get(run.runId);
@@ -53,7 +60,8 @@ export class RunPolicies {
         { loadWeights: (v) => this.loadWeights(ctx, run, v), cachedVersions: 1, ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}) },
       );
       this.engines.set(run.runId, policy);
-      policy.catch(() => this.engines.delete(run.runId));
+      const failed = policy;
+      failed.catch(() => this.engines.delete(run.runId, failed));
     }
     return policy;
   }
@@ -64,11 +72,11 @@ export class RunPolicies {
   }
 
   runIds(): string[] {
-    return [...this.engines.keys()];
+    return this.engines.runIds();
   }
 }
 
-const policies = new RunPolicies();
+const policies = new RunPolicies('rollout.policy');
 
 /**
  * The run's policy at `version`: the local engine, or the external one this worker drives. A switch
@@ -108,8 +116,8 @@ export function measured(engine: GenerationEngine, kind: 'local' | 'external', f
   };
 }
 
-// An external engine's view of each run, in a worker started with RELAX_ENGINE_URL.
-const remotes = new Map<string, RemoteRolloutEngine>();
+// An external engine's view of each run, in a worker started with RELAX_ENGINE_URL (no resources of its own: released with the run by forgetting it).
+const remotes = runState.slot<RemoteRolloutEngine>('rollout.external');
 
 /**
  * The external engine told to load `version` and confirmed; one that cannot confirm is marked

@@ -20,6 +20,7 @@ import { initialPolicyWeights, withBaseWeights } from '../training/policy-model'
 import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion, resolveInitFrom } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { RemoteTrainer } from '../training/trainer-thread';
+import { runState } from '../training/run-state';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
 import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia, type UpdateRule } from '../training/update';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
@@ -63,11 +64,12 @@ export interface TrainStepResult extends PolicyVersionInfo {
 
 // The trainer of each run this process serves (on the process's trainer thread), with the policy
 // version its weights are at (and those weights as published). Its optimizer state lives only
-// there; a new instance rebuilds both from the last published version.
-const trainers = new Map<string, { trainer: RemoteTrainer; version: number; weights?: PolicyWeights }>();
+// there; a new instance rebuilds both from the last published version (its checkpoint and optimizer
+// state). Both slots are released with the run (training/run-state.ts).
+const trainers = runState.slot<{ trainer: RemoteTrainer; version: number; weights?: PolicyWeights }>('train.trainer', (held) => held.trainer.dispose());
 // The advantage estimator and policy loss of each run (a user module loads once), with the
 // algorithm hyperparameters they were built with: an update of those rebuilds them.
-const rules = new Map<string, { key: string; rule: Promise<UpdateRule> }>();
+const rules = runState.slot<{ key: string; rule: Promise<UpdateRule> }>('train.rule');
 // The train step each run is running in this process: a second attempt of a step (Temporal retried
 // it after a missed heartbeat while the first still runs) waits for the first instead of updating
 // the same trainer concurrently; it then finds the step applied and reports it.
@@ -93,7 +95,7 @@ function ruleOf(run: RunContext): Promise<UpdateRule> {
   const rule = failuresMapped(() => resolveUpdateRule(run.config.algorithm, { maxCompletionTokens: run.config.rollout.max_new_tokens }));
   const entry = { key, rule };
   rules.set(run.runId, entry);
-  rule.catch(() => rules.get(run.runId) === entry && rules.delete(run.runId));
+  rule.catch(() => rules.delete(run.runId, entry));
   return rule;
 }
 

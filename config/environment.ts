@@ -15,6 +15,25 @@ export interface RelaxEnvironment {
   warmStartCache: string;
 }
 
+/**
+ * How a worker releases what it holds for a run (workers/run-reaper.ts): every `checkS` seconds it
+ * asks whether each run's workflow has closed (RELAX_RUN_RELEASE_CHECK_S, default 30), and it
+ * releases a run no activity used for `idleS` seconds whatever its state (RELAX_RUN_IDLE_RELEASE_S,
+ * default 3600).
+ */
+export function runReleaseSettings(env: NodeJS.ProcessEnv = process.env): { checkS: number; idleS: number } {
+  return { checkS: seconds(env, 'RELAX_RUN_RELEASE_CHECK_S', 30), idleS: seconds(env, 'RELAX_RUN_IDLE_RELEASE_S', 3600) };
+}
+
+/** A positive number of seconds from the environment, or the default; anything else is an error naming the variable. */
+function seconds(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const v = Number(raw);
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`${name}=${raw} is not a positive number of seconds: set it to e.g. ${fallback}, or unset it for the default (${fallback})`);
+  return v;
+}
+
 export function relaxEnvironment(env: NodeJS.ProcessEnv = process.env): RelaxEnvironment {
   return {
     temporalAddress: env.TEMPORAL_ADDRESS || '127.0.0.1:7233',

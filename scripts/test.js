@@ -21,7 +21,7 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
  * killed and restarted, webhooks). They run beside the main lane on a Temporal server of their own
  * (the task queue names are the same in every stack). Their output is printed when the main lane ends.
  */
-const SIDE_LANE = ['multimodal-audio-run', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+const SIDE_LANE = ['multimodal-audio-run', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
 /** Suites that assert on timing under a load of their own: run alone, after both lanes. */
 const LAST_SUITES = ['long-train-step'];
 

@@ -11,6 +11,7 @@ import { MediaPrompts } from '../rollout/media-prompts';
 import type { Task } from '../envs/task';
 import { loadRunPolicy, RunModelError, type RunPolicy } from './policy-model';
 import type { RunCheckpoints } from './policy-versions';
+import { runState } from './run-state';
 
 export interface RunContext extends RunCheckpoints {
   config: RunConfig;
@@ -32,15 +33,15 @@ export class RunTaskError extends Error {
   override readonly name = 'RunTaskError';
 }
 
-const cache = new Map<string, Promise<RunContext>>();
+const contexts = runState.slot<Promise<RunContext>>('run.context');
 
-/** The run's context, cached per process; failures are not cached. Throws UnknownRunError, RunTaskError or RunModelError. */
+/** The run's context, cached per process (training/run-state.ts); failures are not cached. Throws UnknownRunError, RunTaskError or RunModelError. */
 export function loadRunContext(pool: Pool, runId: string): Promise<RunContext> {
-  let loading = cache.get(runId);
+  let loading = contexts.get(runId);
   if (!loading) {
-    loading = load(pool, runId);
-    cache.set(runId, loading);
-    loading.catch(() => cache.delete(runId));
+    loading = contexts.set(runId, load(pool, runId));
+    const failed = loading;
+    failed.catch(() => contexts.delete(runId, failed));
   }
   return loading;
 }

@@ -1,7 +1,7 @@
 // A worker process's Prometheus metrics (docs/monitoring.md): its process and event-loop metrics,
 // and every activity it runs counted and timed by role, activity type and outcome (an activity
 // interceptor), and its engines' figures (activities/context.ts EngineFigures: generated tokens and
-// tokens/s, batch sizes, weight-sync seconds; the trainer's tokens and update seconds). Served on loopback at http://127.0.0.1:<port>/metrics (RELAX_METRICS_PORT, default a
+// tokens/s, batch sizes, weight-sync seconds; the trainer's tokens and update seconds), and the runs it holds state for. Served on loopback at http://127.0.0.1:<port>/metrics (RELAX_METRICS_PORT, default a
 // free port); the worker's ready line says where, and relax dev prints and records it. The Temporal
 // SDK's own runtime metrics are a second endpoint (cli/main.ts installs the Runtime with them).
 import http from 'node:http';
@@ -10,6 +10,7 @@ import type { ActivityExecuteInput, ActivityInboundCallsInterceptor, Next } from
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineFigures } from '../activities/context';
 import type { Role } from '../config/task-queues';
+import { runState } from '../training/run-state';
 
 export interface WorkerMetrics {
   /** http://127.0.0.1:<port>/metrics */
@@ -46,6 +47,14 @@ export async function startWorkerMetrics(opts: { role: Role; host?: string; port
     registers: [registry],
   });
 
+  new Gauge({
+    name: 'relax_worker_runs_held',
+    help: 'runs this worker holds state for (engines, trainers, contexts); released when the run\'s workflow closes (workers/run-reaper.ts)',
+    registers: [registry],
+    collect() {
+      this.set(runState.held().length);
+    },
+  });
   const figures = engineFigures(registry);
 
   const server = http.createServer((req, res) => {

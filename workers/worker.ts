@@ -14,6 +14,8 @@ import { openStore, redactUrl } from '../store/db';
 import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { SUPERVISED_ENV } from './supervisor';
 import { metricsEnabled, startWorkerMetrics } from './worker-metrics';
+import { startRunReaper, temporalWorkflowStates } from './run-reaper';
+import { runReleaseSettings } from '../config/environment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
@@ -120,6 +122,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   }
   if (DEVICE_ROLES.includes(opts.role)) pinProcessToDevice(opts.device);
 
+  const release = runReleaseSettings(); // a bad RELAX_RUN_* value fails here, before anything starts
   const label = deviceLabel(opts.device);
   const instanceId = `${os.hostname()}:${label}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const identity = `${opts.role}/${instanceId}`;
@@ -182,6 +185,9 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const tracing = startTracing({ role: opts.role, identity });
   const metrics = metricsEnabled() ? await startWorkerMetrics({ role: opts.role, ...metricsPort() }) : undefined;
   if (metrics) ctx.figures = metrics.figures;
+  // What this process holds for a run is released once the run's workflow has closed (workers/run-reaper.ts).
+  const workflowStates = temporalWorkflowStates(opts.temporalAddress, opts.namespace, security);
+  const reaper = startRunReaper({ db: pool, workflowState: workflowStates.state, checkMs: release.checkS * 1000, idleMs: release.idleS * 1000, log: (line) => console.log(`[${identity}] ${line}`) });
   const common = {
     connection,
     namespace: opts.namespace,
@@ -215,6 +221,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
   const closed = done.finally(async () => {
+    await reaper.stop();
+    await workflowStates.close();
     await metrics?.close().catch(() => undefined);
     await tracing?.shutdown();
     await external?.checkpoints.close().catch(() => undefined);
