@@ -2,8 +2,9 @@
 // workers/run-reaper.ts): 20 short runs through the trainingRun workflow on one stack of real worker
 // processes. Each worker releases each run once its workflow has closed, and every worker's RSS
 // after the last run is within 10% of its RSS after the second. Before the registry, each run left
-// its engines behind and the RSS grew with every run: measured on this model, the rollout worker went
-// 457 -> 1,785 MB from run 2 to run 20, the train worker 602 -> 1,035.
+// its engines behind and the RSS grew with every run: measured on this model (two steps a run, glibc's
+// default allocator), the rollout worker went 457 -> 1,785 MB from run 2 to run 20, the train worker
+// 602 -> 1,035.
 //
 // The workers run with a fixed mmap threshold (MALLOC_MMAP_THRESHOLD_), so that their RSS is the
 // memory they hold. With glibc's default, a worker keeps the blocks a released run frees for the

@@ -17,8 +17,6 @@ export interface HeldRunInfo {
   runId: string;
   /** Milliseconds since a slot of the run was last read or written. */
   idleMs: number;
-  /** The names of its slots that hold a value. */
-  slots: string[];
 }
 
 /** One kind of per-run value (e.g. "train.trainer"), keyed by run id. Reading or writing marks the run used. */
@@ -94,7 +92,7 @@ export class RunRegistry {
   /** Every run this process holds state for. */
   held(): HeldRunInfo[] {
     const now = this.now();
-    return [...this.runs].map(([runId, run]) => ({ runId, idleMs: now - run.lastUsedMs, slots: [...run.values.keys()].map((s) => s.name) }));
+    return [...this.runs].map(([runId, run]) => ({ runId, idleMs: now - run.lastUsedMs }));
   }
 
   /**
