@@ -178,7 +178,8 @@ export function buildProgram(): Command {
         ...shutdownGrace(),
       });
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
-      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${backend}${worker.metricsUrl ? ` · metrics ${worker.metricsUrl}` : ''}${sdkMetricsPort !== undefined ? ` · sdk-metrics http://127.0.0.1:${sdkMetricsPort}/metrics` : ''}${worker.tracesUrl ? ` · traces ${worker.tracesUrl}` : ''}`);
+      const build = worker.build ? ` as build ${worker.build.buildId} of deployment ${worker.build.deploymentName}` : '';
+      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${build}${backend}${worker.metricsUrl ? ` · metrics ${worker.metricsUrl}` : ''}${sdkMetricsPort !== undefined ? ` · sdk-metrics http://127.0.0.1:${sdkMetricsPort}/metrics` : ''}${worker.tracesUrl ? ` · traces ${worker.tracesUrl}` : ''}`);
       await worker.done;
       // (A worker whose external engine was marked failed stopped polling the shared queue only: its
       // instance queue keeps it alive, taking no rollout work, until it is drained.)

@@ -25,6 +25,42 @@ export function runReleaseSettings(env: NodeJS.ProcessEnv = process.env): { chec
   return { checkS: seconds(env, 'RELAX_RUN_RELEASE_CHECK_S', 30), idleS: seconds(env, 'RELAX_RUN_IDLE_RELEASE_S', 3600) };
 }
 
+/**
+ * How the control worker takes part in Temporal Worker Versioning (docs/deployment.md "Upgrading
+ * workflow code"): its deployment name, its build id (undefined: derived from the workflow code it
+ * serves), whether it makes its build the deployment's current version when it starts, and whether
+ * versioning is on at all (RELAX_WORKER_VERSIONING=off: an unversioned worker, as before).
+ */
+export interface WorkerDeploymentSettings {
+  versioning: boolean;
+  deploymentName: string;
+  buildId?: string;
+  promote: boolean;
+}
+
+export function workerDeploymentSettings(env: NodeJS.ProcessEnv = process.env): WorkerDeploymentSettings {
+  const flag = (name: string): boolean => {
+    const raw = (env[name] ?? 'on').toLowerCase();
+    if (['on', '1', 'true'].includes(raw)) return true;
+    if (['off', '0', 'false'].includes(raw)) return false;
+    throw new Error(`${name}=${env[name]} is not on or off: set it to on (the default) or off`);
+  };
+  const name = (variable: string, fallback?: string): string | undefined => {
+    const raw = env[variable] || fallback;
+    if (raw !== undefined && !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(raw)) {
+      throw new Error(`${variable}=${raw} is not a valid name: use letters, digits, '.', '_' and '-' (at most 128), or unset it`);
+    }
+    return raw;
+  };
+  const buildId = name('RELAX_BUILD_ID');
+  return {
+    versioning: flag('RELAX_WORKER_VERSIONING'),
+    deploymentName: name('RELAX_DEPLOYMENT_NAME', 'relax') as string,
+    ...(buildId ? { buildId } : {}),
+    promote: flag('RELAX_PROMOTE_BUILD'),
+  };
+}
+
 /** A positive number of seconds from the environment, or the default; anything else is an error naming the variable. */
 function seconds(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];

@@ -15,7 +15,8 @@ import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { SUPERVISED_ENV } from './supervisor';
 import { metricsEnabled, startWorkerMetrics } from './worker-metrics';
 import { startRunReaper, temporalWorkflowStates } from './run-reaper';
-import { runReleaseSettings } from '../config/environment';
+import { runReleaseSettings, workerDeploymentSettings } from '../config/environment';
+import { deploymentOptions, promoteBuild } from './deployment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
@@ -37,6 +38,8 @@ export interface RunningWorker {
   identity: string;
   instanceQueue: string;
   taskQueues: string[];
+  /** The control worker's worker-deployment build (workers/deployment.ts); absent when unversioned. */
+  build?: { deploymentName: string; buildId: string };
   /** The tfjs backend loaded for the trainer (train and reference roles). */
   tfjsBackend?: string;
   /** Resolves when the worker has stopped (after shutdown() or a fatal error). */
@@ -123,6 +126,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   if (DEVICE_ROLES.includes(opts.role)) pinProcessToDevice(opts.device);
 
   const release = runReleaseSettings(); // a bad RELAX_RUN_* value fails here, before anything starts
+  const deployment = workerDeploymentSettings();
   const label = deviceLabel(opts.device);
   const instanceId = `${os.hostname()}:${label}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const identity = `${opts.role}/${instanceId}`;
@@ -198,10 +202,13 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   };
 
   const workers: Worker[] = [];
+  let versioned: { deploymentName: string; buildId: string } | undefined;
   if (opts.role === 'control') {
     await checkSearchAttributes(opts, security);
     const workflowBundle = (!tracing && opts.workflowBundle) || (await bundleWorkflows({ tracing: !!tracing }));
-    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle, ...(tracing ? { sinks: tracing.sinks } : {}) }));
+    const workerDeploymentOptions = deploymentOptions(deployment, workflowBundle);
+    versioned = workerDeploymentOptions?.version;
+    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle, ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}), ...(tracing ? { sinks: tracing.sinks } : {}) }));
   } else {
     const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER, ...rolloutConcurrency() } : {};
     workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
@@ -220,6 +227,16 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   stopPolling = () => {
     for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
+  if (versioned && deployment.promote) {
+    // New runs start on this build once it is current; runs pinned to an older build finish there.
+    const promoted = promoteBuild(connection, { namespace: opts.namespace, ...versioned, identity });
+    await Promise.race([promoted, done]).catch(async (err) => {
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+      await done.catch(() => undefined);
+      await Promise.allSettled([reaper.stop(), workflowStates.close(), metrics?.close(), tracing?.shutdown(), connection.close(), pool!.end()]);
+      throw err;
+    });
+  }
   const closed = done.finally(async () => {
     await reaper.stop();
     await workflowStates.close();
@@ -234,6 +251,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     instanceQueue,
     taskQueues: workers.map((w) => w.options.taskQueue),
     tfjsBackend,
+    ...(versioned ? { build: versioned } : {}),
     done: closed,
     shutdown: () => {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();

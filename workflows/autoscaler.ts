@@ -6,12 +6,13 @@
 // whole sustain window and respects the cooldowns; every decision and every change of mind is
 // recorded with its reason (the `autoscalerStatus` query). It continues as new every few hundred
 // observations, carrying its recent decisions.
-import { ApplicationFailure, continueAsNew, defineQuery, defineSignal, executeChild, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
+import { ApplicationFailure, defineQuery, defineSignal, executeChild, proxyActivities, setHandler, sleep } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { CapacityActivities, RolloutObservation } from '../activities/capacity';
 import type { AutoscalerConfig } from '../config/autoscaler';
 import { CAPACITY_TASK_QUEUE, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
 import type { rolloutScaleIn, rolloutScaleOut } from './rollout-scaling';
+import { continueOnCurrentBuild, newerBuildIsCurrent } from './versioning';
 
 export interface AutoscalerDecision {
   at: string;
@@ -126,7 +127,7 @@ export async function rolloutAutoscaler(config: AutoscalerConfig, carried: Carri
     status.decisions.push(d);
     if (status.decisions.length > MAX_DECISIONS) status.decisions.splice(0, status.decisions.length - MAX_DECISIONS);
   };
-  for (let i = 0; i < OBSERVATIONS_PER_EXECUTION && !stop; i++) {
+  for (let i = 0; i < OBSERVATIONS_PER_EXECUTION && !stop && !newerBuildIsCurrent(); i++) {
     const obs = await act.observeRollout({ windowSecs: Math.max(config.interval_secs, config.scale_out.sustain_secs) });
     const now = Date.now();
     status.lastObservation = obs;
@@ -154,5 +155,5 @@ export async function rolloutAutoscaler(config: AutoscalerConfig, carried: Carri
     status.state = 'stopped';
     return status;
   }
-  return continueAsNew<typeof rolloutAutoscaler>(config, { decisions: status.decisions.slice(-50), ...(status.lastScaleOutAt ? { lastScaleOutAt: status.lastScaleOutAt } : {}), ...(status.lastScaleInAt ? { lastScaleInAt: status.lastScaleInAt } : {}) });
+  return continueOnCurrentBuild<typeof rolloutAutoscaler>()(config, { decisions: status.decisions.slice(-50), ...(status.lastScaleOutAt ? { lastScaleOutAt: status.lastScaleOutAt } : {}), ...(status.lastScaleInAt ? { lastScaleInAt: status.lastScaleInAt } : {}) });
 }

@@ -36,7 +36,7 @@ export interface TrainingProgress {
   /** Mean wall time of this execution's steps, and the estimated seconds left at that pace. */
   stepSeconds?: number;
   etaSeconds?: number;
-  /** Steps that published no version: every sample failed (SKIP_FAILED_STEPS) or the update was not finite ("skip"). */
+  /** Steps that published no version: every sample failed (within train.failure_budget) or the update was not finite ("skip"). */
   skippedSteps?: number;
   /** The hyperparameters the next step uses (setHyperparameters changes them). */
   hyperparameters?: Hyperparameters;

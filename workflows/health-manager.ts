@@ -7,10 +7,11 @@
 // restarts a role's down or hung workers through the supervisor (never the whole stack), stops
 // routing to an engine that does not answer, reports a stalled run and a low disk, and says when a
 // problem clears. A problem is acted on and reported when it appears, not at every check.
-import { condition, continueAsNew, defineQuery, defineSignal, log, proxyActivities, setHandler } from '@temporalio/workflow';
+import { condition, defineQuery, defineSignal, log, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { CapacityActivities, HealthAction, HealthReport } from '../activities/capacity';
 import type { HealthConfig } from '../config/health';
 import { CAPACITY_TASK_QUEUE } from '../config/task-queues';
+import { continueOnCurrentBuild, newerBuildIsCurrent } from './versioning';
 
 export { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
 
@@ -77,7 +78,7 @@ export async function healthManager(config: HealthConfig, carried?: { actions: H
     }
   };
 
-  for (let checks = 0; checks < CHECKS_PER_EXECUTION && !stopRequested; checks++) {
+  for (let checks = 0; checks < CHECKS_PER_EXECUTION && !stopRequested && !newerBuildIsCurrent(); checks++) {
     const report = await act.checkHealth({ stallFactor: config.stall_factor, minStallSecs: config.min_stall_secs, minFreeDiskMb: config.min_free_disk_mb, hungAfterSecs: config.hung_after_secs });
     status.lastReport = report;
     const problems = problemsOf(report);
@@ -105,5 +106,5 @@ export async function healthManager(config: HealthConfig, carried?: { actions: H
     status.state = 'stopped';
     return status;
   }
-  return continueAsNew<typeof healthManager>(config, { actions: status.actions.slice(-50), open: [...open] });
+  return continueOnCurrentBuild<typeof healthManager>()(config, { actions: status.actions.slice(-50), open: [...open] });
 }

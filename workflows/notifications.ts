@@ -2,16 +2,12 @@
 // queue (activities/notify.ts), durable and retried with backoff, so a crash loses none. Never in
 // the run's way: digests go out while training goes on, and a notification that cannot be delivered
 // is logged, never a failure of the run. The run waits for what it sent before it ends or continues
-// as new. Behind a patch, and only for configs with `notify`: executions without one replay as before.
-import { ActivityFailure, ContinueAsNew, isCancellation, log, patched, proxyActivities } from '@temporalio/workflow';
+// as new. Only for configs with `notify`.
+import { ActivityFailure, ContinueAsNew, isCancellation, log, proxyActivities } from '@temporalio/workflow';
 import type { NotifyActivities, NotifyInput } from '../activities/notify';
 import type { NotifyEvent } from '../config/notify-config';
 import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
-
-export const NOTIFICATIONS = 'relax-notifications';
-/** Patch id: accuracy-milestone notifications (executions started before it send none). */
-export const ACCURACY_MILESTONES = 'relax-accuracy-milestones';
 
 /** The milestones a new best accuracy passed: above the previous best, at or below the new one. */
 export function milestonesCrossed(milestones: readonly number[], previousBest: number, best: number): number[] {
@@ -63,7 +59,7 @@ export class Notifier {
   /** A new best held-out accuracy: one "milestone" event naming the highest milestone it passed. */
   afterAccuracy(step: number, previousBest: number, best: number): void {
     const crossed = milestonesCrossed(this.config.accuracy_milestones ?? [], previousBest, best);
-    if (!crossed.length || !patched(ACCURACY_MILESTONES)) return;
+    if (!crossed.length) return;
     void this.send('milestone', { step, milestone: crossed[crossed.length - 1], accuracy: best });
   }
 
@@ -73,9 +69,9 @@ export class Notifier {
   }
 }
 
-/** The run's notifier, or undefined when its config has no `notify` (or the execution predates it). */
+/** The run's notifier, or undefined when its config has no `notify` . */
 export function notifierFor(runId: string, config: RunConfig, fromStep: number): Notifier | undefined {
-  if (!config.notify || !patched(NOTIFICATIONS)) return undefined;
+  if (!config.notify) return undefined;
   return new Notifier(runId, config.notify, fromStep);
 }
 

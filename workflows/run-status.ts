@@ -10,8 +10,6 @@ import { RelaxAccuracyKey, RelaxModelKey, RelaxStatusKey, RelaxStepKey, RelaxTas
 const VISIBILITY_EVERY_STEPS = 10;
 
 export interface Visibility {
-  /** False for executions started before the RUN_VISIBILITY patch: they keep their old commands. */
-  enabled: boolean;
   published?: { step: number; status: string; accuracy?: number };
   /** This execution's first step start (workflow time) and the steps it has done, for the pace and ETA. */
   paceFrom?: number;
@@ -57,7 +55,6 @@ export function recordPace(v: Visibility, p: TrainingProgress, stepStarted: numb
  */
 export function publishProgress(v: Visibility, p: TrainingProgress, config: RunConfig | undefined, force = false): void {
   setCurrentDetails(detailsLine(p));
-  if (!v.enabled) return;
   const last = v.published;
   const due = force || !last || last.status !== p.status || last.accuracy !== p.lastAccuracy || p.step - last.step >= VISIBILITY_EVERY_STEPS;
   if (!due) return;

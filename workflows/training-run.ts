@@ -12,9 +12,6 @@ import {
   CancelledFailure,
   allHandlersFinished,
   condition,
-  continueAsNew,
-  deprecatePatch,
-  patched,
   setHandler,
   upsertMemo,
   upsertSearchAttributes,
@@ -24,6 +21,7 @@ import type { RunConfig } from '../config/run-config';
 import { COLOCATED_LOOKAHEAD } from '../config/placement';
 import { hyperparametersOf, type Hyperparameters } from '../config/hyperparameters';
 import { setHyperparameters, validateUpdate } from './hyperparameter-updates';
+import { continueOnCurrentBuild } from './versioning';
 import { failWorkflowOnNonRetryable, refuseOversizedInput } from './failures';
 import { notifierFor, notifyingFailure, type Notifier } from './notifications';
 import { colocatedOnSomeInstance, control, reference, rollout, trainOnSomeInstance, trainShared, warmStartActivities, type TrainerChoice } from './run-activities';
@@ -62,50 +60,6 @@ export interface TrainingCarry {
   progress: TrainingProgress;
   paused: boolean;
 }
-
-/**
- * Patch id (deprecated: every supported execution has it): advantages and metrics inside the train
- * step, the trainer instance kept across steps.
- */
-export const FEWER_ROUND_TRIPS = 'fewer-round-trips-per-step';
-
-/**
- * Patch id: a held-out evaluation no longer holds up the next step. It runs next to training (on a
- * rollout worker, on the version it names) and is awaited before continue-as-new and the end.
- */
-export const OVERLAPPED_EVALUATION = 'overlapped-evaluation';
-
-/**
- * Patch id: a step whose samples all failed (within train.failure_budget) is skipped (recorded by
- * the skipStep activity) and the run goes on, instead of the train step failing with NoSamples.
- */
-export const SKIP_FAILED_STEPS = 'skip-failed-steps';
-
-/**
- * Patch id: the memo's `progress` and the RelaxStatus/Task/Model/Step/Accuracy search attributes
- * are kept up to date while the run trains (new commands), and the final state of an execution
- * that continued as new says so.
- */
-export const RUN_VISIBILITY = 'run-visibility';
-
-/**
- * Patch id: cancelling the workflow stops the run gracefully (the steps in flight finish, the run
- * is recorded `cancelled`, the workflow ends CANCELED) instead of cancelling its activities.
- */
-export const GRACEFUL_CANCEL = 'graceful-cancel';
-
-/**
- * Patch id: placement "colocated" (a new config value, so only runs that set it take this path):
- * each sync step's rollout and update are one activity on the trainer's instance.
- */
-export const COLOCATED_STEPS = 'colocated-steps';
-
-/**
- * Patch id: the held-out evaluation of version 0 no longer holds up the first step either: it runs
- * next to training like the others (OVERLAPPED_EVALUATION), and the evaluations after it record
- * their accuracy only once it has (the step-0 accuracy is the starting best of the milestones).
- */
-export const OVERLAPPED_INITIAL_EVALUATION = 'overlapped-initial-evaluation';
 
 /** Iterations per workflow execution before continue-as-new keeps the history small. */
 const ITERATIONS_PER_EXECUTION = 100;
@@ -172,7 +126,7 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   progress.rewards ??= [];
   progress.accuracies ??= [];
   const signals = { paused: carry?.paused ?? false, stopRequested: false, cancelRequested: false };
-  const visibility: Visibility = { enabled: patched(RUN_VISIBILITY), paceSteps: 0 };
+  const visibility: Visibility = { paceSteps: 0 };
   // The run is set once startRun has registered it; the query and the Update answer before that.
   let run: RunState | undefined;
   setHandler(trainingProgressQuery, (options) => progressView(progress, options));
@@ -180,13 +134,10 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
   setHandler(resumeSignal, () => void (signals.paused = false));
   setHandler(stopSignal, () => void (signals.stopRequested = true));
   setHandler(setHyperparametersUpdate, (update) => setHyperparameters(run, update), { validator: (update) => void validateUpdate(run, update) });
-  // Executions started before this patch ran separate advantage and metrics activities; their code
-  // path is gone (docs/architecture.md says what running executions are promised).
-  deprecatePatch(FEWER_ROUND_TRIPS);
   publishProgress(visibility, progress, carry?.config);
 
   const body = async (): Promise<TrainingResult> => {
-    const started = carry ? { config: carry.config } : await startRun(input, progress, visibility);
+    const started: { config: RunConfig; initialEvaluation?: Promise<{ accuracy: number }> } = carry ? { config: carry.config } : await startRun(input, progress, visibility);
     const { config } = started;
     const runId = config.run_id as string;
     progress.runId = runId;
@@ -209,7 +160,6 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
       return finishRun(state);
     });
   };
-  if (!patched(GRACEFUL_CANCEL)) return body();
   // A cancellation request (the Web UI's "Request Cancellation", client cancel) becomes a stop: the
   // work in flight is not cancelled, the run winds down after its current step and ends CANCELED.
   CancellationScope.current().cancelRequested.catch(() => {
@@ -224,10 +174,10 @@ export async function trainingRun(input: unknown, carry?: TrainingCarry): Promis
 }
 
 /**
- * Validates and registers the run, warms it up (init.sft), publishes version 0 and evaluates it
- * (OVERLAPPED_INITIAL_EVALUATION: starts evaluating it, for the run to record next to its first steps).
+ * Validates and registers the run, warms it up (init.sft), publishes version 0 and starts
+ * evaluating it (the run records that accuracy next to its first steps).
  */
-async function startRun(input: unknown, progress: TrainingProgress, visibility: Visibility): Promise<{ config: RunConfig; initialEvaluation?: Promise<{ accuracy: number }> }> {
+async function startRun(input: unknown, progress: TrainingProgress, visibility: Visibility): Promise<{ config: RunConfig; initialEvaluation: Promise<{ accuracy: number }> }> {
   refuseOversizedInput(input);
   const schedule = scheduleOfThisRun();
   const config = await control('start run: validate the config, register the run')
@@ -247,16 +197,8 @@ async function startRun(input: unknown, progress: TrainingProgress, visibility: 
     .initPolicy({ runId, ...(warmStartDir !== undefined ? { warmStartDir } : {}) })
     .catch(failWorkflowOnNonRetryable);
   const evaluation = rollout('evaluate v0 (held-out, greedy)').evaluate({ runId, policyVersion: 0 });
-  if (patched(OVERLAPPED_INITIAL_EVALUATION)) {
-    evaluation.catch(() => undefined); // read by the run (recordAccuracy or its settled error)
-    return { config, initialEvaluation: evaluation };
-  }
-  const initial = await evaluation;
-  pushPoint(progress.accuracies as Array<[number, number]>, [0, initial.accuracy]);
-  progress.lastAccuracy = initial.accuracy;
-  progress.lastEvalStep = 0;
-  progress.bestAccuracy = initial.accuracy;
-  return { config };
+  evaluation.catch(() => undefined); // read by the run (recordAccuracy or its settled error)
+  return { config, initialEvaluation: evaluation };
 }
 
 /** Waits while paused (a stop ends the wait); returns false when the run should stop. */
@@ -272,23 +214,21 @@ async function unlessPaused(run: RunState): Promise<boolean> {
   return true;
 }
 
-/** Ends this execution and starts the next one with the small state (the query answers on the new one). */
+/** Ends this execution and starts the next one with the small state (the query answers on the new one), on the current build. */
 async function continueRun(run: RunState): Promise<never> {
   await settleEvaluations(run);
   await condition(allHandlersFinished);
   await run.notifier?.settle();
   const carried: TrainingCarry = { config: run.config, progress: { ...run.progress, status: 'running' }, paused: run.signals.paused };
-  if (run.visibility.enabled) {
-    // This execution's final state says it continued (its query, its memo and status attribute).
-    run.progress.status = 'continued';
-    publishProgress(run.visibility, run.progress, run.config, true);
-  }
-  return continueAsNew<typeof trainingRun>(run.input, carried);
+  // This execution's final state says it continued (its query, its memo and status attribute).
+  run.progress.status = 'continued';
+  publishProgress(run.visibility, run.progress, run.config, true);
+  return continueOnCurrentBuild<typeof trainingRun>()(run.input, carried);
 }
 
 /** Sync (on-policy): iteration i is generated by the policy that step i + 1 starts from. */
 async function syncIterations(run: RunState): Promise<void> {
-  if (run.config.placement === 'colocated' && patched(COLOCATED_STEPS)) return colocatedIterations(run);
+  if (run.config.placement === 'colocated') return colocatedIterations(run);
   let executed = 0;
   while (run.progress.step < run.config.train.steps && (await unlessPaused(run))) {
     if (executed >= ITERATIONS_PER_EXECUTION) await continueRun(run);
@@ -423,7 +363,7 @@ async function trainIteration(run: RunState, step: number, summary: RolloutSumma
   const allFailed = summary.samples > 0 && summary.failed === summary.samples;
   const reason = `every one of the ${summary.samples} samples of iteration ${step - 1} failed (train.failure_budget ${config.train.failure_budget} allows it)`;
   const trained =
-    allFailed && patched(SKIP_FAILED_STEPS)
+    allFailed
       ? await trainShared(`skip step ${step} (every sample failed)`).skipStep({ runId, step, fromVersion: progress.policyVersion, reason, rolloutMetrics }).catch(failWorkflowOnNonRetryable)
       : await trainOnSomeInstance(run.trainer, {
           runId,
@@ -461,8 +401,7 @@ async function afterStep(run: RunState, step: number, summary: RolloutSummary, t
         const { initial } = run.evaluations;
         return initial ? initial.then(() => recordAccuracy(run, step, accuracy)) : recordAccuracy(run, step, accuracy);
       });
-    if (patched(OVERLAPPED_EVALUATION)) run.evaluations.pending.push(evaluation.catch((err) => void (run.evaluations.error ??= err)));
-    else await evaluation;
+    run.evaluations.pending.push(evaluation.catch((err) => void (run.evaluations.error ??= err)));
   }
 }
 
@@ -488,15 +427,10 @@ async function finishRun(run: RunState): Promise<TrainingResult> {
   Object.assign(result, skipped);
   const summary = { steps: result.steps, policyVersion: result.policyVersion, evalAccuracy: result.evalAccuracy ?? null, ...skipped };
   const finish = () => control(`finish run (${progress.status})`).finishRun({ runId, status: progress.status, summary });
-  if (run.visibility.enabled) {
-    // Postgres first, then what the Web UI shows: once the page says the run ended, it has.
-    await finish();
-    upsertMemo({ summary: { ...summary, initialAccuracy: result.initialAccuracy ?? null, status: progress.status } });
-    publishProgress(run.visibility, progress, config, true);
-  } else {
-    upsertMemo({ summary: { ...summary, status: progress.status } });
-    await finish();
-  }
+  // Postgres first, then what the Web UI shows: once the page says the run ended, it has.
+  await finish();
+  upsertMemo({ summary: { ...summary, initialAccuracy: result.initialAccuracy ?? null, status: progress.status } });
+  publishProgress(run.visibility, progress, config, true);
   await run.notifier?.send(progress.status === 'completed' ? 'finished' : progress.status === 'cancelled' ? 'cancelled' : 'stopped', { step: result.steps, summary });
   await run.notifier?.settle();
   return result;
