@@ -52,6 +52,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'rollout workers 1, 2, 4, 8, 16, 32 on one stack (--set workers=...): control-plane time per sync step (outside the activities) and its share of the step',
     load: async () => (await import('./scale.js')).scaleBench,
   },
+  'run-memory': {
+    describe: 'many one-step runs on one stack (default SmolLM2-135M + LoRA; --set model=tiny, runs=N): each worker role\'s RSS after every run, and the growth from the second run to the last',
+    load: async () => (await import('./run-memory.js')).runMemoryBench,
+  },
   grpo: {
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,

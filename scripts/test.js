@@ -64,20 +64,12 @@ function databaseSuites() {
     .map((f) => path.join('dist', 'test', f));
 }
 
-/**
- * Suites the whole embedded run leaves to the PostgreSQL pass (CI's budget: each would add minutes
- * to both passes). The 20-run memory test: it runs the workflow 20 times on real workers, and what
- * it checks (workers release what they hold when a run ends) does not depend on the database.
- * Named on the command line, they run on any database.
- */
-const DATABASE_PASS_ONLY = ['run-memory'];
-
-/** Every compiled test file, in name order, but DATABASE_PASS_ONLY. */
+/** Every compiled test file, in name order. */
 function allSuites() {
   const dir = path.join(root, 'dist', 'test');
   return fs
     .readdirSync(dir)
-    .filter((f) => f.endsWith('.test.js') && !DATABASE_PASS_ONLY.includes(f.slice(0, -'.test.js'.length)))
+    .filter((f) => f.endsWith('.test.js'))
     .sort()
     .map((f) => path.join('dist', 'test', f));
 }
