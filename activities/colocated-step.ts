@@ -11,21 +11,18 @@ import type { RetryableFailureType } from '../config/failure-types';
 import { withHyperparameters } from '../config/hyperparameters';
 import { getCheckpoint, latestCheckpoint } from '../store/checkpoint-registry';
 import { rolloutSlice } from '../rollout/producers';
-import { getTrainStep, insertSamples, iterationStats, recordGeneratedStep, type NewSample } from '../store/transfer-queue';
+import { getTrainStep, insertSamples, readSamples, recordGeneratedStep, type NewSample } from '../store/transfer-queue';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { InMemorySampleBuffer, type TrainSample } from '../training/sample-buffer';
-import { referenceLogprobs, withSequenceMedia } from '../training/update';
+import { attachReferenceLogprobs, rolloutStats, rolloutStatsFromMetrics, rolloutStatsMetrics, skipReason, stepVerdict, type RolloutStats } from '../training/step';
 import { failuresMapped, spanned, withHeartbeats, type WorkerContext } from './context';
 import { referenceOf } from './reference';
 import { asRolloutFailure, measured, RunPolicies } from './rollout';
 import { heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainStep, type FreshBatchSource, type StepHooks, type TrainStepInput, type TrainStepResult } from './train';
 
 /** What the step's rollout produced, for the workflow's progress (the samples stay in Postgres). */
-export interface ColocatedRollout {
-  samples: number;
-  failed: number;
-  rewardMean: number;
+export interface ColocatedRollout extends RolloutStats {
   busyMs: number;
 }
 
@@ -47,11 +44,7 @@ async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainSte
     const samples = await rolloutSlice({ config, task: run.task, engine, ...(run.media ? { media: run.media } : {}) }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step }).catch((err: Error) => {
       throw asRolloutFailure(err);
     });
-    if (config.algorithm.kl_coef > 0) {
-      const scored = samples.filter((s) => s.status === 'scored');
-      const ref = await referenceLogprobs(await referenceOf(ctx, run), await withSequenceMedia(scored, run.media));
-      scored.forEach((s, i) => (s.refLogprobs = ref[i]));
-    }
+    if (config.algorithm.kl_coef > 0) await attachReferenceLogprobs(await referenceOf(ctx, run), samples, run.media);
     return samples;
   });
 }
@@ -64,23 +57,22 @@ function freshBatch(ctx: WorkerContext, input: TrainStepInput, iteration: number
     const started = Date.now();
     // A version an earlier attempt published before it died (its set unrecorded) is adopted, not trained again.
     const [samples, publishedBefore] = await Promise.all([generateHere(ctx, run, input, iteration), getCheckpoint(ctx.pool, runId, fromVersion + 1)]);
-    const ok = samples.filter((s) => s.reward != null);
-    const rollout = { samples: samples.length, failed: samples.length - ok.length, rewardMean: ok.reduce((a, s) => a + (s.reward as number), 0) / Math.max(1, ok.length), busyMs: Date.now() - started };
+    const rollout = { ...rolloutStats(samples), busyMs: Date.now() - started };
     report(rollout);
-    const rolloutMetrics = { reward_mean: rollout.rewardMean, samples: rollout.samples, failed_samples: rollout.failed, rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
+    const rolloutMetrics = { ...rolloutStatsMetrics(rollout), rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
+    // Over the budget (the run fails) or skipped, the samples are written for their errors to be read.
+    const budget = c.train.failure_budget;
     const write = () => insertSamples(ctx.pool, runId, samples, { engine: ctx.identity });
-    if (rollout.failed > c.train.failure_budget * rollout.samples) {
+    let verdict: 'train' | 'skip';
+    try {
+      verdict = stepVerdict(rollout, budget, step);
+    } catch (err) {
       await write();
-      throw ApplicationFailure.create({
-        message: `step ${step}: the reward failed on ${rollout.failed} of ${rollout.samples} samples, over train.failure_budget (${c.train.failure_budget}); see the failed samples' errors in the transfer queue`,
-        type: 'FailureBudgetExceeded',
-        nonRetryable: true,
-      });
+      throw err;
     }
-    if (rollout.samples > 0 && rollout.failed === rollout.samples) {
+    if (verdict === 'skip') {
       await write();
-      const reason = `every one of the ${rollout.samples} samples of iteration ${iteration} failed (train.failure_budget ${c.train.failure_budget} allows it)`;
-      return { done: await skipStep(ctx, { runId, step, fromVersion, reason, rolloutMetrics }) };
+      return { done: await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics }) };
     }
     // The same rules as the transfer queue (float32 numbers, key order), applied in memory.
     const request = { size: rollout.samples, iteration, requireRefLogprobs: c.algorithm.kl_coef > 0, fromVersion };
@@ -105,13 +97,13 @@ function sameKeys(a: ReadonlyArray<{ iteration: number; groupIndex: number; samp
 
 /** The step's rollout figures when it was not generated by this attempt: its recorded metrics, else its samples in the transfer queue. */
 async function recordedRollout(ctx: WorkerContext, result: TrainStepResult, runId: string, iteration: number): Promise<ColocatedRollout> {
-  const m = result.metrics;
-  if (m.reward_mean !== undefined && m.samples !== undefined) return { samples: m.samples, failed: m.failed_samples ?? 0, rewardMean: m.reward_mean, busyMs: m.rollout_busy_ms ?? 0 };
-  return { ...(await iterationStats(ctx.pool, runId, iteration)), busyMs: 0 };
+  const recorded = rolloutStatsFromMetrics(result.metrics);
+  if (recorded) return { ...recorded, busyMs: result.metrics.rollout_busy_ms ?? 0 };
+  return { ...rolloutStats(await readSamples(ctx.pool, runId, { iteration })), busyMs: 0 };
 }
 
 /** A colocated step's input: without `fromVersion`, the version the step before it leaves (the workflow queued it behind that step). */
-export type ColocatedStepInput = Omit<TrainStepInput, 'fromVersion' | 'iteration' | 'maxStaleness'> & { fromVersion?: number };
+export type ColocatedStepInput = Omit<TrainStepInput, 'fromVersion' | 'iteration' | 'maxStaleness' | 'rollout'> & { fromVersion?: number };
 
 interface Deferred<T> {
   promise: Promise<T>;

@@ -10,7 +10,7 @@ import { RUN_MEMORY_SETTING } from '../config/run-bounds';
 import { RunConfigError } from '../config/run-config';
 import { CheckpointOverwriteError } from '../engines/checkpoint';
 import { NonFiniteUpdateError } from '../engines/trainer';
-import type { CheckpointServer } from '../rollout/remote-engine';
+import type { CheckpointServer } from '../serving/checkpoint-server';
 import { NotAllowedError } from '../envs/module-policy';
 import { UserModuleError } from '../envs/user-modules';
 import { CheckpointConflictError, CheckpointPrunedError, MissingPolicyVersionError } from '../store/checkpoint-registry';
@@ -19,6 +19,7 @@ import { recordEvent } from '../store/events';
 import { recordSpan } from '../store/spans';
 import { AlgorithmConfigError } from '../training/advantages';
 import { RunModelError } from '../training/policy-model';
+import { FailureBudgetExceededError } from '../training/step';
 import { loadRunContext, RunTaskError, UnknownRunError, type RunContext } from '../training/run-context';
 
 /** The one list of failure types (config/failure-types.ts), here for activity code and tests. */
@@ -96,6 +97,7 @@ function failureType(err: unknown): [NonRetryableFailureType | RetryableFailureT
   if (err instanceof CheckpointOverwriteError || err instanceof CheckpointConflictError) return ['CheckpointConflict', ''];
   if (err instanceof TrainStepConflictError) return ['TrainStepConflict', ''];
   if (err instanceof NonFiniteUpdateError) return ['NonFiniteUpdate', ''];
+  if (err instanceof FailureBudgetExceededError) return ['FailureBudgetExceeded', ''];
   if (err instanceof RangeError && ALLOCATION_FAILED.test(err.message)) {
     return ['ResourceLimit', `out of memory (the model or micro-batch is too large for this worker: make model sizes or train.micro_batch smaller, or set ${RUN_MEMORY_SETTING} to what the machine can hold): `];
   }
@@ -105,8 +107,8 @@ function failureType(err: unknown): [NonRetryableFailureType | RetryableFailureT
 /**
  * The core's errors as Temporal failures of a stable type (config/failure-types.ts): a pruned
  * version, an unknown run or task, a bad user module, algorithm or config, a module the worker's
- * allow-list refuses, a checkpoint or train step conflict, an allocation a too-large model makes
- * fail, can never succeed on retry (non-retryable); a version that is not published yet may appear
+ * allow-list refuses, a checkpoint or train step conflict, a step over its failure budget, an
+ * allocation a too-large model makes fail, can never succeed on retry (non-retryable); a version that is not published yet may appear
  * (retryable). An error carried as another's `cause` counts too. Anything else is returned as it is.
  */
 export function asActivityFailure(err: unknown): unknown {

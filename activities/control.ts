@@ -11,7 +11,9 @@ import { loadRunPolicy, RunModelError } from '../training/policy-model';
 import { checkAgentCommandAllowed, NotAllowedError } from '../envs/module-policy';
 import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/user-modules';
 import { AlgorithmConfigError } from '../training/advantages';
-import { resolveUpdateRule } from '../training/update';
+import { resolveUpdateRule } from '../training/step';
+import { hyperparametersRecorded } from '../store/events';
+import { setRunStatus } from '../store/runs';
 import { recordStageEvent, type WorkerContext } from './context';
 import { parseScheduledStart, registerRun, withDatePatterns } from './run-registration';
 
@@ -132,18 +134,14 @@ export interface RecordHyperparametersInput {
 async function recordHyperparameters(ctx: WorkerContext, { runId, step, changed, hyperparameters }: RecordHyperparametersInput): Promise<void> {
   const info = Context.current().info;
   const origin = { workflow_run_id: info.workflowExecution?.runId ?? '', activity_id: info.activityId };
-  const { rows } = await ctx.pool.query(
-    `SELECT 1 FROM run_events WHERE run_id = $1 AND kind = 'hyperparameters_set' AND detail->>'workflow_run_id' = $2 AND detail->>'activity_id' = $3 LIMIT 1`,
-    [runId, origin.workflow_run_id, origin.activity_id],
-  );
-  if (rows.length) return;
+  if (await hyperparametersRecorded(ctx.pool, runId, origin)) return;
   const values: Record<string, unknown> = {};
   for (const p of changed) values[p] = p.split('.').reduce<unknown>((v, k) => (v && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined), hyperparameters);
   await recordStageEvent(ctx, runId, 'hyperparameters_set', { step, changed, values, hyperparameters, ...origin });
 }
 
 async function finishRun(ctx: WorkerContext, { runId, status, summary }: { runId: string; status: string; summary: Record<string, unknown> }): Promise<void> {
-  await ctx.pool.query('UPDATE runs SET status = $2, updated_at = now() WHERE run_id = $1', [runId, status]);
+  await setRunStatus(ctx.pool, runId, status);
   await recordStageEvent(ctx, runId, 'run_finished', { status, ...summary });
 }
 

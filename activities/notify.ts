@@ -5,7 +5,10 @@
 // receiver that answers 429 or 5xx, or does not answer, is retried with backoff; any other 4xx, or a
 // variable that is not set, is not (NotificationRejected, NotificationMisconfigured).
 import { ApplicationFailure } from '@temporalio/activity';
+import { webhookUrlFromEnv } from '../config/environment';
 import { NotifyConfigSchema, type NotifyEvent, type Webhook } from '../config/notify-config';
+import { metricValuesAt } from '../store/metrics';
+import { registeredRun } from '../store/runs';
 import type { WorkerContext } from './context';
 
 export interface NotifyInput {
@@ -40,11 +43,7 @@ const signed = (v: number) => `${v >= 0 ? '+' : ''}${fmt(v)}`;
 
 /** The newest value of each digest series at or before `step`. */
 async function valuesAt(ctx: WorkerContext, runId: string, step: number): Promise<Map<string, number>> {
-  const { rows } = await ctx.pool.query<{ name: string; value: number }>(
-    `SELECT DISTINCT ON (name) name, value FROM metrics WHERE run_id = $1 AND step <= $2 AND name = ANY($3::text[]) ORDER BY name, step DESC`,
-    [runId, step, DIGEST_SERIES.map(([n]) => n)],
-  );
-  return new Map(rows.map((r) => [r.name, Number(r.value)]));
+  return metricValuesAt(ctx.pool, runId, step, DIGEST_SERIES.map(([n]) => n));
 }
 
 /** The digest's values and their changes since the previous digest. */
@@ -85,7 +84,7 @@ function textOf(input: NotifyInput, digest?: string): string {
 const nameOf = (w: Webhook, i: number) => `webhook #${i + 1} (${w.kind}, ${w.url_env ? `$${w.url_env}` : new URL(w.url!).host})`;
 
 async function post(w: Webhook, i: number, body: unknown): Promise<void> {
-  const url = w.url ?? process.env[w.url_env!];
+  const url = w.url ?? webhookUrlFromEnv(w.url_env!);
   if (!url) throw ApplicationFailure.create({ type: 'NotificationMisconfigured', nonRetryable: true, message: `${nameOf(w, i)}: ${w.url_env} is not set on this control worker` });
   let res: Response;
   try {
@@ -101,9 +100,9 @@ async function post(w: Webhook, i: number, body: unknown): Promise<void> {
 }
 
 async function notify(ctx: WorkerContext, input: NotifyInput): Promise<{ sent: number }> {
-  const { rows } = await ctx.pool.query<{ config: { notify?: unknown } }>('SELECT config FROM runs WHERE run_id = $1', [input.runId]);
-  if (!rows[0]?.config.notify) return { sent: 0 };
-  const config = NotifyConfigSchema.parse(rows[0].config.notify);
+  const run = await registeredRun<{ notify?: unknown }>(ctx.pool, input.runId);
+  if (!run?.config.notify) return { sent: 0 };
+  const config = NotifyConfigSchema.parse(run.config.notify);
   if (!config.events.includes(input.event)) return { sent: 0 };
   const digest = input.event === 'digest' && input.step !== undefined ? await digestOf(ctx, input.runId, input.step, input.fromStep ?? 0) : undefined;
   const text = textOf(input, digest?.text);

@@ -9,7 +9,7 @@ import { loadPolicyWeights } from '../training/policy-versions';
 import { runState } from '../training/run-state';
 import { RemoteTrainer } from '../training/trainer-thread';
 import type { RunContext } from '../training/run-context';
-import { referenceLogprobs, withSequenceMedia } from '../training/update';
+import { attachReferenceLogprobs } from '../training/step';
 import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 // The frozen reference policy of each run, forward passes only, on this process's trainer thread.
@@ -32,10 +32,9 @@ export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<
 async function referenceLogprobsActivity(ctx: WorkerContext, { runId, iteration }: { runId: string; iteration: number }): Promise<{ samples: number }> {
   const run = await runContext(ctx, runId);
   const reference = await referenceOf(ctx, run);
-  // In-flight samples that have no reference log-probs yet (a retry skips what is written).
-  const rows = (await readSamples(ctx.pool, runId, { iteration })).filter((r) => (r.status === 'generated' || r.status === 'scored') && r.refLogprobs === null);
-  const ref = await referenceLogprobs(reference, await withSequenceMedia(rows, run.media));
-  const updated = await setReferenceLogprobs(ctx.pool, runId, rows.map((r, i) => ({ iteration: r.iteration, groupIndex: r.groupIndex, sampleIndex: r.sampleIndex, refLogprobs: ref[i] })));
+  // The iteration's in-flight samples that have no reference log-probs yet (a retry skips what is written).
+  const set = await attachReferenceLogprobs(reference, await readSamples(ctx.pool, runId, { iteration }), run.media);
+  const updated = await setReferenceLogprobs(ctx.pool, runId, set.map((r) => ({ iteration: r.iteration, groupIndex: r.groupIndex, sampleIndex: r.sampleIndex, refLogprobs: r.refLogprobs })));
   return { samples: updated };
 }
 

@@ -7,18 +7,20 @@ import { ApplicationFailure } from '@temporalio/activity';
 import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
 import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
-import { modelNotFound, startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
 import type { GenerationEngine } from '../engines/rollout';
 import type { PolicyWeights } from '../engines/model';
 import { PolicyEngine } from '../rollout/policy-engine';
 import { EngineUnconfirmedError, RemoteRolloutEngine } from '../rollout/remote-engine';
-import { rolloutSlice, type AgentEndpoint, type RolloutSlice } from '../rollout/producers';
+import { rolloutSlice, type RolloutSlice } from '../rollout/producers';
+import { agentEndpoints } from '../serving/agent-endpoint';
 import { CheckpointPrunedError, latestCheckpoint } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
+import { runningRunIds } from '../store/runs';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
 import { runState, whenLoaded, type RunSlot } from '../training/run-state';
 import { transferQueueBuffer } from '../training/sample-buffer';
+import { rolloutStats, type RolloutStats } from '../training/step';
 import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type EngineFigures, type ExternalEngineHandle, type WorkerContext } from './context';
 
 export interface GenerateActivityInput extends RolloutSlice {
@@ -28,10 +30,8 @@ export interface GenerateActivityInput extends RolloutSlice {
   hyperparameters?: Hyperparameters;
 }
 
-export interface GenerateResult {
-  samples: number;
-  failed: number;
-  rewardSum: number;
+/** A slice's rollout statistics (training/step.ts rolloutStats): the train step merges the iteration's slices. */
+export interface GenerateResult extends RolloutStats {
   worker: string;
 }
 
@@ -142,21 +142,8 @@ async function asEngineFailure(ext: ExternalEngineHandle | undefined, err: unkno
 }
 
 // One OpenAI-compatible endpoint per rollout worker process, started the first time a run uses
-// agent rollouts: model "<run_id>" is that run's engine at whatever version its current generate
-// activity loaded. Agents reach it on loopback.
-let endpoint: Promise<OpenAIServer> | undefined;
-async function agentEndpoint(run: RunContext): Promise<AgentEndpoint> {
-  endpoint ??= startOpenAIServer({
-    resolveModel: async (model) => {
-      const policy = await policies.get(model);
-      if (!policy) throw modelNotFound(model, 'this rollout worker serves the runs it is generating for, by run id');
-      return policy.resolveModel(model, 'current');
-    },
-    listModels: async () => policies.runIds(),
-  });
-  const server = await endpoint;
-  return { url: server.url, sessions: server.sessions, model: run.runId };
-}
+// agent rollouts (serving/agent-endpoint.ts).
+const agentEndpoint = agentEndpoints(policies);
 
 /**
  * Rollout stage: generates group_size responses for each prompt of a slice of the iteration, scores
@@ -172,7 +159,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
       config,
       task: run.task,
       engine: policy.engine,
-      agentEndpoint: () => agentEndpoint(run),
+      agentEndpoint: () => agentEndpoint(run.runId),
       ...(run.media ? { media: run.media } : {}),
       ...(run.config.rollout.in_flight === 'continue' ? { followUpdates: policy.followNewVersions() } : {}),
     },
@@ -183,8 +170,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
   });
   // The sampling this iteration used, as metrics of the step that trains on it (step = iteration + 1).
   await Promise.all([transferQueueBuffer(ctx.pool, input.runId, { engine: ctx.identity }).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
-  const ok = samples.filter((s) => s.reward != null);
-  return { samples: samples.length, failed: samples.length - ok.length, rewardSum: ok.reduce((a, s) => a + (s.reward as number), 0), worker: ctx.identity };
+  return { ...rolloutStats(samples), worker: ctx.identity };
 }
 
 /** A rollout's error as a Temporal failure: a known type keeps its type, anything else is RolloutFailed (retryable). */
@@ -218,9 +204,9 @@ export interface LoadedVersion {
  * load is reported, not thrown: the engine still loads versions on demand per generate activity.
  */
 async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> {
-  const { rows: running } = await ctx.pool.query<{ run_id: string }>(`SELECT run_id FROM runs WHERE status = 'running' ORDER BY run_id`);
+  const running = await runningRunIds(ctx.pool);
   const loaded: LoadedVersion[] = [];
-  for (const { run_id: runId } of running) {
+  for (const runId of running) {
     let last: LoadedVersion | undefined;
     // A version is pruned by retention once newer ones are published: take the newest again.
     for (let attempt = 0; attempt < 3 && !last?.sha256; attempt++) {

@@ -12,6 +12,7 @@ import {
   scheduledRunId,
   type ScheduledStart,
 } from '../config/scheduled-runs';
+import { insertRun, scheduledRunOfWorkflow, scheduleRunCount } from '../store/runs';
 import type { Queryable } from '../store/transfer-queue';
 
 /** A scheduled start, checked: the schedule's id and when it meant the run to start. */
@@ -44,10 +45,10 @@ async function candidateRunIds(db: Queryable, config: RunConfig, workflowId: str
   if (config.run_id === undefined) return [runIdFromWorkflowId(workflowId), hashedRunIdFromWorkflowId(workflowId)];
   if (!scheduled) return [config.run_id];
   // A retried start of the same scheduled workflow finds the run it registered.
-  const { rows } = await db.query<{ run_id: string }>(`SELECT run_id FROM runs WHERE workflow_id = $1 AND schedule_id = $2 ORDER BY created_at DESC LIMIT 1`, [workflowId, scheduled.id]);
-  if (rows[0]) return [rows[0].run_id];
-  const counted = scheduled.at ? undefined : await db.query<{ n: string }>('SELECT count(*) AS n FROM runs WHERE schedule_id = $1', [scheduled.id]);
-  return [scheduledRunId(config.run_id, scheduled.at, Number(counted?.rows[0].n ?? 0) + 1)];
+  const registered = await scheduledRunOfWorkflow(db, workflowId, scheduled.id);
+  if (registered !== undefined) return [registered];
+  const counted = scheduled.at ? undefined : await scheduleRunCount(db, scheduled.id);
+  return [scheduledRunId(config.run_id, scheduled.at, (counted ?? 0) + 1)];
 }
 
 /**
@@ -61,13 +62,9 @@ export async function registerRun(db: Queryable, config: RunConfig, workflowId: 
   for (const runId of candidates) {
     if (!RUN_ID_PATTERN.test(runId)) return { problem: `invalid run config: run_id: must be ${RUN_ID_RULE}; got ${JSON.stringify(runId.slice(0, 80))}`, type: 'InvalidRunConfig' };
     const registered = { ...config, run_id: runId };
-    const { rows } = await db.query<{ workflow_id: string }>(
-      `INSERT INTO runs (run_id, workflow_id, kind, config, schedule_id, scheduled_at) VALUES ($1, $2, 'training', $3, $4, $5)
-       ON CONFLICT (run_id) DO UPDATE SET updated_at = now() RETURNING workflow_id`,
-      [runId, workflowId, JSON.stringify(registered), scheduled?.id ?? null, scheduled?.at ?? null],
-    );
-    if (rows[0].workflow_id === workflowId) return { runId, config: registered };
-    owner = rows[0].workflow_id;
+    const ownedBy = await insertRun(db, { runId, workflowId, config: registered, scheduleId: scheduled?.id ?? null, scheduledAt: scheduled?.at ?? null });
+    if (ownedBy === workflowId) return { runId, config: registered };
+    owner = ownedBy;
   }
   const runId = candidates[candidates.length - 1];
   return { problem: `run_id "${runId}" already belongs to workflow ${owner}: choose another run_id`, type: 'DuplicateRunId' };

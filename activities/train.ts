@@ -1,9 +1,11 @@
 // Train stage activities. The trainer holds weights and optimizer state in memory, so its stateful
 // activities run on the worker's own instance queue; `workerInfo` on the shared queue picks one.
 // A train step is four named pieces: claimBatch (exactly-once bookkeeping), updateTrainer (the
-// update, training/update.ts), publishVersion (training/policy-versions.ts), recordStep. A step
-// whose samples all failed is skipped (skipStep). Errors a retry cannot fix leave as non-retryable
-// failures of a stable type (activities/context.ts asActivityFailure).
+// update, training/step.ts), publishVersion (training/policy-versions.ts), recordStep. The train
+// step activity first applies the failure budget's verdict to its iteration's rollout (training/step.ts
+// stepVerdict): a step whose samples all failed is skipped (skipStep), one over the budget fails the
+// run. Errors a retry cannot fix leave as non-retryable failures of a stable type
+// (activities/context.ts asActivityFailure).
 // Over 400 lines because the step's pieces, its exactly-once rules and the hooks placement
 // "colocated" pipelines them with read best side by side.
 import { ApplicationFailure } from '@temporalio/activity';
@@ -22,7 +24,7 @@ import type { RunContext } from '../training/run-context';
 import { RemoteTrainer } from '../training/trainer-thread';
 import { runState } from '../training/run-state';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
-import { computeUpdate, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia, type UpdateRule } from '../training/update';
+import { computeUpdate, mergeRolloutStats, resolveUpdateRule, rolloutStatsMetrics, skipReason, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia, type RolloutStats, type UpdateRule } from '../training/step';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
 import { shortened } from '../config/json-limits';
 import { protectedVersions } from '../config/placement';
@@ -41,7 +43,9 @@ export interface TrainStepInput {
   step: number;
   /** The policy version the update starts from; it publishes fromVersion + 1. */
   fromVersion: number;
-  /** The rollout's statistics for this step, recorded with the step's own metrics. */
+  /** The iteration's rollout statistics, one per generate slice: merged, they decide the step's verdict (train, skip, fail). */
+  rollout?: ReadonlyArray<Pick<RolloutStats, 'samples' | 'failed' | 'rewardSum'>>;
+  /** More of the rollout's figures (e.g. rollout_busy_ms), recorded with the step's own metrics. */
   rolloutMetrics?: Record<string, number>;
   /** The rollout iteration this step trains on (default step - 1: sync mode). */
   iteration?: number;
@@ -57,9 +61,11 @@ export interface TrainStepResult extends PolicyVersionInfo {
   metrics: Record<string, number>;
   /** True when the step had been applied before (a retry): nothing was trained again. */
   alreadyApplied: boolean;
-  /** Set when the update was not finite and train.on_non_finite is "skip": no version was published. */
+  /** Set when the step published no version: its samples all failed, or its update was not finite and train.on_non_finite is "skip". */
   skipped?: string;
   worker: string;
+  /** The iteration's rollout statistics (the input's slices merged), for the workflow's progress. */
+  rollout?: RolloutStats;
 }
 
 // The trainer of each run this process serves (on the process's trainer thread), with the policy
@@ -231,7 +237,7 @@ async function claimBatch(ctx: WorkerContext, run: RunContext, input: Required<P
 
 /**
  * Compute the update: one policy-gradient step on this process's trainer at fromVersion
- * (training/update.ts). A non-finite update is never applied: NonFiniteUpdateError is rethrown for
+ * (training/step.ts). A non-finite update is never applied: NonFiniteUpdateError is rethrown for
  * the caller to skip or stop; after any failure the next attempt rebuilds the trainer.
  */
 async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRule, fromVersion: number, samples: TrainSample[], advantages: number[]): Promise<{ trainer: RemoteTrainer; metrics: Record<string, number> }> {
@@ -430,6 +436,25 @@ export async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promis
   return { step, policyVersion: fromVersion, sha256: '', path: '', samples: 0, metrics, alreadyApplied: false, skipped: reason, worker: ctx.identity };
 }
 
+/**
+ * The workflow's train step: the failure budget's verdict on the iteration's rollout (its slices
+ * merged) comes first: over the budget the run fails (FailureBudgetExceeded, non-retryable), a
+ * rollout that failed entirely is skipped (skipStep), else the step trains (trainStep). The same
+ * input always gets the same verdict, so a retry skips or trains as the first attempt did.
+ */
+async function trainStepActivity(ctx: WorkerContext, input: TrainStepInput): Promise<TrainStepResult> {
+  if (!input.rollout) return trainStep(ctx, input);
+  const { runId, step, fromVersion } = input;
+  const rollout = mergeRolloutStats(input.rollout);
+  const budget = (await runContext(ctx, runId)).config.train.failure_budget;
+  const rolloutMetrics = { ...rolloutStatsMetrics(rollout), ...input.rolloutMetrics };
+  const result =
+    stepVerdict(rollout, budget, step) === 'skip'
+      ? await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics })
+      : await trainStep(ctx, { ...input, rolloutMetrics });
+  return { ...result, rollout };
+}
+
 export function createTrainActivities(ctx: WorkerContext) {
   return {
     workerInfo: workerInfoActivity(ctx),
@@ -437,8 +462,7 @@ export function createTrainActivities(ctx: WorkerContext) {
     warmStart: (input: WarmStartInput) => failuresMapped(() => warmStart(ctx, input)),
     // Heartbeats for the whole step: building a trainer (its weights copied to the trainer thread) and
     // publishing take seconds on a real model, like the update itself.
-    trainStep: (input: TrainStepInput) => failuresMapped(() => withHeartbeats(() => oneStepAtATime(input.runId, () => trainStep(ctx, input)))),
-    skipStep: (input: SkipStepInput) => failuresMapped(() => skipStep(ctx, input)),
+    trainStep: (input: TrainStepInput) => failuresMapped(() => withHeartbeats(() => oneStepAtATime(input.runId, () => trainStepActivity(ctx, input)))),
   };
 }
 

@@ -4,13 +4,14 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { bearerMatches, checkedToken, tokenFromEnv, type BearerToken } from '../config/bearer-token';
+import { bearerMatches, checkedToken, type BearerToken } from '../config/bearer-token';
+import { apiTokenFromEnv } from '../config/environment';
 
 export { bearerMatches };
 export type ApiToken = BearerToken;
 
 export function resolveApiToken(home: string, env: NodeJS.ProcessEnv = process.env): ApiToken {
-  const fromEnv = tokenFromEnv('RELAX_API_TOKEN', env);
+  const fromEnv = apiTokenFromEnv(env);
   if (fromEnv) return fromEnv;
   const file = path.join(home, 'api-token');
   if (!fs.existsSync(file)) {

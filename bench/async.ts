@@ -13,8 +13,8 @@ import { parseRunConfig, type RunConfig, type RunConfigInput } from '../config/r
 import type { Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { listSpans, utilization, type Span } from '../store/spans';
-import { ADD2_GRPO, ADD2_SFT } from '../training/recipes';
-import { loadOrTrainWarmStart } from '../training/warm-start';
+import { ADD2_GRPO } from '../config/recipes';
+import { loadOrTrainWarmStart, ADD2_SFT } from '../training/warm-start';
 import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';

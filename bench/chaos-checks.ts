@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import type { Pool } from 'pg';
 import { listCheckpoints } from '../store/checkpoint-registry';
 import { versionsToKeep, type RetentionPolicy } from '../store/checkpoint-retention';
+import { keysInSeveralSteps, stepSampleSets, unconsumedSamplesBefore } from '../store/step-records';
 import { verifyPolicyVersion } from '../training/policy-versions';
 
 export interface RunIntegrity {
@@ -33,15 +34,7 @@ export interface RunIntegrity {
  */
 export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: number, retention: RetentionPolicy): Promise<RunIntegrity> {
   const problems: string[] = [];
-  const { rows: steps } = await pool.query<{ step: number; status: string; sample_count: number; policy_version: number | null; recorded: string; stored: string; iterations: number[] | null }>(
-    `SELECT t.step, t.status, t.sample_count, t.policy_version,
-            (SELECT count(*) FROM train_step_samples k WHERE k.run_id = t.run_id AND k.step = t.step) AS recorded,
-            (SELECT count(*) FROM train_step_samples k JOIN samples s USING (run_id, iteration, group_index, sample_index)
-              WHERE k.run_id = t.run_id AND k.step = t.step AND s.status = 'consumed' AND s.consumed_by_step = t.step) AS stored,
-            (SELECT array_agg(DISTINCT k.iteration) FROM train_step_samples k WHERE k.run_id = t.run_id AND k.step = t.step) AS iterations
-       FROM train_steps t WHERE t.run_id = $1 ORDER BY t.step`,
-    [runId],
-  );
+  const steps = await stepSampleSets(pool, runId);
   const applied = steps.filter((s) => s.status === 'applied');
 
   let lost = 0;
@@ -61,20 +54,13 @@ export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: nu
     lost += Math.max(0, batchSize - s.sample_count) + Math.abs(s.sample_count - recorded) + (recorded - stored);
   }
   // Ready samples of an iteration that an applied step already trained past (step s trains iteration s - 1).
-  const { rows: left } = await pool.query<{ n: string }>(
-    `SELECT count(*) AS n FROM samples WHERE run_id = $1 AND status IN ('generated', 'scored') AND iteration < $2`,
-    [runId, applied.length],
-  );
-  if (Number(left[0].n) > 0) problems.push(`${left[0].n} samples of trained iterations were never consumed`);
-  lost += Number(left[0].n);
+  const left = await unconsumedSamplesBefore(pool, runId, applied.length);
+  if (left > 0) problems.push(`${left} samples of trained iterations were never consumed`);
+  lost += left;
 
   // The key is the primary key of train_step_samples, so the first count is a check of the schema too.
-  const { rows: twice } = await pool.query<{ n: string }>(
-    `SELECT count(*) AS n FROM (SELECT 1 FROM train_step_samples WHERE run_id = $1
-       GROUP BY iteration, group_index, sample_index HAVING count(DISTINCT step) > 1) d`,
-    [runId],
-  );
-  let doubleTrained = Number(twice[0].n);
+  const twice = await keysInSeveralSteps(pool, runId);
+  let doubleTrained = twice;
   const stepsByIteration = new Map<number, number[]>();
   for (const s of applied) for (const it of s.iterations ?? []) stepsByIteration.set(it, [...(stepsByIteration.get(it) ?? []), s.step]);
   for (const [it, by] of stepsByIteration) {
@@ -83,7 +69,7 @@ export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: nu
     doubleTrained += extra;
     problems.push(`iteration ${it} was trained by steps ${by.join(', ')}`);
   }
-  if (doubleTrained > 0 && Number(twice[0].n) > 0) problems.push(`${twice[0].n} sample keys are recorded in two steps`);
+  if (doubleTrained > 0 && twice > 0) problems.push(`${twice} sample keys are recorded in two steps`);
 
   // Each update publishes the next version: step s -> version s, once.
   let duplicates = 0;

@@ -11,9 +11,11 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { Pool } from 'pg';
+import { relaxEnvironment } from '../config/environment';
 import type { RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import { seededRandom } from '../config/seeds';
+import { createDatabase, dropDatabase } from '../store/db';
 import { freePort } from '../workers/ports';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { checkRunIntegrity, descendants, processesMentioning, stillAlive, type ProcessInfo, type RunIntegrity } from './chaos-checks';
@@ -270,11 +272,11 @@ function addCounts(r: ChaosReport, c: RunIntegrity): void {
 
 /** DATABASE_URL set: a fresh database on that server for the stack; else undefined (relax dev serves embedded PGlite). */
 async function chaosDatabase(): Promise<{ url?: string; drop(): Promise<void> }> {
-  const server = process.env.DATABASE_URL;
+  const server = relaxEnvironment().databaseUrl;
   if (!server) return { drop: async () => undefined };
   const name = `relax_chaos_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
   const admin = new Pool({ connectionString: server, max: 1 });
-  await admin.query(`CREATE DATABASE ${name}`);
+  await createDatabase(admin, name);
   await admin.end();
   const u = new URL(server);
   u.pathname = `/${name}`;
@@ -282,7 +284,7 @@ async function chaosDatabase(): Promise<{ url?: string; drop(): Promise<void> }>
     url: u.toString(),
     async drop() {
       const a = new Pool({ connectionString: server, max: 1 });
-      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).finally(() => a.end());
+      await dropDatabase(a, name).finally(() => a.end());
     },
   };
 }

@@ -27,7 +27,7 @@ import { RolloutEngine, type GeneratedSample } from '../engines/rollout';
 import { Trainer, trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
 import { policyLoss } from '../training/losses';
 import { add2Tokenizer, add2TrainPrompts } from '../envs/add2';
-import { ADD2_GRPO } from '../training/recipes';
+import { ADD2_GRPO } from '../config/recipes';
 import { promptTokens } from '../rollout/producers';
 import { policyModelConfig } from '../training/options';
 import type { Bench } from './index';

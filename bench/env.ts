@@ -12,7 +12,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { initWeights, type PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { loadTask } from '../envs/registry';
-import { calculatorConfig, calculatorWarmStart } from '../training/recipes';
+import { calculatorConfig, calculatorWarmStart } from '../training/warm-start';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { runInProcess } from '../training/in-process';
 import { policyModelConfig } from '../training/options';

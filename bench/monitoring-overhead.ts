@@ -12,6 +12,7 @@ import { NoCapacityProviderError, RelaxClient } from '../client';
 import type { RunConfig } from '../config/run-config';
 import { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { appliedStepIntervalsMs } from '../store/step-records';
 import { startLocalCapacity } from '../workers/local-capacity';
 import { startEphemeralStack } from '../workers/local-stack';
 import { median } from './measure';
@@ -155,12 +156,7 @@ async function healthChecksDuring(client: RelaxClient, fromMs: number, toMs: num
 export async function stepIntervals(databaseUrl: string, runId: string): Promise<number[]> {
   const pool = new Pool({ connectionString: databaseUrl, max: 1 });
   try {
-    const { rows } = await pool.query<{ ms: number }>(
-      `SELECT extract(epoch FROM applied_at - lag(applied_at) OVER (ORDER BY step)) * 1000 AS ms
-         FROM train_steps WHERE run_id = $1 AND status = 'applied' ORDER BY step`,
-      [runId],
-    );
-    const intervals = rows.map((r) => Number(r.ms)).filter((ms) => Number.isFinite(ms) && ms > 0);
+    const intervals = (await appliedStepIntervalsMs(pool, runId)).filter((ms) => Number.isFinite(ms) && ms > 0);
     if (!intervals.length) throw new Error(`run ${runId} recorded fewer than two applied train steps: run the bench with --set steps=3 or more`);
     return intervals;
   } finally {

@@ -27,7 +27,7 @@ import { RolloutEngine } from '../engines/rollout';
 import { trainSequenceFromSample, type TrainSequence } from '../engines/trainer';
 import { ChatTemplate } from '../engines/tokenizers/chat-template';
 import { HfTokenizer } from '../engines/tokenizers/hf';
-import { FULL_FINETUNE_MICRO_BATCH_TOKENS, REAL_MODEL_MICRO_BATCH_TOKENS } from '../training/recipes';
+import { FULL_FINETUNE_MICRO_BATCH_TOKENS, REAL_MODEL_MICRO_BATCH_TOKENS } from '../config/recipes';
 import type { BenchContext } from './index';
 import type { TrainChildInput, TrainChildResult } from './train-engine-child';
 import { median, peakRssMb, round, timeCalls } from './measure';

@@ -3,7 +3,7 @@
 // reward and held-out accuracy per step, the wall time per step (the median over steps with and
 // without an evaluation running beside them), split into rollout and train, peak memory, and how
 // the activities fared: their most attempts, timeouts, and every worker's worst event-loop lag
-// (scraped from its /metrics). The recipe is training/recipes.ts realModelRecipe.
+// (scraped from its /metrics). The recipe is config/recipes.ts realModelRecipe.
 //
 // Options (--set key=value): model (a named model, .gguf file or HF directory), steps, eval_every,
 // prompts (per step), group (or group_size), lr, rank, max_new_tokens, micro_batch_tokens, mode
@@ -22,7 +22,9 @@ import { RelaxClient } from '../client';
 import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig } from '../config/run-config';
 import { resolveModelSource } from '../engines/model-sources';
-import { EXAMPLE_DATA_DIR, realModelRecipe } from '../training/recipes';
+import { stepStageSpans } from '../store/spans';
+import { stepMetrics } from '../store/step-records';
+import { EXAMPLE_DATA_DIR, realModelRecipe } from '../config/recipes';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 import { median, peakRssMb } from './measure';
@@ -45,10 +47,7 @@ interface StepTimes {
 async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[]> {
   const pool = new Pool({ connectionString: databaseUrl, max: 1 });
   try {
-    const { rows } = await pool.query<{ stage: string; step: number | null; iteration: number | null; started_at: Date; ended_at: Date }>(
-      `SELECT stage, step, iteration, started_at, ended_at FROM stage_spans WHERE run_id = $1 AND stage IN ('generate', 'train', 'evaluate') ORDER BY started_at`,
-      [runId],
-    );
+    const rows = await stepStageSpans(pool, runId);
     const rollout = new Map<number, { start: number; end: number }>();
     const train = new Map<number, { start: number; end: number }>();
     const evals: Array<{ start: number; end: number }> = [];
@@ -60,7 +59,7 @@ async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[
       } else if (r.stage === 'train' && r.step !== null) train.set(r.step, span);
       else if (r.stage === 'evaluate') evals.push(span);
     }
-    const { rows: steps } = await pool.query<{ step: number; metrics: Record<string, number> | null }>(`SELECT step, metrics FROM train_steps WHERE run_id = $1`, [runId]);
+    const steps = await stepMetrics(pool, runId);
     const metricsOf = new Map(steps.map((r) => [r.step, r.metrics ?? {}]));
     const first = rows.length ? Math.min(...rows.filter((r) => r.stage !== 'evaluate').map((r) => r.started_at.getTime())) : 0;
     // Step s trains on iteration s - 1 (in async mode the rollout ran earlier, beside other steps).

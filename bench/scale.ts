@@ -14,7 +14,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { Pool } from 'pg';
 import { RelaxClient } from '../client';
+import { relaxEnvironment } from '../config/environment';
 import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { generateAndTrainSpans } from '../store/spans';
+import { appliedStepTimes } from '../store/step-records';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 
@@ -45,11 +48,8 @@ const median = (xs: number[]) => {
 
 /** Median step wall time and median time outside the step's activities, steps 2..N (sync: step s trains iteration s - 1). */
 async function stepBreakdown(pool: Pool, runId: string): Promise<{ stepMs: number; overheadMs: number }> {
-  const { rows: steps } = await pool.query<{ step: number; applied: Date }>(`SELECT step, applied_at AS applied FROM train_steps WHERE run_id = $1 AND status = 'applied' ORDER BY step`, [runId]);
-  const { rows: spans } = await pool.query<{ stage: string; step: number | null; iteration: number | null; s: Date; e: Date }>(
-    `SELECT stage, step, iteration, started_at AS s, ended_at AS e FROM stage_spans WHERE run_id = $1 AND stage IN ('generate', 'train')`,
-    [runId],
-  );
+  const steps = await appliedStepTimes(pool, runId);
+  const spans = await generateAndTrainSpans(pool, runId);
   const walls: number[] = [];
   const overheads: number[] = [];
   for (let k = 1; k < steps.length; k++) {
@@ -66,7 +66,7 @@ async function stepBreakdown(pool: Pool, runId: string): Promise<{ stepMs: numbe
 export const scaleBench: Bench = async (ctx) => {
   const sizes = (ctx.options.workers ?? '1,2,4,8,16,32').split(',').map(Number);
   if (sizes.some((n, i) => !Number.isInteger(n) || n < 1 || (i > 0 && n <= sizes[i - 1]))) throw new Error(`--set workers=${ctx.options.workers}: give increasing worker counts, e.g. 1,2,4,8`);
-  if (!process.env.DATABASE_URL && sizes[sizes.length - 1] > EMBEDDED_MAX_WORKERS) {
+  if (!relaxEnvironment().databaseUrl && sizes[sizes.length - 1] > EMBEDDED_MAX_WORKERS) {
     throw new Error(`--set workers=${sizes.join(',')}: the embedded database (PGlite) serves too few connections for ${sizes[sizes.length - 1]} worker processes; set DATABASE_URL to a PostgreSQL server, or stop at ${EMBEDDED_MAX_WORKERS} workers`);
   }
   const steps = Number(ctx.options.steps ?? 8);

@@ -3,10 +3,10 @@
 import { Connection } from '@temporalio/client';
 import { engineThreads, loadTfjsBackend, onnxRuntimeInfo, SMALL_MODEL_PARAMETERS, tfjsBackendChoice } from '../engines/backends';
 import type { Device } from '../engines/device';
-import { createPool, redactUrl } from '../store/db';
+import { createPool, redactUrl, serverVersion } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
 import path from 'node:path';
-import { findTemporalBinary, relaxEnvironment } from '../config/environment';
+import { engineThreadsSetting, findTemporalBinary, relaxEnvironment } from '../config/environment';
 import { sdkConnectionOptions, temporalConnectionOptions } from '../config/temporal-connection';
 import { describeHfWeights, readHfModelConfig } from '../engines/hf-checkpoint';
 import { resolveModelSource } from '../engines/model-sources';
@@ -67,12 +67,12 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
       if (!opts.databaseUrl) throw new Error('DATABASE_URL is not set and no `relax dev` is running in RELAX_HOME');
       const pool = createPool({ url: opts.databaseUrl, maxConnections: 1 });
       try {
-        const { rows } = await pool.query<{ v: string }>('SELECT version() AS v');
+        const server = await serverVersion(pool);
         const version = await schemaVersion(pool);
         if (version < LATEST_SCHEMA_VERSION) {
           throw new Error(`reachable, but schema version ${version} < ${LATEST_SCHEMA_VERSION}: not migrated`);
         }
-        return `${redactUrl(opts.databaseUrl)}, schema v${version}, ${rows[0].v.split(' on ')[0]}`;
+        return `${redactUrl(opts.databaseUrl)}, schema v${version}, ${server.split(' on ')[0]}`;
       } finally {
         await pool.end();
       }
@@ -106,7 +106,7 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
     'engine threads',
     async () => {
       const n = engineThreads();
-      const why = process.env.RELAX_ENGINE_THREADS?.trim() ? 'RELAX_ENGINE_THREADS' : `every core this process may use`;
+      const why = engineThreadsSetting() !== undefined ? 'RELAX_ENGINE_THREADS' : `every core this process may use`;
       return `${n} intra-op thread${n === 1 ? '' : 's'} per engine (${why}): TensorFlow on each train and reference worker's trainer thread, ONNX Runtime in each rollout engine; 1 for models under ${SMALL_MODEL_PARAMETERS / 1e6}M parameters`;
     },
     'set RELAX_ENGINE_THREADS to a whole number of threads >= 1',

@@ -7,14 +7,14 @@ import { DefaultLogger, Runtime, type LogLevel } from '@temporalio/worker';
 import { RelaxClient, describeError, readStackFile, resolveAddresses, stackFilePath } from '../client';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
-import { ADD2_GRPO, ADD2_GRPO_ASYNC, ADD2_SFT, realModelRecipe } from '../training/recipes';
+import { ADD2_GRPO, ADD2_GRPO_ASYNC, realModelRecipe } from '../config/recipes';
 import { Pool } from 'pg';
 import { secondsToAccuracy } from '../store/metrics';
 import { resolveModelSource } from '../engines/model-sources';
-import { loadOrTrainWarmStart } from '../training/warm-start';
+import { loadOrTrainWarmStart, ADD2_SFT } from '../training/warm-start';
 import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
-import { relaxEnvironment } from '../config/environment';
+import { relaxEnvironment, sdkLogLevel, sdkMetricsPort, workerShutdownGrace } from '../config/environment';
 import { checkPortsFree, startEphemeralStack, startLocalStack, type LocalStack } from '../workers/local-stack';
 import { freePort } from '../workers/ports';
 import { startWorker } from '../workers/worker';
@@ -58,15 +58,6 @@ function stopOnSignal(stop: () => Promise<void>): Promise<void> {
     process.on('SIGINT', handler);
     process.on('SIGTERM', handler);
   });
-}
-
-/** RELAX_WORKER_SHUTDOWN_GRACE_MS: how long running activities may finish when the worker is stopped (default 5 s; relax dev gives rollout workers 120 s, so a drain loses nothing). */
-function shutdownGrace(): { shutdownGraceMs?: number } {
-  const raw = process.env.RELAX_WORKER_SHUTDOWN_GRACE_MS;
-  if (raw === undefined || raw === '') return {};
-  const ms = Number(raw);
-  if (!Number.isInteger(ms) || ms < 0) throw new Error(`RELAX_WORKER_SHUTDOWN_GRACE_MS must be an integer number of milliseconds >= 0, got "${raw}"`);
-  return { shutdownGraceMs: ms };
 }
 
 function printStack(stack: LocalStack): void {
@@ -162,12 +153,11 @@ export function buildProgram(): Command {
       // The Temporal SDK's own metrics (task slots, poll latencies, schedule-to-start...) on a
       // loopback Prometheus endpoint of their own (RELAX_SDK_METRICS_PORT, default a free port).
       // RELAX_METRICS=off: none (nor the worker's own endpoint).
-      const sdkMetricsPort = !metricsEnabled() ? undefined : process.env.RELAX_SDK_METRICS_PORT ? Number(process.env.RELAX_SDK_METRICS_PORT) : await freePort();
-      if (sdkMetricsPort !== undefined && (!Number.isInteger(sdkMetricsPort) || sdkMetricsPort <= 0 || sdkMetricsPort > 65535)) throw new Error(`RELAX_SDK_METRICS_PORT must be a port number, got "${process.env.RELAX_SDK_METRICS_PORT}"`);
+      const sdkPort = !metricsEnabled() ? undefined : (sdkMetricsPort() ?? (await freePort()));
       Runtime.install({
-        logger: new DefaultLogger((process.env.RELAX_LOG_LEVEL as LogLevel) || 'WARN'),
+        logger: new DefaultLogger(sdkLogLevel() as LogLevel),
         // Prometheus' conventions (promtool checks them): counters end in _total, durations in seconds.
-        ...(sdkMetricsPort !== undefined ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkMetricsPort}`, countersTotalSuffix: true, unitSuffix: true, useSecondsForDurations: true } } } } : {}),
+        ...(sdkPort !== undefined ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkPort}`, countersTotalSuffix: true, unitSuffix: true, useSecondsForDurations: true } } } } : {}),
       });
       const worker = await startWorker({
         role: o.role,
@@ -175,11 +165,11 @@ export function buildProgram(): Command {
         temporalAddress: addresses.temporalAddress,
         namespace: addresses.namespace,
         databaseUrl: addresses.databaseUrl,
-        ...shutdownGrace(),
+        ...workerShutdownGrace(),
       });
       const backend = worker.tfjsBackend ? ` (tfjs backend ${worker.tfjsBackend})` : '';
       const build = worker.build ? ` as build ${worker.build.buildId} of deployment ${worker.build.deploymentName}` : '';
-      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${build}${backend}${worker.metricsUrl ? ` · metrics ${worker.metricsUrl}` : ''}${sdkMetricsPort !== undefined ? ` · sdk-metrics http://127.0.0.1:${sdkMetricsPort}/metrics` : ''}${worker.tracesUrl ? ` · traces ${worker.tracesUrl}` : ''}`);
+      console.log(`relax worker ready: ${worker.identity} polling ${worker.taskQueues.join(' and ')}${build}${backend}${worker.metricsUrl ? ` · metrics ${worker.metricsUrl}` : ''}${sdkPort !== undefined ? ` · sdk-metrics http://127.0.0.1:${sdkPort}/metrics` : ''}${worker.tracesUrl ? ` · traces ${worker.tracesUrl}` : ''}`);
       await worker.done;
       // (A worker whose external engine was marked failed stopped polling the shared queue only: its
       // instance queue keeps it alive, taking no rollout work, until it is drained.)

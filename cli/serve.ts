@@ -5,14 +5,14 @@
 // (sessions held, timeouts, connections, body size) are flags (addServeLimitOptions).
 import { Option, type Command } from 'commander';
 import type { Pool } from 'pg';
-import { tokenFromEnv } from '../config/bearer-token';
+import { engineTokenFromEnv } from '../config/environment';
 import { parseRunConfig } from '../config/run-config';
-import { startEngineServer } from '../rollout/engine-server';
+import { startEngineServer } from '../serving/engine-server';
 import { loadRunPolicy } from '../training/policy-model';
 import { loadRunContext } from '../training/run-context';
 import { resolveAddresses } from '../client';
-import { DEFAULT_HTTP_LIMITS, startOpenAIServer, type HttpLimits, type OpenAIServer } from '../rollout/openai-server';
-import { DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_MS, DEFAULT_SESSION_MEDIA_BYTES, type SessionRecorderOptions } from '../rollout/sessions';
+import { DEFAULT_HTTP_LIMITS, startOpenAIServer, type HttpLimits, type OpenAIServer } from '../serving/openai-server';
+import { DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_MS, DEFAULT_SESSION_MEDIA_BYTES, type SessionRecorderOptions } from '../serving/sessions';
 import { PolicyEngine, type PolicyEngineOptions } from '../rollout/policy-engine';
 import { openStore, redactUrl } from '../store/db';
 import { loadPolicyWeights } from '../training/policy-versions';
@@ -182,7 +182,7 @@ function printLimits(server: OpenAIServer, options: ServeCommandOptions): void {
  * RELAX_ENGINE_TOKEN (or the file RELAX_ENGINE_TOKEN_FILE names), the same value the stack has.
  */
 async function engineCommandAction(options: ServeCommandOptions): Promise<void> {
-  const token = tokenFromEnv('RELAX_ENGINE_TOKEN');
+  const token = engineTokenFromEnv();
   if (!token) throw new Error('relax serve --engine needs a token for its version-load call: set RELAX_ENGINE_TOKEN (or RELAX_ENGINE_TOKEN_FILE) here and the same value on the Relax stack that registers this engine');
   const mb = options.maxCheckpointMb;
   if (mb !== undefined && !(Number.isFinite(mb) && mb > 0)) throw new Error(`--max-checkpoint-mb is ${mb}: pass a positive number of MiB`);

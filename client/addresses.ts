@@ -2,7 +2,7 @@
 // DATABASE_URL, RELAX_HOME), falling back to the stack.json a running `relax dev` writes.
 import fs from 'node:fs';
 import path from 'node:path';
-import { relaxEnvironment } from '../config/environment';
+import { explicitTemporalAddress, relaxEnvironment } from '../config/environment';
 
 /** What `relax dev` writes to <home>/stack.json while it runs, so other commands find the stack. */
 export interface StackFile {
@@ -29,7 +29,7 @@ export function resolveAddresses(env: NodeJS.ProcessEnv = process.env): { tempor
   const e = relaxEnvironment(env);
   const stack = readStackFile(e.home);
   return {
-    temporalAddress: env.TEMPORAL_ADDRESS || stack?.temporalAddress || e.temporalAddress,
+    temporalAddress: explicitTemporalAddress(env) || stack?.temporalAddress || e.temporalAddress,
     namespace: e.namespace,
     databaseUrl: e.databaseUrl ?? stack?.databaseUrl,
   };

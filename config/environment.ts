@@ -1,6 +1,16 @@
-// Where a Relax process finds the services it talks to. Every entrypoint reads these the same way.
+// The one place a Relax process reads its environment variables: where it finds the services it
+// talks to (every entrypoint reads these the same way), how workers release runs and version their
+// workflow code, and, re-exported from its siblings, the engine and sandbox settings
+// (environment-engines.ts), the Temporal TLS, tokens and tracing (environment-services.ts) and a
+// worker process's own settings (environment-workers.ts). Each parser takes `env` (default
+// process.env) so tests pass their own; an invalid value is an error naming the variable and the fix.
+// The architecture test's env rule keeps reads of specific variables out of every other module.
 import fs from 'node:fs';
 import path from 'node:path';
+
+export * from './environment-engines';
+export * from './environment-services';
+export * from './environment-workers';
 
 /** The repository (or installed package) root: this file compiles to dist/workers/. */
 export const PACKAGE_ROOT = path.resolve(__dirname, '..', '..');
@@ -78,6 +88,16 @@ export function relaxEnvironment(env: NodeJS.ProcessEnv = process.env): RelaxEnv
     home: path.resolve(env.RELAX_HOME || '.relax'),
     warmStartCache: path.resolve(env.RELAX_WARM_START_CACHE || path.join(env.RELAX_HOME || '.relax', 'warm-starts')),
   };
+}
+
+/** TEMPORAL_ADDRESS when it is set (it wins over a running `relax dev`'s address); else undefined. */
+export function explicitTemporalAddress(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return env.TEMPORAL_ADDRESS || undefined;
+}
+
+/** The URL a notification webhook's `url_env` names, from this control worker's environment; undefined when unset. */
+export function webhookUrlFromEnv(variable: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return env[variable];
 }
 
 export interface TemporalBinary {

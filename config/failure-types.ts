@@ -29,7 +29,7 @@ export const NON_RETRYABLE_FAILURE_TYPES = [
   'DuplicateRunId',
   /** A step's loss or gradient is not finite (train.on_non_finite "stop"). */
   'NonFiniteUpdate',
-  /** More of a step's samples failed than train.failure_budget allows (raised by the workflow). */
+  /** More of a step's samples failed than train.failure_budget allows (training/step.ts stepVerdict). */
   'FailureBudgetExceeded',
   /** A setHyperparameters Update the validator refuses (bad value, unknown or unsafe field). */
   'InvalidHyperparameters',

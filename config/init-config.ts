@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { boundedNumber as bounded } from './bounded';
 
-/** The add2 warm start's values (training/recipes.ts ADD2_SFT), also init.sft's defaults. */
+/** The add2 warm start's values (config/recipes.ts ADD2_SFT_INIT), also init.sft's defaults. */
 export const SFT_INIT_DEFAULTS = { lr: 3e-3, batch_size: 64, max_steps: 4000, eval_every: 10, band: [0.2, 0.6] as [number, number] } as const;
 
 export const SftInitConfigSchema = z

@@ -4,7 +4,7 @@
 // schemas live in config/bounded.ts (Node-free, shared with the workflow's hyperparameter
 // validator) and are re-exported here. Plus the memory estimate of a tiny-GPT run (pure arithmetic
 // on the config) and the limit it is checked against.
-import os from 'node:os';
+import { runMemoryLimitSource } from './environment-engines';
 
 export {
   boundedNumber,
@@ -23,14 +23,8 @@ export {
 // ---------------------------------------------------------------------------------------------
 // Memory
 
-/** The setting that caps a run's estimated trainer memory on a worker, in GB (10^9 bytes). */
-export const RUN_MEMORY_SETTING = 'RELAX_MAX_RUN_MEMORY_GB';
-
-/** The memory a run may need on this machine: RELAX_MAX_RUN_MEMORY_GB, else 75% of its memory. */
-export function runMemoryLimitBytes(env: NodeJS.ProcessEnv = process.env): number {
-  const gb = Number(env[RUN_MEMORY_SETTING]);
-  return env[RUN_MEMORY_SETTING] && Number.isFinite(gb) && gb > 0 ? gb * 1e9 : 0.75 * os.totalmem();
-}
+// The setting (RELAX_MAX_RUN_MEMORY_GB) and the limit it gives are read in config/environment-engines.ts.
+export { RUN_MEMORY_SETTING, runMemoryLimitBytes } from './environment-engines';
 
 /** The tiny GPT's vocabulary is the task's (known only when the task loads): estimated at this many tokens. */
 export const TINY_VOCAB_ESTIMATE = 1024;
@@ -76,8 +70,7 @@ export function formatBytes(bytes: number): string {
 
 /** What a refusal says about the limit: the number and where it comes from. */
 export function memoryLimitText(limitBytes: number, env: NodeJS.ProcessEnv = process.env): string {
-  const source = env[RUN_MEMORY_SETTING] ? `${RUN_MEMORY_SETTING}=${env[RUN_MEMORY_SETTING]}` : `${RUN_MEMORY_SETTING}, default: 75% of this machine's memory`;
-  return `this worker allows at most ${formatBytes(limitBytes)} (${source})`;
+  return `this worker allows at most ${formatBytes(limitBytes)} (${runMemoryLimitSource(env)})`;
 }
 
 /** A tiny GPT run over `limitBytes`: the problem, naming the fields, the estimate and the limit; else undefined. */

@@ -12,36 +12,9 @@ import type { WorkflowClientInterceptor } from '@temporalio/client';
 import type { OpenTelemetrySinks } from '@temporalio/interceptors-opentelemetry';
 import type { ActivityInterceptorsFactory, InjectedSinks } from '@temporalio/worker';
 import type { WorkflowInfo } from '@temporalio/workflow';
+import { otlpTracesProtocol, tracingSettings, type TracingSettings } from './environment-services';
 
-export interface TracingSettings {
-  /** Where spans are POSTed: the traces endpoint as given, else `<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces`. */
-  endpoint: string;
-  /** OTEL_SERVICE_NAME, default `relax-<role>`. */
-  serviceName: string;
-}
-
-/**
- * Tracing's settings from the environment, or undefined when it is off (no endpoint, or
- * OTEL_SDK_DISABLED=true). OTEL_EXPORTER_OTLP_TRACES_ENDPOINT wins over OTEL_EXPORTER_OTLP_ENDPOINT, as in every OTel SDK.
- */
-export function tracingSettings(role: string, env: NodeJS.ProcessEnv = process.env): TracingSettings | undefined {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
-  const traces = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
-  if (!traces && !base) return undefined;
-  const endpoint = traces || `${base!.replace(/\/+$/, '')}/v1/traces`;
-  let url: URL | undefined;
-  try {
-    url = new URL(endpoint);
-  } catch {
-    url = undefined;
-  }
-  if (!url || !/^https?:$/.test(url.protocol)) {
-    const name = traces ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT';
-    throw new Error(`${name} is ${JSON.stringify(traces || base)}: give the collector's OTLP/HTTP URL (e.g. http://127.0.0.1:4318), or unset it to turn tracing off`);
-  }
-  return { endpoint, serviceName: env.OTEL_SERVICE_NAME?.trim() || `relax-${role}` };
-}
+export { tracingSettings, type TracingSettings } from './environment-services';
 
 /** One process's tracing pipeline (a tracer provider, a batch span processor, the OTLP exporter). */
 export interface Tracing {
@@ -137,10 +110,9 @@ function workflowSpanSink(m: Sdk, processor: SpanProcessor, resource: Resource):
  * OTEL_EXPORTER_OTLP_HEADERS / _TIMEOUT and OTEL_BSP_* apply as in any OTel SDK.
  */
 export function startTracing(opts: { role: string; identity?: string }): Tracing | undefined {
-  const env = process.env;
-  const settings = tracingSettings(opts.role, env);
+  const settings = tracingSettings(opts.role);
   if (!settings) return undefined;
-  const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL || env.OTEL_EXPORTER_OTLP_PROTOCOL;
+  const protocol = otlpTracesProtocol();
   if (protocol && protocol !== 'http/json') console.error(`[relax tracing] OTLP protocol ${protocol} is not supported: spans go as http/json to ${settings.endpoint} (the collector's OTLP/HTTP port, 4318 by default, takes it)`);
   const m = loadSdk();
   const own = new m.resources.Resource({ 'service.name': settings.serviceName, 'relax.role': opts.role, ...(opts.identity ? { 'service.instance.id': opts.identity } : {}) });

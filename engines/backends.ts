@@ -7,6 +7,9 @@ import path from 'node:path';
 import { preloadCudaLibraries, readOnnxCudaManifest } from './cuda-libraries';
 import type { Device } from './device';
 import { parameterCount, type ModelConfig } from './model';
+import { engineThreadsSetting, ortThreadsSetting, tfjsBackendChoice, type TfjsBackendChoice } from '../config/environment';
+
+export { tfjsBackendChoice, USER_TF_INTRAOP_THREADS, type TfjsBackendChoice } from '../config/environment';
 
 export interface TfjsBackendInfo {
   /** The tfjs backend name: 'tensorflow' (native, CPU or CUDA) or 'wasm'. */
@@ -14,15 +17,6 @@ export interface TfjsBackendInfo {
   package: string;
   /** Why a preferred backend was not used, when it was not (for `relax doctor`). */
   fallbackReason?: string;
-}
-
-/** Which backend to load: RELAX_TFJS_BACKEND = auto (default: native where built, else wasm), native or wasm. */
-export type TfjsBackendChoice = 'auto' | 'native' | 'wasm';
-
-export function tfjsBackendChoice(env: NodeJS.ProcessEnv = process.env): TfjsBackendChoice {
-  const v = (env.RELAX_TFJS_BACKEND ?? 'auto').trim().toLowerCase() || 'auto';
-  if (v === 'auto' || v === 'native' || v === 'wasm') return v;
-  throw new Error(`RELAX_TFJS_BACKEND: expected auto, native or wasm, got "${env.RELAX_TFJS_BACKEND}"`);
 }
 
 /** The native packages to try for `device`, best first. */
@@ -50,9 +44,6 @@ export function nativeTfjsAvailable(env: NodeJS.ProcessEnv = process.env): boole
   return tfjsBackendChoice(env) !== 'wasm' && ['@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu'].some(nativeBindingBuilt);
 }
 
-/** TF_NUM_INTRAOP_THREADS as the user set it (read at load, before any backend here sets it for TensorFlow). */
-export const USER_TF_INTRAOP_THREADS = process.env.TF_NUM_INTRAOP_THREADS;
-
 /** Models below this many parameters run their engines on one thread (see engineThreads). */
 export const SMALL_MODEL_PARAMETERS = 5_000_000;
 
@@ -66,12 +57,8 @@ export const SMALL_MODEL_PARAMETERS = 5_000_000;
  * never share a core; in async mode rollout and training overlap and share them.
  */
 export function engineThreads(model?: ModelConfig, env: NodeJS.ProcessEnv = process.env, cores = os.availableParallelism()): number {
-  const set = env.RELAX_ENGINE_THREADS?.trim();
-  if (set) {
-    const n = Number(set);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ENGINE_THREADS: expected a whole number of threads >= 1, got "${env.RELAX_ENGINE_THREADS}"`);
-    return n;
-  }
+  const set = engineThreadsSetting(env);
+  if (set !== undefined) return set;
   if (model && parameterCount(model) < SMALL_MODEL_PARAMETERS) return 1;
   return Math.max(1, cores);
 }
@@ -85,11 +72,7 @@ export function engineThreads(model?: ModelConfig, env: NodeJS.ProcessEnv = proc
  * mode) 2 threads can fall below 1: RELAX_ORT_THREADS=1 there.
  */
 export function ortThreads(model?: ModelConfig, env: NodeJS.ProcessEnv = process.env, cores = os.availableParallelism()): number {
-  const set = env.RELAX_ORT_THREADS?.trim();
-  if (!set) return engineThreads(model, env, cores);
-  const n = Number(set);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ORT_THREADS: expected a whole number of threads >= 1, got "${env.RELAX_ORT_THREADS}"`);
-  return n;
+  return ortThreadsSetting(env) ?? engineThreads(model, env, cores);
 }
 
 /**

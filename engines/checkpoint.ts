@@ -158,7 +158,7 @@ export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions
 /**
  * A weights file's bytes (encodeCheckpointWeights) back to its model config and weights, every
  * tensor's shape checked against that config: what an engine that received the file over the
- * network (rollout/engine-server.ts) loads. `source` names the file in errors.
+ * network (serving/engine-server.ts) loads. `source` names the file in errors.
  */
 export function decodeCheckpointWeights(bytes: Uint8Array, source: string): { model: ModelConfig; weights: PolicyWeights } {
   const parsed = decodeSafetensors(bytes, source);

@@ -6,10 +6,9 @@
 // name `rollout.agent.command` (off by default: an agent command is any program). See docs/security.md.
 import fs from 'node:fs';
 import path from 'node:path';
-import { PACKAGE_ROOT } from '../config/environment';
+import { AGENT_COMMANDS_SETTING, agentCommandsAllowed, configuredModuleRoots, MODULE_ROOTS_SETTING, PACKAGE_ROOT } from '../config/environment';
 
-export const MODULE_ROOTS_SETTING = 'RELAX_ALLOWED_MODULE_ROOTS';
-export const AGENT_COMMANDS_SETTING = 'RELAX_ALLOW_AGENT_COMMANDS';
+export { AGENT_COMMANDS_SETTING, agentCommandsAllowed, MODULE_ROOTS_SETTING };
 
 /** A module or agent command this worker's allow-list refuses (a retry cannot change that). */
 export class NotAllowedError extends Error {
@@ -33,7 +32,7 @@ function realpath(p: string): string {
 
 /** The directories user modules may resolve under, as real paths. */
 export function allowedModuleRoots(env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): string[] {
-  const configured = (env[MODULE_ROOTS_SETTING] ?? '').split(':').map((s) => s.trim()).filter(Boolean);
+  const configured = configuredModuleRoots(env);
   const roots = configured.length ? configured.map((r) => path.resolve(cwd, r)) : [cwd, PACKAGE_ROOT];
   return [...new Set(roots.map(realpath))];
 }
@@ -56,11 +55,6 @@ export function checkModuleAllowed(label: string, spec: string, resolvedFile: st
       `move the module under one of them, or add its directory to ${MODULE_ROOTS_SETTING} in the workers' environment`,
     MODULE_ROOTS_SETTING,
   );
-}
-
-/** True when this worker lets runs name an agent command. */
-export function agentCommandsAllowed(env: NodeJS.ProcessEnv = process.env): boolean {
-  return /^(1|true|yes)$/i.test(env[AGENT_COMMANDS_SETTING] ?? '');
 }
 
 /** Throws NotAllowedError when a run names rollout.agent.command and this worker does not allow agent commands. */

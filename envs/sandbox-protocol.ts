@@ -1,8 +1,10 @@
 // What the sandbox host (envs/sandbox.ts) and its threads (envs/sandbox-thread.ts) share: the
-// worker-side settings (RELAX_SANDBOX, RELAX_SANDBOX_MEMORY_MB, RELAX_SANDBOX_LOAD_TIMEOUT_MS), the
+// worker-side settings (RELAX_SANDBOX, RELAX_SANDBOX_MEMORY_MB, RELAX_SANDBOX_LOAD_TIMEOUT_MS, read in
+// config/environment-engines.ts and re-exported here), the
 // secret-free environment user code and agent programs get, the layout of the shared state a
 // thread writes for the host's watchdog, and the messages between the two.
 import type { MessagePort } from 'node:worker_threads';
+import { sandboxPassEnv } from '../config/environment';
 
 /** Slots of the Float64Array a thread shares with its host (the watchdog reads them). */
 export const STATE = {
@@ -59,28 +61,7 @@ export type ThreadEvent =
   | { kind: 'rpc'; id: number; rpcId: number; method: string; args: unknown[] }
   | { kind: 'syncRpc'; id: number; method: string; args: unknown[] };
 
-/** RELAX_SANDBOX=off runs user code in this process's event loop (debugging only: a hang there freezes the worker). */
-export function sandboxEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
-  return !/^(off|0|false|no)$/i.test((env.RELAX_SANDBOX ?? '').trim());
-}
-
-function positiveInt(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw.trim() === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} is ${JSON.stringify(raw)}: set it to a positive whole number, or unset it for ${fallback}`);
-  return n;
-}
-
-/** The old-generation heap of one sandbox thread (RELAX_SANDBOX_MEMORY_MB, default 512). */
-export function sandboxMemoryMb(env: NodeJS.ProcessEnv = process.env): number {
-  return positiveInt(env, 'RELAX_SANDBOX_MEMORY_MB', 512);
-}
-
-/** How long a user module may take to load in a fresh thread (RELAX_SANDBOX_LOAD_TIMEOUT_MS, default 10000). */
-export function sandboxLoadTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
-  return positiveInt(env, 'RELAX_SANDBOX_LOAD_TIMEOUT_MS', 10_000);
-}
+export { sandboxEnabled, sandboxLoadTimeoutMs, sandboxMemoryMb } from '../config/environment';
 
 const SECRET_NAME = /TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY|ACCESS_KEY|AUTH/i;
 const SECRET_PREFIX = /^(PG|TEMPORAL_|DATABASE_|AWS_|GOOGLE_APPLICATION_|AZURE_)/;
@@ -101,7 +82,7 @@ function isControlPlaneVariable(name: string): boolean {
  * reward's RELAX_JUDGE_API_KEY; never DATABASE_URL, PG* or TEMPORAL_*.
  */
 export function sandboxEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const pass = new Set((env.RELAX_SANDBOX_PASS_ENV ?? '').split(/[,:\s]+/).filter(Boolean));
+  const pass = sandboxPassEnv(env);
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
     if (v === undefined) continue;

@@ -19,8 +19,42 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { sandboxEnv } from '../envs/sandbox-protocol';
-import type { TaskPrompt } from '../envs/task';
-import type { AgentSample, SessionRecorder } from './sessions';
+import type { PromptMedium, TaskPrompt } from '../envs/task';
+
+/** A session's trajectory as one training sample (the transfer queue's NewSample fields). */
+export interface AgentSample {
+  /** The first call's prompt (bos + its text). */
+  promptTokens: number[];
+  /** Everything after it, up to the end of the last call's completion. */
+  responseTokens: number[];
+  /** Per response token: 1 where the policy generated it (in any call), 0 where the agent wrote it. */
+  lossMask: number[];
+  /** Per response token: the policy's log-prob of a generated token, 0 where lossMask is 0. */
+  rolloutLogprobs: number[];
+  /** Per response token: the version that generated it; agent tokens take the version of the generation before them. */
+  tokenVersions: number[];
+  /** The oldest policy version that generated a token of the sample. */
+  policyVersion: number;
+  /** The ids of the media of promptTokens + responseTokens, in placeholder order; absent without media. */
+  mediaIds?: string[];
+  /** Those media (bytes, kind, format), in the same order, for the caller to store; absent without media. */
+  media?: PromptMedium[];
+}
+
+/** What take() returns: the sample, or the error that made the session unusable. */
+export interface SessionTake {
+  id: string;
+  /** Calls the session made (completed or not). */
+  calls: number;
+  sample?: AgentSample;
+  /** null when `sample` is set. */
+  error: string | null;
+}
+
+/** Where the endpoint records agent sessions (serving/sessions.ts SessionRecorder): a finished episode's session is taken once. */
+export interface AgentSessions {
+  take(sessionId: string): SessionTake;
+}
 
 export interface AgentEpisodesOptions {
   /** The agent program and its arguments, e.g. ["node", "examples/agents/add2-agent.js"]. */
@@ -32,7 +66,7 @@ export interface AgentEpisodesOptions {
   /** One per episode (groups already repeated). Only `text` reaches the agent. */
   prompts: readonly TaskPrompt[];
   /** The endpoint's session recorder. */
-  sessions: SessionRecorder;
+  sessions: AgentSessions;
   /** Per episode: the agent is killed after this long. */
   timeoutMs: number;
   /** Extra environment for the agent (on top of this process's environment, less its secrets). */

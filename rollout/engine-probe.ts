@@ -1,5 +1,9 @@
-// The health probe of an external engine (GET /v1/models), on its own so that processes that only
-// watch engines (relax dev's health checks) do not load the inference engine.
+// The health probe of an external engine (GET /v1/models) and the path of its version-load call
+// (served by serving/engine-server.ts, called by rollout/remote-engine.ts), on their own so that
+// processes that only watch engines (relax dev's health checks) do not load the inference engine.
+
+/** The version-load call's path. */
+export const LOAD_VERSION_PATH = '/v1/relax/load_version';
 
 const describe = (err: unknown) => (err as Error)?.message ?? String(err);
 

@@ -16,7 +16,7 @@ import { ThreadedRolloutEngine } from '../engines/rollout-thread';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import { CheckpointPrunedError, latestCheckpoint, MissingPolicyVersionError, retainedVersions } from '../store/checkpoint-registry';
 import { formatVersions } from '../store/checkpoint-retention';
-import { modelNotFound, type ResolvedModel } from './openai-server';
+import { ModelNotFoundError, type ResolvedModel } from './resolved-model';
 
 export interface PolicyEngineOptions {
   /**
@@ -107,16 +107,16 @@ export class PolicyEngine {
     };
   }
 
-  /** Resolves an endpoint model name (see the top of this file); unknown names are a 404 naming what is served. */
+  /** Resolves an endpoint model name (see the top of this file); unknown names are ModelNotFoundError (the endpoint answers 404) naming what is served. */
   async resolveModel(model: string, runName: RunModelMeaning = 'newest'): Promise<ResolvedModel> {
     const version = await this.versionOf(model, runName);
     try {
       await this.atVersion(version);
     } catch (err) {
-      if (err instanceof CheckpointPrunedError) throw modelNotFound(model, err.message);
+      if (err instanceof CheckpointPrunedError) throw new ModelNotFoundError(model, err.message);
       if (err instanceof MissingPolicyVersionError) {
         const retained = await retainedVersions(this.pool, this.runId);
-        throw modelNotFound(model, `run ${this.runId} has no policy version ${version}; ${retained.length ? `its retained versions are ${formatVersions(retained)}` : 'it has no retained version yet'}`);
+        throw new ModelNotFoundError(model, `run ${this.runId} has no policy version ${version}; ${retained.length ? `its retained versions are ${formatVersions(retained)}` : 'it has no retained version yet'}`);
       }
       throw err;
     }
@@ -134,11 +134,11 @@ export class PolicyEngine {
   private async versionOf(model: string, runName: RunModelMeaning): Promise<number> {
     if (model === this.runId) {
       const v = runName === 'current' ? this.engine.policyVersion : await this.newestVersion();
-      if (v === undefined) throw modelNotFound(model, `run ${this.runId} has no published policy version yet (version 0 is published when the run starts); try again once it has`);
+      if (v === undefined) throw new ModelNotFoundError(model, `run ${this.runId} has no published policy version yet (version 0 is published when the run starts); try again once it has`);
       return v;
     }
     const pinned = /^(.*)@(\d+)$/.exec(model);
     if (pinned && pinned[1] === this.runId && Number.isSafeInteger(Number(pinned[2]))) return Number(pinned[2]);
-    throw modelNotFound(model, `this server serves run ${this.runId} only: ask for "${this.runId}" (its newest policy version) or "${this.runId}@<n>" (version n)`);
+    throw new ModelNotFoundError(model, `this server serves run ${this.runId} only: ask for "${this.runId}" (its newest policy version) or "${this.runId}@<n>" (version n)`);
   }
 }

@@ -2,7 +2,8 @@
 // samples, in one of four ways a run can produce them: single-turn generation scored by a reward,
 // multi-turn episodes against an environment, a user generate function in full control of each
 // group, or an external agent program driving the policy through the OpenAI-compatible endpoint.
-// The rollout activity and the in-process loop both call rolloutSlice, with the same seeds.
+// Each way is a producer registered by name (registerProducer; producerNameFor picks a run's). The
+// rollout activity and the in-process loop both call rolloutSlice, with the same seeds.
 import type { RunConfig } from '../config/run-config';
 import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
 import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
@@ -14,8 +15,7 @@ import type { Task, TaskPrompt } from '../envs/task';
 import type { NewSample } from '../store/transfer-queue';
 import { rolloutEpisodes } from './episodes';
 import { mediaPromptsOf, type MediaPrompts } from './media-prompts';
-import { runAgentEpisodes } from './agent-rollout';
-import type { SessionRecorder } from './sessions';
+import { runAgentEpisodes, type AgentSessions } from './agent-rollout';
 
 /** The token ids a prompt is conditioned on: bos, then the prompt text. */
 export function promptTokens(tokenizer: Tokenizer, prompt: TaskPrompt): number[] {
@@ -58,6 +58,54 @@ export interface RolloutContext {
   media?: MediaPrompts;
 }
 
+/** Makes rows for a slice's prompts (group_size per prompt, groups adjacent). */
+export type Producer = (ctx: RowsContext, prompts: TaskPrompt[]) => Promise<RolloutRow[]>;
+/** Makes a rollout's producer; `rollout` is the slice's context (its agent endpoint, for one). */
+export type ProducerFactory = (rollout: RolloutContext) => Producer;
+
+export interface ProducerDefinition {
+  name: string;
+  create: ProducerFactory;
+}
+
+const producers = new Map<string, ProducerDefinition>();
+
+export function registerProducer(definition: ProducerDefinition): void {
+  if (producers.has(definition.name)) throw new Error(`a producer named "${definition.name}" is already registered`);
+  producers.set(definition.name, definition);
+}
+
+export function producerNames(): string[] {
+  return [...producers.keys()];
+}
+
+/** The factory of the producer registered as `name`; an unknown name is an error naming the known ones. */
+export function producer(name: string): ProducerFactory {
+  const definition = producers.get(name);
+  if (!definition) throw new Error(`unknown producer ${JSON.stringify(name)}: use one of ${producerNames().join(', ')}`);
+  return definition.create;
+}
+
+/** The producer a run uses: an agent program (rollout.agent), a generate function (generate.module), an environment's episodes, or single-turn generation. */
+export function producerNameFor(config: RunConfig, task: Task): string {
+  if (config.rollout.agent) return 'agent';
+  if (config.generate.module) return 'generate';
+  if (task.interaction) return 'episodes';
+  return 'single-turn';
+}
+
+registerProducer({ name: 'single-turn', create: () => singleTurnRows });
+registerProducer({ name: 'episodes', create: () => episodeRows });
+registerProducer({ name: 'generate', create: () => customGenerateRows });
+registerProducer({
+  name: 'agent',
+  create: ({ agentEndpoint }) =>
+    async (c, p) => {
+      if (!agentEndpoint) throw new Error('rollout.agent is set but this rollout has no agent endpoint');
+      return agentRows(c, await agentEndpoint(), p);
+    },
+});
+
 /**
  * Generates group_size samples for each prompt of the slice, scores them, and returns them as
  * transfer-queue samples keyed (iteration, group, index). A reward or episode that fails marks only
@@ -72,17 +120,7 @@ export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Pr
   const sampling = { ...samplingParams(config.rollout, stopTokens(task.tokenizer()), seed), ...ctx.followUpdates };
   const media = ctx.media ?? (prompts.some((p) => p.media?.length) ? mediaPromptsOf(ctx.engine) : undefined);
   const rowsCtx: RowsContext = { config, task, engine: ctx.engine, sampling, seed, ...(media ? { media } : {}) };
-  const agentEndpoint = ctx.agentEndpoint;
-  const produce: (c: RowsContext, p: TaskPrompt[]) => Promise<RolloutRow[]> = config.rollout.agent
-    ? async (c, p) => {
-        if (!agentEndpoint) throw new Error('rollout.agent is set but this rollout has no agent endpoint');
-        return agentRows(c, await agentEndpoint(), p);
-      }
-    : config.generate.module
-      ? customGenerateRows
-      : task.interaction
-        ? episodeRows
-        : singleTurnRows;
+  const produce = producer(producerNameFor(config, task))(ctx);
   const rows = await produce(rowsCtx, prompts);
   return rows.map((r, i) => ({
     iteration: slice.iteration,
@@ -285,7 +323,7 @@ export async function customGenerateRows(ctx: RowsContext, prompts: TaskPrompt[]
 /** The rollout worker's endpoint, for agent-driven rollouts (rollout.agent). */
 export interface AgentEndpoint {
   url: string;
-  sessions: SessionRecorder;
+  sessions: AgentSessions;
   /** The model name that means this run's current policy. */
   model: string;
 }

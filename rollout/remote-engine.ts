@@ -1,20 +1,16 @@
 // An external OpenAI-compatible engine as a rollout engine (docs/control-api.md "External engines"):
 // a rollout worker started with RELAX_ENGINE_URL generates through it. Before it generates for a
 // policy version it tells the engine to load that version (the version-load call of
-// `relax serve --engine`: a checkpoint URL this process serves, with the registry's sha256) and
-// confirms it through GET /v1/models/<run> (the version and the sha256 the engine says it holds).
-// An engine that cannot confirm is never used stale: EngineUnconfirmedError, and the worker marks
-// it failed and stops taking work (activities/rollout.ts).
+// `relax serve --engine`: a checkpoint URL this process serves, serving/checkpoint-server.ts, with
+// the registry's sha256) and confirms it through GET /v1/models/<run> (the version and the sha256
+// the engine says it holds). An engine that cannot confirm is never used stale:
+// EngineUnconfirmedError, and the worker marks it failed and stops taking work (activities/rollout.ts).
 //
 // Generation goes through POST /v1/completions with vLLM's token-level extensions: the prompt as
 // token ids, stop_token_ids, include_stop_str_in_output and return_tokens_as_token_ids, so tokens
 // and their log-probs come back exactly. The log-probs are the engine's (a Relax engine reports the
 // policy's at temperature 1; the sampling distribution's are not sent, so samplingLogprobs repeats
 // them). Text prompts only: media and followUpdates (partial rollout) need a local engine.
-import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import http from 'node:http';
 import path from 'node:path';
 import { WEIGHTS_FILE } from '../engines/checkpoint';
 import type { ModelConfig } from '../engines/model';
@@ -22,8 +18,7 @@ import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engin
 import type { SequenceMedia } from '../engines/media/model-inputs';
 import { requireRetainedCheckpoint } from '../store/checkpoint-registry';
 import type { Queryable } from '../store/transfer-queue';
-import { probeEngine } from './engine-probe';
-import { LOAD_VERSION_PATH } from './engine-server';
+import { LOAD_VERSION_PATH, probeEngine } from './engine-probe';
 
 export { probeEngine } from './engine-probe';
 
@@ -37,68 +32,10 @@ export class RemoteEngineError extends Error {
   override readonly name = 'RemoteEngineError';
 }
 
-/**
- * Serves checkpoint weights files to engines over HTTP, each behind a random capability URL that
- * expires: an engine can fetch what it was told to load and nothing else. Listens on
- * RELAX_CHECKPOINT_HOST (default 127.0.0.1); RELAX_CHECKPOINT_URL names the base URL engines reach it
- * by when that differs (another host, a proxy).
- */
-export class CheckpointServer {
-  private readonly offers = new Map<string, { file: string; expires: number }>();
-
-  private constructor(
-    private readonly server: http.Server,
-    readonly baseUrl: string,
-  ) {}
-
-  static async start(options: { host?: string; port?: number; advertisedUrl?: string } = {}): Promise<CheckpointServer> {
-    let self: CheckpointServer | undefined;
-    const server = http.createServer((req, res) => void self?.handle(req, res));
-    server.headersTimeout = 10_000;
-    server.requestTimeout = 600_000;
-    const host = options.host ?? '127.0.0.1';
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(options.port ?? 0, host, () => resolve());
-    });
-    const address = server.address();
-    if (address === null || typeof address === 'string') throw new Error(`the checkpoint server listens on ${String(address)}, not a TCP port`);
-    const shownHost = host === '0.0.0.0' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
-    self = new CheckpointServer(server, (options.advertisedUrl ?? `http://${shownHost}:${address.port}`).replace(/\/+$/, ''));
-    return self;
-  }
-
+/** Where checkpoint files are offered to the engine (serving/checkpoint-server.ts CheckpointServer). */
+export interface CheckpointOffers {
   /** A URL that serves `file` until `ttlMs` from now. */
-  offer(file: string, ttlMs = 15 * 60_000): string {
-    const now = Date.now();
-    for (const [k, o] of this.offers) if (o.expires < now) this.offers.delete(k);
-    const token = randomBytes(24).toString('hex');
-    this.offers.set(token, { file, expires: now + ttlMs });
-    return `${this.baseUrl}/checkpoints/${token}`;
-  }
-
-  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const token = /^\/checkpoints\/([0-9a-f]{48})$/.exec(req.url ?? '')?.[1];
-    const offer = token ? this.offers.get(token) : undefined;
-    if (req.method !== 'GET' || !offer || offer.expires < Date.now()) {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('no such checkpoint offer (expired, or never made)\n');
-      return;
-    }
-    try {
-      const { size } = await stat(offer.file);
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': size });
-      createReadStream(offer.file).on('error', () => res.destroy()).pipe(res);
-    } catch {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('the checkpoint file is gone (pruned)\n');
-    }
-  }
-
-  close(): Promise<void> {
-    return new Promise((resolve) => {
-      this.server.closeAllConnections();
-      this.server.close(() => resolve());
-    });
-  }
+  offer(file: string, ttlMs?: number): string;
 }
 
 export interface RemoteEngineOptions {
@@ -106,7 +43,7 @@ export interface RemoteEngineOptions {
   url: string;
   /** Its bearer token for the version-load call (RELAX_ENGINE_TOKEN). */
   token?: string;
-  checkpoints: CheckpointServer;
+  checkpoints: CheckpointOffers;
   /** Per HTTP call. Default 120 s. */
   timeoutMs?: number;
 }

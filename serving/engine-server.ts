@@ -1,7 +1,7 @@
 // `relax serve --engine`: an external rollout engine (docs/control-api.md "External engines"). It
 // starts holding no model; a Relax stack that registered its URL tells it which policy version of
 // which run to load (POST /v1/relax/load_version: a checkpoint URL, its sha256, the run's config),
-// and then generates for it on the OpenAI-compatible endpoint (rollout/openai-server.ts), with
+// and then generates for it on the OpenAI-compatible endpoint (serving/openai-server.ts), with
 // vLLM's token-level extensions (token-id prompts, stop_token_ids, return_tokens_as_token_ids).
 // GET /v1/models lists "<run_id>" and "<run_id>@<version>" of each run it holds, each with the
 // version and the sha256 of the bytes it loaded, so the stack can confirm what it serves.
@@ -19,10 +19,10 @@ import { parseDevice } from '../engines/device';
 import { modelConfigDifference, type ModelConfig } from '../engines/model';
 import { ThreadedRolloutEngine } from '../engines/rollout-thread';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
+import { LOAD_VERSION_PATH } from '../rollout/engine-probe';
 import { modelNotFound, OpenAIError, startOpenAIServer, type OpenAIServer, type OpenAIServerOptions } from './openai-server';
 
-/** The version-load call's path. */
-export const LOAD_VERSION_PATH = '/v1/relax/load_version';
+export { LOAD_VERSION_PATH } from '../rollout/engine-probe';
 
 export const loadVersionRequestSchema = z.object({
   /** The run id: the model name it is then served under. */

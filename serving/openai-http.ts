@@ -1,4 +1,4 @@
-// The HTTP limits of the OpenAI-compatible endpoint (rollout/openai-server.ts, docs/openai-endpoint.md):
+// The HTTP limits of the OpenAI-compatible endpoint (serving/openai-server.ts, docs/openai-endpoint.md):
 // timeouts and caps on sockets (headers, whole request, inactivity, keep-alive, requests per socket,
 // connections), the body limit, and the JSON body parser that checks a body's depth, size and keys
 // (config/json-limits.ts) before any code walks it recursively. Every refusal that can still be

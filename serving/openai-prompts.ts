@@ -1,4 +1,4 @@
-// Prompts of the OpenAI-compatible endpoint (rollout/openai-server.ts) as the engine takes them:
+// Prompts of the OpenAI-compatible endpoint (serving/openai-server.ts) as the engine takes them:
 // text encoded with bos (a text the tokenizer cannot encode is a 400), chat prompts with image and
 // audio content parts (each medium's placeholder at its place, expanded to one token per embedding,
 // the media decoded and processed for the model's encoders), placeholders spelled in the text
@@ -7,9 +7,9 @@ import type { MediumKind } from '../engines/encoders';
 import { expandMediaTokens, MEDIA_LIMITS, mediumEmbeddings, placeholderIds, type SequenceMedia } from '../engines/media/model-inputs';
 import { MediaError, resolveMediaSource } from '../engines/media/sources';
 import { withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
-import { mediaPromptsOf } from './media-prompts';
+import { mediaPromptsOf } from '../rollout/media-prompts';
 import { badParam, OpenAIError, type ChatMediaPart, type ChatPart } from './openai-requests';
-import type { ResolvedModel } from './openai-server';
+import type { ResolvedModel } from '../rollout/resolved-model';
 import type { SessionMedium } from './sessions';
 
 export function describeError(err: unknown): string {

@@ -51,7 +51,7 @@ function present(body: Body, name: string): boolean {
 }
 
 function describe(value: unknown): string {
-  // A long string is cut before it is quoted; the body was checked for depth and size (rollout/openai-http.ts).
+  // A long string is cut before it is quoted; the body was checked for depth and size (serving/openai-http.ts).
   const text = JSON.stringify(typeof value === 'string' ? shortened(value, 80) : value);
   return text === undefined ? String(value) : shortened(text, 100);
 }

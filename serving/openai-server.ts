@@ -6,7 +6,7 @@
 // the run's newest policy version and "<run_id>@<n>" to version n (rollout/policy-engine.ts).
 //
 // A request with a session id (the `user` field or the x-relax-session header) is recorded in
-// `sessions` (rollout/sessions.ts), so an external agent program's whole conversation becomes one
+// `sessions` (serving/sessions.ts), so an external agent program's whole conversation becomes one
 // training sample.
 //
 // Chat messages may carry images (`image_url` parts with a data URL) and audio (`input_audio` parts,
@@ -14,9 +14,9 @@
 // one token per embedding, and its processed input goes to the engine with the tokens. Media are
 // never fetched from the network.
 //
-// Limits (rollout/openai-http.ts): socket timeouts and caps, the body limit, and a JSON parser that
+// Limits (serving/openai-http.ts): socket timeouts and caps, the body limit, and a JSON parser that
 // refuses too deep or large bodies and prototype keys before anything walks them; sessions are
-// bounded in count, idle time and media bytes (rollout/sessions.ts).
+// bounded in count, idle time and media bytes (serving/sessions.ts).
 //
 // Requests are served one at a time: the tiny policies generate in milliseconds, a request's n
 // choices are generated as one batch, and one-at-a-time lets a resolver switch an engine between
@@ -27,34 +27,20 @@ import { shortened } from '../config/json-limits';
 import { MEDIA_LIMITS } from '../engines/media/model-inputs';
 import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
-import type { MediaPrompts } from './media-prompts';
+import { ModelNotFoundError, type ResolvedModel } from '../rollout/resolved-model';
 import { applySocketLimits, fastifyLimitOptions, registerJsonParser, resolveHttpLimits, shortMessage, type HttpLimits } from './openai-http';
 import { describeError, mediaPrompt, stopTokens, textPrompt, tokenPrompt, type PromptInput } from './openai-prompts';
-import { badParam, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
+import { badParam, modelNotFound, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
 import { SessionError, SessionRecorder, type SessionCall, type SessionRecorderOptions, type SessionStats } from './sessions';
 
 export { OpenAIError, modelNotFound } from './openai-requests';
 export { DEFAULT_BODY_LIMIT, DEFAULT_HTTP_LIMITS, type HttpLimits } from './openai-http';
-export { SessionRecorder, type AgentSample, type SessionRecorderOptions, type SessionStats, type SessionTake } from './sessions';
-
-/** What a model name resolves to. */
-export interface ResolvedModel {
-  engine: GenerationEngine;
-  tokenizer: Tokenizer;
-  /** The policy version the engine holds for this name. */
-  policyVersion: number;
-  /** The name to report in responses (e.g. "run@7" for "run"); default the requested name. */
-  name?: string;
-  /**
-   * Processes the media of requests for this engine's encoders (and, with a media store, stores
-   * them, e.g. the run's, so sessions' samples can reference them); default the engine's in-memory
-   * mediaPromptsOf(engine).
-   */
-  media?: MediaPrompts;
-}
+export { SessionRecorder, type SessionRecorderOptions, type SessionStats } from './sessions';
+export type { AgentSample, SessionTake } from '../rollout/agent-rollout';
+export type { ResolvedModel } from '../rollout/resolved-model';
 
 export interface OpenAIServerOptions {
-  /** Throw modelNotFound(model) (a 404) for names it does not serve. */
+  /** Throw modelNotFound(model) or ModelNotFoundError (a 404) for names it does not serve. */
   resolveModel(model: string): Promise<ResolvedModel>;
   listModels(): Promise<string[]>;
   /** GET /ready: whether it can serve now, with detail; default ready. (GET /health is liveness: always ok.) */
@@ -155,6 +141,7 @@ async function resolve(options: OpenAIServerOptions, model: string): Promise<Res
     resolved = await options.resolveModel(model);
   } catch (err) {
     if (err instanceof OpenAIError) throw err;
+    if (err instanceof ModelNotFoundError) throw modelNotFound(err.model, err.detail);
     throw new OpenAIError(500, `cannot load model ${JSON.stringify(model)}: ${describeError(err)}`, 'model', 'model_load_failed');
   }
   if (resolved.tokenizer.vocabSize !== resolved.engine.model.vocabSize) {

@@ -1,5 +1,6 @@
 // Sessions: the calls an agent program makes to the OpenAI-compatible endpoint under one session id,
-// recorded token by token so the whole conversation becomes ONE training sample.
+// recorded token by token so the whole conversation becomes ONE training sample (rollout/agent-rollout.ts
+// AgentSample: the types live with the rollout that takes it).
 //
 // The protocol is prefix consistency: every call of a session sends, as its prompt, the previous
 // call's prompt + completion followed by whatever the agent adds (tool output, feedback, the next
@@ -25,49 +26,17 @@
 // medium of its tokens in placeholder order (the transfer queue's `media`), and carries the media
 // themselves so the caller can put them in the run's media store.
 //
-// Over 400 lines because recording a session (prefix consistency, media) and bounding the sessions
-// (LRU count cap, idle limit, media bytes, tombstones) work on one map of sessions.
-//
 // Memory is bounded: at most `maxSessions` sessions and `maxMediaBytes` of their media are held
 // (the least recently used session is evicted first; a call in flight never is), and a session
 // idle for `maxIdleMs` is forgotten. An evicted session leaves a small tombstone (bounded the same
 // way), so its next call or take() says it was evicted instead of silently starting afresh.
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { PromptMedium } from '../envs/task';
+import type { AgentSample, AgentSessions, SessionTake } from '../rollout/agent-rollout';
 
 /** A medium of a call's prompt, with its id (sha256 of the bytes, engines/media/store.ts mediaIdOf). */
 export interface SessionMedium extends PromptMedium {
   id: string;
-}
-
-/** A session's trajectory as one training sample (the transfer queue's NewSample fields). */
-export interface AgentSample {
-  /** The first call's prompt (bos + its text). */
-  promptTokens: number[];
-  /** Everything after it, up to the end of the last call's completion. */
-  responseTokens: number[];
-  /** Per response token: 1 where the policy generated it (in any call), 0 where the agent wrote it. */
-  lossMask: number[];
-  /** Per response token: the policy's log-prob of a generated token, 0 where lossMask is 0. */
-  rolloutLogprobs: number[];
-  /** Per response token: the version that generated it; agent tokens take the version of the generation before them. */
-  tokenVersions: number[];
-  /** The oldest policy version that generated a token of the sample. */
-  policyVersion: number;
-  /** The ids of the media of promptTokens + responseTokens, in placeholder order; absent without media. */
-  mediaIds?: string[];
-  /** Those media (bytes, kind, format), in the same order, for the caller to store; absent without media. */
-  media?: PromptMedium[];
-}
-
-/** What take() returns: the sample, or the error that made the session unusable. */
-export interface SessionTake {
-  id: string;
-  /** Calls the session made (completed or not). */
-  calls: number;
-  sample?: AgentSample;
-  /** null when `sample` is set. */
-  error: string | null;
 }
 
 /** A call's completion, as the session records it. */
@@ -159,7 +128,7 @@ function mediaBytesOf(media: readonly SessionMedium[]): number {
   return media.reduce((n, m) => n + m.bytes.length, 0);
 }
 
-export class SessionRecorder {
+export class SessionRecorder implements AgentSessions {
   /** In least recently used order (a touched session moves to the end). */
   private readonly sessions = new Map<string, Session>();
   /** Evicted ids -> why, in eviction order, at most maxSessions. */

@@ -102,6 +102,36 @@ export async function listCheckpoints(db: Queryable, runId: string): Promise<Che
 // ---- Pruned versions: the error a reader gets ----
 
 /** A version whose files checkpoint retention deleted; `retained` lists the versions that still have files. */
+/** A published policy version of a run, as the client reads it. */
+export interface CheckpointVersion {
+  policyVersion: number;
+  /** The train step whose update produced it (0: the initial policy). */
+  step: number;
+  /** The checkpoint directory. */
+  path: string;
+  /** sha256 of its weights file. */
+  sha256: string;
+  createdAt: Date;
+  /** Set when checkpoint retention deleted its files (the row stays for the lineage). */
+  prunedAt?: Date;
+}
+
+/** Every registered version of a run, oldest first, pruned ones included (with `prunedAt`). */
+export async function checkpointVersions(db: Queryable, runId: string): Promise<CheckpointVersion[]> {
+  const { rows } = await db.query<{ policy_version: number; step: number; path: string; sha256: string; created_at: Date; pruned_at: Date | null }>(
+    'SELECT policy_version, step, path, sha256, created_at, pruned_at FROM checkpoints WHERE run_id = $1 ORDER BY policy_version',
+    [runId],
+  );
+  return rows.map((r) => ({
+    policyVersion: r.policy_version,
+    step: r.step,
+    path: r.path,
+    sha256: r.sha256,
+    createdAt: r.created_at,
+    ...(r.pruned_at ? { prunedAt: r.pruned_at } : {}),
+  }));
+}
+
 export class CheckpointPrunedError extends Error {
   override readonly name = 'CheckpointPrunedError';
   constructor(

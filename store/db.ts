@@ -1,7 +1,9 @@
 // Every Relax process reaches the data plane the same way: `pg` over the Postgres wire protocol,
-// whether the server is a real PostgreSQL or the embedded PGlite served by `relax dev`.
+// whether the server is a real PostgreSQL or the embedded PGlite served by `relax dev`; and the few
+// statements about the server itself (is it up, its version, a scratch database for a benchmark).
 import { Pool } from 'pg';
 import { migrate } from './migrations';
+import type { Queryable } from './transfer-queue';
 
 export interface StoreOptions {
   /** postgres://user:pass@host:port/db */
@@ -38,4 +40,25 @@ export function redactUrl(url: string): string {
   } catch {
     return '<unparseable DATABASE_URL>';
   }
+}
+
+/** Throws unless the database answers. */
+export async function ping(db: Queryable): Promise<void> {
+  await db.query('SELECT 1');
+}
+
+/** The server's version string (`SELECT version()`: e.g. "PostgreSQL 16.4 on x86_64-pc-linux-gnu, ..."). */
+export async function serverVersion(db: Queryable): Promise<string> {
+  const { rows } = await db.query<{ v: string }>('SELECT version() AS v');
+  return rows[0].v;
+}
+
+/** Creates a database on the server `db` is connected to; `name` must be a plain identifier (it is not quoted). */
+export async function createDatabase(db: Queryable, name: string): Promise<void> {
+  await db.query(`CREATE DATABASE ${name}`);
+}
+
+/** Drops a database if it exists, closing its connections (PostgreSQL 13+); `name` as in createDatabase. */
+export async function dropDatabase(db: Queryable, name: string): Promise<void> {
+  await db.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
 }

@@ -1,5 +1,6 @@
 // Run events (run_events): a run's start and end, with the worker and task queue that handled them.
 import type { Pool } from 'pg';
+import type { Queryable } from './transfer-queue';
 
 export interface RunEvent {
   runId: string;
@@ -30,4 +31,45 @@ export interface RunEventRow {
 export async function listEvents(pool: Pool, runId: string): Promise<RunEventRow[]> {
   const { rows } = await pool.query<RunEventRow>('SELECT * FROM run_events WHERE run_id = $1 ORDER BY id', [runId]);
   return rows;
+}
+
+/** One row of run_events: a stage's start or end, with the worker and task queue that handled it. */
+export interface RunEventRecord {
+  /** Increasing: pass the last one seen as `afterId` to read only newer events. */
+  id: number;
+  kind: string;
+  role?: string;
+  taskQueue?: string;
+  worker?: string;
+  detail: Record<string, unknown>;
+  createdAt: Date;
+}
+
+/** The run's events with an id above `afterId`, oldest first, at most `limit` of them. */
+export async function eventsAfter(db: Queryable, runId: string, afterId: number, limit: number): Promise<RunEventRecord[]> {
+  const { rows } = await db.query<{ id: string; kind: string; role: string | null; task_queue: string | null; worker: string | null; detail: Record<string, unknown>; created_at: Date }>(
+    'SELECT id, kind, role, task_queue, worker, detail, created_at FROM run_events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3',
+    [runId, afterId, limit],
+  );
+  return rows.map((r) => ({
+    id: Number(r.id),
+    kind: r.kind,
+    ...(r.role ? { role: r.role } : {}),
+    ...(r.task_queue ? { taskQueue: r.task_queue } : {}),
+    ...(r.worker ? { worker: r.worker } : {}),
+    detail: r.detail ?? {},
+    createdAt: r.created_at,
+  }));
+}
+
+/**
+ * Whether a `hyperparameters_set` event of the run was recorded by this activity (its workflow run
+ * and activity id): a retried activity records nothing more.
+ */
+export async function hyperparametersRecorded(db: Queryable, runId: string, origin: { workflow_run_id: string; activity_id: string }): Promise<boolean> {
+  const { rows } = await db.query(
+    `SELECT 1 FROM run_events WHERE run_id = $1 AND kind = 'hyperparameters_set' AND detail->>'workflow_run_id' = $2 AND detail->>'activity_id' = $3 LIMIT 1`,
+    [runId, origin.workflow_run_id, origin.activity_id],
+  );
+  return rows.length > 0;
 }

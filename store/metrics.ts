@@ -37,3 +37,50 @@ export async function secondsToAccuracy(db: Queryable, runId: string, threshold:
   );
   return rows.length && rows[0].s !== null ? Number(rows[0].s) : null;
 }
+
+/** A run's metric series: name -> [step, value] pairs in step order (e.g. `eval_accuracy`, `loss`, `reward_mean`). */
+export type MetricSeries = Record<string, Array<[number, number]>>;
+
+/** The run's series named in `names` (every series when `names` is absent or empty). */
+export async function metricSeries(db: Queryable, runId: string, names?: readonly string[]): Promise<MetricSeries> {
+  const { rows } = await db.query<{ step: number; name: string; value: number }>(
+    'SELECT step, name, value FROM metrics WHERE run_id = $1 AND ($2::text[] IS NULL OR name = ANY($2::text[])) ORDER BY step, name',
+    [runId, names && names.length ? names : null],
+  );
+  const out: MetricSeries = {};
+  for (const r of rows) (out[r.name] ??= []).push([r.step, Number(r.value)]);
+  return out;
+}
+
+/** The newest value at or before `step` of each series in `names` that has one. */
+export async function metricValuesAt(db: Queryable, runId: string, step: number, names: readonly string[]): Promise<Map<string, number>> {
+  const { rows } = await db.query<{ name: string; value: number }>(
+    `SELECT DISTINCT ON (name) name, value FROM metrics WHERE run_id = $1 AND step <= $2 AND name = ANY($3::text[]) ORDER BY name, step DESC`,
+    [runId, step, names],
+  );
+  return new Map(rows.map((r) => [r.name, Number(r.value)]));
+}
+
+/** One series' newest value for one run (latestRunMetrics). */
+export interface LatestRunMetric {
+  runId: string;
+  status: string;
+  name: string;
+  step: number;
+  value: number;
+}
+
+/**
+ * The newest value of every series of the runs that are running or changed within `recentSecs`:
+ * what a metrics endpoint exports as gauges (one row per run and series).
+ */
+export async function latestRunMetrics(db: Queryable, recentSecs: number): Promise<LatestRunMetric[]> {
+  const { rows } = await db.query<{ run_id: string; status: string; name: string; step: number; value: number }>(
+    `SELECT DISTINCT ON (m.run_id, m.name) m.run_id, r.status, m.name, m.step, m.value
+         FROM metrics m JOIN runs r USING (run_id)
+        WHERE r.status = 'running' OR r.updated_at > now() - make_interval(secs => $1)
+        ORDER BY m.run_id, m.name, m.step DESC`,
+    [recentSecs],
+  );
+  return rows.map((r) => ({ runId: r.run_id, status: r.status, name: r.name, step: r.step, value: Number(r.value) }));
+}

@@ -2,6 +2,7 @@
 // which of them the stack started with (protected from scale-in unless forced). Written by the
 // provider (workers/local-capacity.ts), read by the control API and the scaling workflows.
 import type { Pool } from 'pg';
+import type { Queryable } from './transfer-queue';
 
 export const ENGINE_STATES = ['starting', 'active', 'draining', 'removed', 'failed'] as const;
 export type EngineState = (typeof ENGINE_STATES)[number];
@@ -90,6 +91,15 @@ export async function upsertRolloutEngine(pool: Pool, e: EngineUpsert): Promise<
 export async function listRolloutEngines(pool: Pool, options: { includeRemoved?: boolean } = {}): Promise<RolloutEngineRecord[]> {
   const { rows } = await pool.query<Row>(
     `SELECT * FROM rollout_engines ${options.includeRemoved ? '' : `WHERE state <> 'removed'`} ORDER BY created_at, engine_id`,
+  );
+  return rows.map(fromRow);
+}
+
+/** Engines, oldest first; removed ones only with `includeRemoved` (the client's read: one parameterized statement). */
+export async function rolloutEngines(db: Queryable, includeRemoved: boolean): Promise<RolloutEngineRecord[]> {
+  const { rows } = await db.query<Row>(
+    `SELECT * FROM rollout_engines WHERE $1::boolean OR state <> 'removed' ORDER BY created_at, engine_id`,
+    [includeRemoved],
   );
   return rows.map(fromRow);
 }

@@ -58,6 +58,55 @@ export async function previousSpanEnd(db: Queryable, runId: string, stage: strin
   return rows[0]?.ended_at ?? undefined;
 }
 
+/** When one stage activity of a run ran (stage_spans), as the client reads it. */
+export interface StageSpan {
+  role: string;
+  stage: string;
+  worker: string;
+  step: number | null;
+  startedAt: Date;
+  endedAt: Date;
+}
+
+/** The run's newest `limit` stage spans, oldest first. */
+export async function newestStageSpans(db: Queryable, runId: string, limit: number): Promise<StageSpan[]> {
+  const { rows } = await db.query<{ role: string; stage: string; worker: string; step: number | null; started_at: Date; ended_at: Date }>(
+    'SELECT role, stage, worker, step, started_at, ended_at FROM (SELECT * FROM stage_spans WHERE run_id = $1 ORDER BY started_at DESC, id DESC LIMIT $2) s ORDER BY started_at, id',
+    [runId, limit],
+  );
+  return rows.map((r) => ({ role: r.role, stage: r.stage, worker: r.worker, step: r.step, startedAt: r.started_at, endedAt: r.ended_at }));
+}
+
+/** Seconds each stage (generate, train) was busy within the last `windowSecs`, over every run. */
+export async function recentStageBusySeconds(db: Queryable, windowSecs: number): Promise<{ generate?: number; train?: number }> {
+  const { rows } = await db.query<{ stage: 'generate' | 'train'; busy: number }>(
+    `SELECT stage, sum(extract(epoch FROM least(ended_at, now()) - greatest(started_at, now() - make_interval(secs => $1))))::float8 AS busy
+       FROM stage_spans
+      WHERE stage IN ('generate', 'train') AND ended_at > now() - make_interval(secs => $1)
+      GROUP BY stage`,
+    [windowSecs],
+  );
+  return Object.fromEntries(rows.map((r) => [r.stage, Number(r.busy)]));
+}
+
+/** The run's generate and train spans, unordered, with `s` / `e` their start and end (relax bench scale). */
+export async function generateAndTrainSpans(db: Queryable, runId: string): Promise<Array<{ stage: string; step: number | null; iteration: number | null; s: Date; e: Date }>> {
+  const { rows } = await db.query<{ stage: string; step: number | null; iteration: number | null; s: Date; e: Date }>(
+    `SELECT stage, step, iteration, started_at AS s, ended_at AS e FROM stage_spans WHERE run_id = $1 AND stage IN ('generate', 'train')`,
+    [runId],
+  );
+  return rows;
+}
+
+/** The run's generate, train and evaluate spans in start order (relax bench real-model). */
+export async function stepStageSpans(db: Queryable, runId: string): Promise<Array<{ stage: string; step: number | null; iteration: number | null; started_at: Date; ended_at: Date }>> {
+  const { rows } = await db.query<{ stage: string; step: number | null; iteration: number | null; started_at: Date; ended_at: Date }>(
+    `SELECT stage, step, iteration, started_at, ended_at FROM stage_spans WHERE run_id = $1 AND stage IN ('generate', 'train', 'evaluate') ORDER BY started_at`,
+    [runId],
+  );
+  return rows;
+}
+
 export interface RoleUtilization {
   /** Union of the role's spans (overlapping spans of several workers count once), ms. */
   busyMs: number;

@@ -809,14 +809,3 @@ export async function queueStats(db: Queryable, runId: string): Promise<QueueSta
     lastAppliedPolicyVersion: r.last_applied_policy_version,
   };
 }
-
-/** An iteration's samples as its rollout produced them: how many, how many failed, the mean reward of the others. */
-export async function iterationStats(db: Queryable, runId: string, iteration: number): Promise<{ samples: number; failed: number; rewardMean: number }> {
-  const { rows } = await db.query<{ samples: number; failed: number; reward_mean: number | null }>(
-    `SELECT count(*)::int AS samples, (count(*) FILTER (WHERE status = 'failed'))::int AS failed,
-            (avg(reward) FILTER (WHERE status <> 'failed'))::float8 AS reward_mean
-       FROM samples WHERE run_id = $1 AND iteration = $2`,
-    [runId, iteration],
-  );
-  return { samples: rows[0].samples, failed: rows[0].failed, rewardMean: rows[0].reward_mean ?? 0 };
-}

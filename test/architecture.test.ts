@@ -1,285 +1,15 @@
-// The architecture rules, checked by reading the TypeScript sources (not dist/) with @babel/parser:
-// the layering table, the 400-line file limit (unless the first comment says why), a first comment
-// saying each file's job, and the 80-line function limit in workflows/ and activities/. Needs no
-// services. Every violation is collected and reported in one failure, as `file:line: rule: detail`.
+// The architecture rules of docs/architecture.md (layering, file-length, header-comment,
+// function-length, sql: SQL statements only in store/, env: environment variables read only in
+// config/environment*.ts), checked by reading the TypeScript sources (not dist/): the rule engine
+// (test/architecture-rules.ts, test/architecture-env-rule.ts) on made-up sources, then on every source
+// file. Needs no services. Every violation is collected and reported in one failure, as
+// `file:line: rule: detail`.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
-import { parse } from '@babel/parser';
-
-type Layer =
-  | 'activities' | 'api' | 'bench' | 'cli' | 'client' | 'config' | 'engines' | 'envs'
-  | 'rollout' | 'store' | 'test' | 'training' | 'workers' | 'workflows';
-
-// The layering table; docs/architecture.md describes it (compare the two when either changes).
-// Each layer may import its own folder and the layers listed here, nothing else. On top of this:
-// workflows import activities type-only, and config type-only except `config/task-queues`; their
-// npm value imports come only from WORKFLOW_VALUE_PACKAGES. client imports workflows type-only.
-const ALLOWED_IMPORTS: Record<Layer, Layer[]> = {
-  config: [],
-  engines: ['config'],
-  envs: ['engines', 'config'],
-  store: [],
-  rollout: ['engines', 'envs', 'store', 'config'],
-  training: ['rollout', 'engines', 'envs', 'store', 'config'],
-  activities: ['training', 'rollout', 'engines', 'envs', 'store', 'config'],
-  workflows: ['activities', 'config'],
-  workers: ['activities', 'workflows', 'training', 'rollout', 'engines', 'envs', 'store', 'config'],
-  client: ['workflows', 'config'],
-  api: ['client', 'config'],
-  cli: ['activities', 'api', 'bench', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
-  bench: ['activities', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
-  test: ['activities', 'api', 'bench', 'cli', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
-};
-const LAYERS = Object.keys(ALLOWED_IMPORTS) as Layer[];
-// Per importing layer: the target layers it may import only type-only, and the modules exempt from that.
-const TYPE_ONLY_IMPORTS: Partial<Record<Layer, { targets: Layer[]; valueModules: string[] }>> = {
-  workflows: { targets: ['activities', 'config'], valueModules: ['config/task-queues', 'config/json-limits', 'config/failure-types', 'config/hyperparameters', 'config/placement'] },
-  client: { targets: ['workflows'], valueModules: [] },
-};
-const WORKFLOW_VALUE_PACKAGES = ['@temporalio/workflow', '@temporalio/common'];
-const MAX_FILE_LINES = 400;
-const MAX_FUNCTION_LINES = 80;
-const FUNCTION_LIMIT_LAYERS: Layer[] = ['workflows', 'activities'];
-const SKIPPED_DIRS = ['test/fixtures', 'test/histories'];
-
-type Rule = 'parse' | 'layering' | 'file-length' | 'header-comment' | 'function-length';
-const RULES: Rule[] = ['parse', 'layering', 'file-length', 'header-comment', 'function-length'];
-interface Violation { file: string; line: number; rule: Rule; detail: string }
-const format = (v: Violation): string => `${v.file}:${v.line}: ${v.rule}: ${v.detail}`;
-
-interface AstNode { type: string; loc?: { start: { line: number }; end: { line: number } } | null; [key: string]: unknown }
-const isNode = (value: unknown): value is AstNode =>
-  typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';
-const NOT_CHILDREN = new Set(['loc', 'leadingComments', 'trailingComments', 'innerComments', 'extra', 'comments', 'tokens']);
-
-function walk(node: AstNode, visit: (node: AstNode, parent: AstNode | null) => void, parent: AstNode | null = null): void {
-  visit(node, parent);
-  for (const [key, value] of Object.entries(node)) {
-    if (NOT_CHILDREN.has(key)) continue;
-    if (Array.isArray(value)) {
-      for (const child of value) if (isNode(child)) walk(child, visit, node);
-    } else if (isNode(value)) {
-      walk(value, visit, node);
-    }
-  }
-}
-
-const lineOf = (node: AstNode): number => node.loc?.start.line ?? 1;
-const layerOf = (file: string): Layer | undefined => {
-  const top = file.split('/')[0];
-  return (LAYERS as string[]).includes(top) ? (top as Layer) : undefined;
-};
-
-// One module reference in a file: what it names, where, and whether it is erased at compile time.
-interface ImportRef { specifier: string; line: number; typeOnly: boolean; kind: string }
-
-function stringArgument(node: unknown): string | undefined {
-  if (!isNode(node)) return undefined;
-  if (node.type === 'StringLiteral') return node.value as string;
-  if (node.type === 'TSLiteralType') return stringArgument(node.literal);
-  if (node.type === 'TemplateLiteral' && (node.expressions as unknown[]).length === 0) {
-    return ((node.quasis as AstNode[])[0].value as { cooked: string }).cooked;
-  }
-  return undefined;
-}
-
-const everySpecifier = (node: AstNode, kindKey: 'importKind' | 'exportKind'): boolean => {
-  const specifiers = (node.specifiers as AstNode[] | undefined) ?? [];
-  return specifiers.length > 0 && specifiers.every((s) => s[kindKey] === 'type');
-};
-
-function collectImports(ast: AstNode): ImportRef[] {
-  const refs: ImportRef[] = [];
-  const add = (specifier: string | undefined, node: AstNode, typeOnly: boolean, kind: string): void => {
-    if (specifier !== undefined) refs.push({ specifier, line: lineOf(node), typeOnly, kind });
-  };
-  walk(ast, (node) => {
-    switch (node.type) {
-      case 'ImportDeclaration':
-        add(stringArgument(node.source), node, node.importKind === 'type' || everySpecifier(node, 'importKind'), 'import');
-        break;
-      case 'ExportNamedDeclaration':
-      case 'ExportAllDeclaration':
-        if (node.source) add(stringArgument(node.source), node, node.exportKind === 'type' || everySpecifier(node, 'exportKind'), 'export');
-        break;
-      case 'TSImportEqualsDeclaration': {
-        const ref = node.moduleReference as AstNode;
-        if (ref.type === 'TSExternalModuleReference') add(stringArgument(ref.expression), node, node.importKind === 'type', 'import =');
-        break;
-      }
-      case 'TSImportType':
-        add(stringArgument(node.argument), node, true, 'import() type');
-        break;
-      case 'ImportExpression':
-        add(stringArgument(node.source), node, false, 'import()');
-        break;
-      case 'CallExpression': {
-        // require.resolve(...) has a MemberExpression callee, so it is not counted as an import.
-        const callee = node.callee as AstNode;
-        const first = (node.arguments as unknown[])[0];
-        if (callee.type === 'Import') add(stringArgument(first), node, false, 'import()');
-        else if (callee.type === 'Identifier' && callee.name === 'require') add(stringArgument(first), node, false, 'require()');
-        break;
-      }
-    }
-  });
-  return refs;
-}
-
-const isRelative = (specifier: string): boolean =>
-  specifier === '.' || specifier === '..' || specifier.startsWith('./') || specifier.startsWith('../');
-const stripExtension = (p: string): string => p.replace(/\.(?:[cm]?js|[cm]?ts)$/, '');
-const packageName = (specifier: string): string =>
-  specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/');
-
-function layeringViolations(file: string, ast: AstNode): Violation[] {
-  const layer = layerOf(file);
-  if (!layer) return [];
-  const out: Violation[] = [];
-  const report = (ref: ImportRef, detail: string): void => {
-    out.push({ file, line: ref.line, rule: 'layering', detail: `${detail} (${ref.kind} '${ref.specifier}')` });
-  };
-  for (const ref of collectImports(ast)) {
-    if (!isRelative(ref.specifier)) {
-      if (layer === 'workflows' && !ref.typeOnly && !WORKFLOW_VALUE_PACKAGES.includes(packageName(ref.specifier))) {
-        report(ref, `workflows value-import npm/node modules only from ${WORKFLOW_VALUE_PACKAGES.join(' and ')}`);
-      }
-      continue;
-    }
-    const resolved = path.posix.normalize(path.posix.join(path.posix.dirname(file), ref.specifier));
-    if (resolved === '..' || resolved.startsWith('../')) {
-      report(ref, 'resolves outside the repository');
-      continue;
-    }
-    const top = resolved.split('/')[0];
-    const target = (LAYERS as string[]).includes(top) ? (top as Layer) : undefined;
-    if (!target) {
-      report(ref, `${resolved.includes('/') ? `${top}/` : `repo-root file ${top}`} is not a layer in the table`);
-      continue;
-    }
-    if (target === layer) continue;
-    if (!ALLOWED_IMPORTS[layer].includes(target)) {
-      report(ref, `${layer} may not import ${target}`);
-      continue;
-    }
-    const typeOnly = TYPE_ONLY_IMPORTS[layer];
-    if (typeOnly && typeOnly.targets.includes(target) && !ref.typeOnly && !typeOnly.valueModules.includes(stripExtension(resolved))) {
-      const except = typeOnly.valueModules.filter((m) => m.startsWith(`${target}/`));
-      report(ref, `${layer} may import ${target} only type-only${except.length ? ` (by value only ${except.join(', ')})` : ''}`);
-    }
-  }
-  return out;
-}
-
-// The file's first comment block (leading `//` lines, or a leading `/* */` block), markers removed
-// and whitespace collapsed; undefined when the first non-empty line is not a comment.
-function firstComment(source: string): { text: string | undefined; line: number; firstLine: string } {
-  const lines = source.split(/\r?\n/);
-  let i = lines[0]?.startsWith('#!') ? 1 : 0;
-  while (i < lines.length && lines[i].trim() === '') i++;
-  const firstLine = (lines[i] ?? '').trim();
-  const line = i + 1;
-  const parts: string[] = [];
-  if (firstLine.startsWith('//')) {
-    for (let j = i; j < lines.length && lines[j].trim().startsWith('//'); j++) parts.push(lines[j].trim().replace(/^\/\/+/, ''));
-  } else if (firstLine.startsWith('/*')) {
-    for (let j = i; j < lines.length; j++) {
-      const end = lines[j].indexOf('*/', j === i ? lines[j].indexOf('/*') + 2 : 0);
-      parts.push((end >= 0 ? lines[j].slice(0, end) : lines[j]).trim().replace(/^\/\*+/, '').replace(/^\*+/, ''));
-      if (end >= 0) break;
-    }
-  } else {
-    return { text: undefined, line, firstLine };
-  }
-  return { text: parts.join(' ').replace(/\s+/g, ' ').trim(), line, firstLine };
-}
-
-const lineCount = (source: string): number => {
-  const lines = source.split(/\r?\n/);
-  return lines[lines.length - 1] === '' ? lines.length - 1 : lines.length;
-};
-
-function fileLengthViolations(file: string, source: string): Violation[] {
-  const lines = lineCount(source);
-  if (lines <= MAX_FILE_LINES) return [];
-  const { text } = firstComment(source);
-  if (text !== undefined && /over\s+400\s+lines/i.test(text)) return [];
-  return [{ file, line: 1, rule: 'file-length', detail: `${lines} lines (limit ${MAX_FILE_LINES}) and the first comment does not say why ("Over 400 lines because ...")` }];
-}
-
-const DIRECTIVE = /^(?:eslint|@ts-|tslint:|prettier-ignore|#region|istanbul|c8 )/;
-
-function headerViolations(file: string, source: string): Violation[] {
-  const { text, line, firstLine } = firstComment(source);
-  if (text === undefined) {
-    const shown = firstLine ? `starts with \`${firstLine.slice(0, 60)}\`` : 'is empty';
-    return [{ file, line, rule: 'header-comment', detail: `${shown}; it must start with a comment saying the file's one job` }];
-  }
-  if (text === '' || DIRECTIVE.test(text)) {
-    return [{ file, line, rule: 'header-comment', detail: "the first comment is empty or a tool directive; it must say the file's one job" }];
-  }
-  return [];
-}
-
-const FUNCTION_TYPES = new Set([
-  'FunctionDeclaration', 'FunctionExpression', 'ArrowFunctionExpression', 'ClassMethod', 'ClassPrivateMethod', 'ObjectMethod',
-]);
-
-function keyName(key: unknown): string | undefined {
-  if (!isNode(key)) return undefined;
-  if (key.type === 'Identifier') return key.name as string;
-  if (key.type === 'StringLiteral' || key.type === 'NumericLiteral') return String(key.value);
-  if (key.type === 'PrivateName') return `#${keyName(key.id)}`;
-  if (key.type === 'MemberExpression' && !key.computed) {
-    const object = keyName(key.object) ?? (isNode(key.object) && key.object.type === 'ThisExpression' ? 'this' : undefined);
-    return object ? `${object}.${keyName(key.property)}` : keyName(key.property);
-  }
-  return undefined;
-}
-
-function functionName(node: AstNode, parent: AstNode | null): string {
-  const own = keyName(node.id) ?? keyName(node.key);
-  if (own) return own;
-  if (parent) {
-    if (parent.type === 'VariableDeclarator') return keyName(parent.id) ?? '<anonymous>';
-    if (['ObjectProperty', 'ClassProperty', 'ClassPrivateProperty'].includes(parent.type)) return keyName(parent.key) ?? '<anonymous>';
-    if (parent.type === 'AssignmentExpression') return keyName(parent.left) ?? '<anonymous>';
-    if (parent.type === 'CallExpression' || parent.type === 'NewExpression') {
-      const callee = keyName(parent.callee);
-      if (callee) return `<anonymous at line ${lineOf(node)}, passed to ${callee}>`;
-    }
-  }
-  return `<anonymous at line ${lineOf(node)}>`;
-}
-
-function functionLengthViolations(file: string, ast: AstNode): Violation[] {
-  const layer = layerOf(file);
-  if (!layer || !FUNCTION_LIMIT_LAYERS.includes(layer)) return [];
-  const out: Violation[] = [];
-  walk(ast, (node, parent) => {
-    if (!FUNCTION_TYPES.has(node.type) || !node.loc) return;
-    const length = node.loc.end.line - node.loc.start.line + 1;
-    if (length > MAX_FUNCTION_LINES) {
-      out.push({ file, line: lineOf(node), rule: 'function-length', detail: `${functionName(node, parent)} spans ${length} lines (limit ${MAX_FUNCTION_LINES})` });
-    }
-  });
-  return out;
-}
-
-// Every rule on one file, given its repo-relative path (posix separators) and its text. Pure.
-function checkSource(file: string, source: string): Violation[] {
-  const out = [...fileLengthViolations(file, source), ...headerViolations(file, source)];
-  let ast: AstNode;
-  try {
-    ast = parse(source, { sourceType: 'module', plugins: ['typescript'], sourceFilename: file }) as unknown as AstNode;
-  } catch (err) {
-    const loc = (err as { loc?: { line: number } }).loc;
-    return [...out, { file, line: loc?.line ?? 1, rule: 'parse', detail: (err as Error).message }];
-  }
-  return [...out, ...layeringViolations(file, ast), ...functionLengthViolations(file, ast)];
-}
+import { envViolations } from './architecture-env-rule';
+import { checkSource, clientStoreViolations, format, LAYERS, RULES, SKIPPED_DIRS, type Rule } from './architecture-rules';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -301,7 +31,7 @@ function sourceFiles(root: string): string[] {
 }
 
 const rulesOf = (file: string, source: string, rule: Rule): string[] =>
-  checkSource(file, source).filter((v) => v.rule === rule).map(format);
+  [...checkSource(file, source), ...envViolations(file, source)].filter((v) => v.rule === rule).map(format);
 
 test('the rule engine itself: layering', () => {
   assert.equal(rulesOf('store/x.ts', "// Fake.\nimport { y } from '../engines/y';\n", 'layering').length, 1);
@@ -339,6 +69,8 @@ test('the rule engine itself: type-only imports in workflows and client', () => 
   for (const line of values) assert.equal(rulesOf('workflows/w.ts', `// Fake.\n${line}\n`, 'layering').length, 1, line);
   assert.deepEqual(rulesOf('client/c.ts', "// Fake.\nimport type { R } from '../workflows/r';\n", 'layering'), []);
   assert.equal(rulesOf('client/c.ts', "// Fake.\nimport { r } from '../workflows/r';\n", 'layering').length, 1);
+  assert.deepEqual(rulesOf('client/c.ts', "// Fake.\nimport { metricSeries } from '../store/metrics';\n", 'layering'), []);
+  assert.equal(rulesOf('client/c.ts', "// Fake.\nimport { loadRunContext } from '../training/run-context';\n", 'layering').length, 1);
 });
 
 test('the rule engine itself: file length, header comment, function length', () => {
@@ -358,10 +90,94 @@ test('the rule engine itself: file length, header comment, function length', () 
   assert.match(rulesOf('workflows/w.ts', arrow, 'function-length')[0], /<anonymous at line 2, passed to setHandler> spans 82 lines/);
 });
 
+test('the rule engine itself: SQL only in store/ (and test/)', () => {
+  const sql = [
+    "const q = 'SELECT config FROM runs WHERE run_id = $1';",
+    'const q = `SELECT run_id FROM runs WHERE status = ${status}`;',
+    "db.query('SELECT 1');",
+    "db.query('SELECT version() AS v');",
+    "const q = 'INSERT INTO runs (run_id) VALUES ($1)';",
+    "const q = 'UPDATE runs SET status = $2 WHERE run_id = $1';",
+    "const q = 'DELETE FROM samples WHERE run_id = $1';",
+    'const q = `WITH recent AS (SELECT 1) SELECT * FROM recent`;',
+    'const q = `CREATE DATABASE ${name}`;',
+    "const q = 'ALTER TABLE runs ADD COLUMN x text';",
+    'const q = sql`DROP TABLE ${t}`;',
+  ];
+  for (const line of sql) {
+    assert.equal(rulesOf('activities/a.ts', `// Fake.\n${line}\n`, 'sql').length, 1, line);
+    assert.equal(rulesOf('bench/b.ts', `// Fake.\n${line}\n`, 'sql').length, 1, line);
+    assert.deepEqual(rulesOf('store/s.ts', `// Fake.\n${line}\n`, 'sql'), [], line);
+    assert.deepEqual(rulesOf('test/t.test.ts', `// Fake.\n${line}\n`, 'sql'), [], line);
+  }
+  const prose = [
+    "throw new Error('select a model from the list, or update the config and set model.from');",
+    "const m = 'could not delete from disk: ' + reason;",
+    'const m = `the run config selects SELECTED rows`;',
+    "// SELECT config FROM runs in a comment is not a literal\nexport {};",
+    "const status = 'selected';",
+    "const help = 'Select which runs to show (from the runs table)';",
+  ];
+  for (const line of prose) assert.deepEqual(rulesOf('cli/c.ts', `// Fake.\n${line}\n`, 'sql'), [], line);
+  assert.match(rulesOf('training/t.ts', "// Fake.\n\nconst q = 'SELECT config FROM runs WHERE run_id = $1';\n", 'sql')[0], /^training\/t\.ts:3: sql: a SQL statement outside store\/ \(`SELECT config FROM runs/);
+});
+
+test('the rule engine itself: environment variables read only in config/environment*.ts', () => {
+  const reads = [
+    'const a = process.env.RELAX_X;',
+    "const a = process.env['RELAX_X'];",
+    'const a = process.env[name];',
+    'const a = process.env.RELAX_X?.trim();',
+    'export function f(env = process.env) { return env.RELAX_X; }',
+    "export function f(env = process.env) { return env['TEMPORAL_TLS'] ?? ''; }",
+    'export function f(env = process.env, name = "X") { return env[name]; }',
+    'const { RELAX_X } = process.env;',
+    'if (process.env.DATABASE_URL) run();',
+  ];
+  for (const line of reads) {
+    assert.equal(rulesOf('workers/w.ts', `// Fake.\n${line}\n`, 'env').length, 1, line);
+    assert.deepEqual(rulesOf('config/environment.ts', `// Fake.\n${line}\n`, 'env'), [], line);
+    assert.deepEqual(rulesOf('config/environment-workers.ts', `// Fake.\n${line}\n`, 'env'), [], line);
+    assert.deepEqual(rulesOf('test/t.test.ts', `// Fake.\n${line}\n`, 'env'), [], line);
+  }
+  assert.equal(rulesOf('config/tracing.ts', '// Fake.\nconst a = process.env.OTEL_X;\n', 'env').length, 1);
+  const allowed = [
+    "process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';",
+    "process.env.RELAX_X = 'off';",
+    'delete process.env.RELAX_X;',
+    "export function f(env = process.env) { env.CUDA_VISIBLE_DEVICES = ''; delete env.TEMPORAL_API_KEY; env[name] = v; }",
+    'const child = { ...process.env, RELAX_HOME: home };',
+    'check(process.env);',
+    'export function f(env = process.env) { return sandboxEnv(env); }',
+    'for (const [k, v] of Object.entries(process.env)) use(k, v);',
+    'env.reset(); env.step(action);',
+    'const { reset, step } = env;',
+  ];
+  for (const line of allowed) assert.deepEqual(rulesOf('rollout/r.ts', `// Fake.\n${line}\n`, 'env'), [], line);
+  assert.deepEqual(rulesOf('bench/sandbox.ts', '// Fake.\nconst saved = process.env.RELAX_SANDBOX;\n', 'env'), []);
+  assert.equal(rulesOf('bench/sandbox.ts', '// Fake.\nconst saved = process.env.RELAX_METRICS;\n', 'env').length, 1);
+  assert.match(rulesOf('cli/c.ts', '// Fake.\n\nconst p = process.env.RELAX_PORT;\n', 'env')[0], /^cli\/c\.ts:3: env: reads RELAX_PORT from the environment outside config\/environment\*\.ts/);
+});
+
+test('the rule engine itself: the store/ modules the client reaches stay light', () => {
+  const sources = new Map([
+    ['client/c.ts', "// Fake.\nimport { metrics } from '../store/metrics';\nimport type { Server } from '../store/embedded';\n"],
+    ['store/metrics.ts', "// Fake.\nimport type { Pool } from 'pg';\nimport fs from 'node:fs';\nimport { q } from './queryable';\n"],
+    ['store/queryable.ts', "// Fake.\nimport { Pool } from 'pg';\n"],
+    ['store/embedded.ts', "// Fake.\nimport { PGlite } from '@electric-sql/pglite';\n"],
+  ]);
+  assert.deepEqual(clientStoreViolations(sources), []);
+  sources.set('store/queryable.ts', "// Fake.\nimport { Pool } from 'pg';\nexport { startEmbedded } from './embedded';\n");
+  const found = clientStoreViolations(sources).map(format);
+  assert.equal(found.length, 1);
+  assert.match(found[0], /^client\/c\.ts:2: layering: client reaches store\/metrics\.ts -> store\/queryable\.ts -> store\/embedded\.ts, which imports '@electric-sql\/pglite'/);
+});
+
 test('the sources follow the architecture rules (docs/architecture.md)', () => {
   const files = sourceFiles(ROOT);
   assert.ok(files.length > 0, `no sources found under ${ROOT}`);
-  const violations = files.flatMap((file) => checkSource(file, fs.readFileSync(path.join(ROOT, file), 'utf8')));
+  const sources = new Map(files.map((file) => [file, fs.readFileSync(path.join(ROOT, file), 'utf8')]));
+  const violations = [...files.flatMap((file) => [...checkSource(file, sources.get(file)!), ...envViolations(file, sources.get(file)!)]), ...clientStoreViolations(sources)];
   violations.sort((a, b) => RULES.indexOf(a.rule) - RULES.indexOf(b.rule) || a.file.localeCompare(b.file) || a.line - b.line);
   const listing = violations.map(format).join('\n');
   assert.equal(violations.length, 0, `${violations.length} architecture violation(s) in ${files.length} files:\n${listing}`);

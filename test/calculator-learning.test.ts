@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadTfjsBackend } from '../engines/backends';
-import { calculatorConfig, calculatorWarmStart } from '../training/recipes';
+import { calculatorConfig, calculatorWarmStart } from '../training/warm-start';
 import { runInProcess } from '../training/in-process';
 
 test('GRPO on the calculator environment raises tool use and final-answer accuracy', async (t) => {

@@ -22,7 +22,7 @@ import { HfTokenizer } from '../engines/tokenizers/hf';
 import { listCheckpoints } from '../store/checkpoint-registry';
 import { readSamples } from '../store/transfer-queue';
 import { exportPolicyVersion } from '../training/export';
-import { EXAMPLE_DATA_DIR } from '../training/recipes';
+import { EXAMPLE_DATA_DIR } from '../config/recipes';
 import type { TrainingResult } from '../workflows/training-run';
 import { freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, type TestDatabase, type TestProcess } from './helpers';
 

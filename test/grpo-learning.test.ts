@@ -13,7 +13,7 @@ import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import type { Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { readMetrics } from '../store/metrics';
-import { ADD2_GRPO } from '../training/recipes';
+import { ADD2_GRPO } from '../config/recipes';
 import { loadOrTrainWarmStart, type SftRecipe } from '../training/warm-start';
 import { checkCheckpointRegistry, freshDatabase, sharedTemporalAddress, spawnRelax, uniqueId, type TestDatabase, type TestProcess } from './helpers';
 

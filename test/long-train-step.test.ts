@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import { relaxEnvironment } from '../config/environment';
 import { roleTaskQueue } from '../config/task-queues';
 import { resolveModelSource } from '../engines/model-sources';
-import { EXAMPLE_DATA_DIR, realModelRecipe } from '../training/recipes';
+import { EXAMPLE_DATA_DIR, realModelRecipe } from '../config/recipes';
 import { readMetrics } from '../store/metrics';
 import type { TrainingResult } from '../workflows/training-run';
 import { startWorkerStack, uniqueId, type WorkerStack } from './helpers';

@@ -20,7 +20,7 @@ import { crop, quadrantZoom, ZOOM_BONUS, ZoomEnv, zoomTask } from '../envs/zoom'
 import { MediaPrompts } from '../rollout/media-prompts';
 import { insertSamples, readSamples } from '../store/transfer-queue';
 import { policyModelConfig, trainerOptions } from '../training/options';
-import { MULTIMODAL_RECIPES } from '../training/recipes';
+import { MULTIMODAL_RECIPES } from '../config/recipes';
 import { sftSequences } from '../training/sft';
 import { freshDatabase, uniqueId, type TestDatabase } from './helpers';
 

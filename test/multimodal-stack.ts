@@ -12,8 +12,8 @@ import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
-import { MULTIMODAL_RECIPES, type MultimodalBenchTask } from '../training/recipes';
-import { loadOrTrainWarmStart, type SftRecipe, type WarmStart } from '../training/warm-start';
+import { MULTIMODAL_RECIPES, type MultimodalBenchTask } from '../config/recipes';
+import { loadOrTrainWarmStart, sftRecipeOf, type SftRecipe, type WarmStart } from '../training/warm-start';
 import type { TrainingResult } from '../workflows/training-run';
 import { freshDatabase, sharedTemporalAddress, startWorkerProcess, temporalClient, uniqueId, type TestDatabase, type TestProcess } from './helpers';
 
@@ -43,7 +43,7 @@ export class MultimodalStack {
     const stack = new MultimodalStack(db, home, await temporalClient(), workers);
     for (const task of tasks) {
       const recipe = MULTIMODAL_RECIPES[task];
-      stack.warm.set(task, await loadOrTrainWarmStart(parseRunConfig(recipe.config), { ...recipe.sft, ...sft[task] }, relaxEnvironment().warmStartCache));
+      stack.warm.set(task, await loadOrTrainWarmStart(parseRunConfig(recipe.config), { ...sftRecipeOf(recipe.sft), ...sft[task] }, relaxEnvironment().warmStartCache));
     }
     return stack;
   }

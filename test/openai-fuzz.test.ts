@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { initWeights, TINY_MODEL, type ModelConfig } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { add2Tokenizer } from '../envs/add2';
-import { startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
+import { startOpenAIServer, type OpenAIServer } from '../serving/openai-server';
 
 const tok = add2Tokenizer();
 const MODEL: ModelConfig = { ...TINY_MODEL, vocabSize: tok.vocabSize, contextLength: 16 };

@@ -1,4 +1,4 @@
-// The limits of the OpenAI-compatible endpoint (rollout/openai-http.ts, rollout/sessions.ts), each
+// The limits of the OpenAI-compatible endpoint (serving/openai-http.ts, serving/sessions.ts), each
 // against a real server on a tiny random-weights engine: the session LRU cap (the count never
 // exceeds it, memory stays flat over tens of thousands of users, evicted sessions say so), the idle
 // and media-bytes limits, slow-drip sockets closed within the header / request timeouts, the
@@ -12,8 +12,8 @@ import { after, before, describe, test } from 'node:test';
 import { initWeights, TINY_MODEL, type ModelConfig } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { add2Tokenizer } from '../envs/add2';
-import { startOpenAIServer, type OpenAIServer } from '../rollout/openai-server';
-import { SessionRecorder, type SessionMedium } from '../rollout/sessions';
+import { startOpenAIServer, type OpenAIServer } from '../serving/openai-server';
+import { SessionRecorder, type SessionMedium } from '../serving/sessions';
 
 const tok = add2Tokenizer();
 const MODEL: ModelConfig = { ...TINY_MODEL, vocabSize: tok.vocabSize, contextLength: 16 };

@@ -1,4 +1,4 @@
-// Images and audio on the OpenAI-compatible endpoint (rollout/openai-server.ts): chat messages with
+// Images and audio on the OpenAI-compatible endpoint (serving/openai-server.ts): chat messages with
 // `image_url` (data URL) and `input_audio` (base64 WAV) parts, through the official `openai` client,
 // against a tiny GPT with a vision and an audio encoder. The greedy completion and its log-probs are
 // what engine.generate gives for the same tokens and media directly; text-only requests are as
@@ -23,7 +23,7 @@ import { CharTokenizer } from '../engines/tokenizers/char';
 import { withBos } from '../engines/tokenizers/tokenizer';
 import type { Task } from '../envs/task';
 import { MediaPrompts } from '../rollout/media-prompts';
-import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../rollout/openai-server';
+import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../serving/openai-server';
 import { rolloutSlice } from '../rollout/producers';
 
 const tok = new CharTokenizer('0123456789+=?ab', { specials: ['<image>', '<audio>'] });

@@ -1,4 +1,4 @@
-// The OpenAI-compatible endpoint (rollout/openai-server.ts), exercised with the official `openai` client against real
+// The OpenAI-compatible endpoint (serving/openai-server.ts), exercised with the official `openai` client against real
 // rollout engines: models, completions and chat completions with log-probs (equal to what the engine
 // itself generates for the same seed), stop / max_tokens / finish_reason, OpenAI-shaped errors,
 // sessions recorded as one sample, agent programs run as real child processes
@@ -23,7 +23,7 @@ import { Trainer, trainSequenceFromSample } from '../engines/trainer';
 import { add2Reward, add2Task, add2Tokenizer, add2TrainPrompts } from '../envs/add2';
 import { clearUserModuleCache, loadRewardFunction, scoreGroup } from '../envs/user-modules';
 import { runAgentEpisodes, type AgentEpisodeResult } from '../rollout/agent-rollout';
-import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../rollout/openai-server';
+import { modelNotFound, startOpenAIServer, type OpenAIServer, type ResolvedModel } from '../serving/openai-server';
 import { registerCheckpoint } from '../store/checkpoint-registry';
 import { grpoAdvantages } from '../engines/rl/advantages';
 import { promptTokens } from '../rollout/producers';

@@ -6,7 +6,7 @@ import { parseRunConfig } from '../config/run-config';
 import type { BatchTotals } from '../engines/rl/losses';
 import type { TrainSequence, TrainStepMetrics } from '../engines/trainer';
 import type { TrainSample } from '../training/sample-buffer';
-import { computeUpdate, resolveUpdateRule, stepBatchTotals } from '../training/update';
+import { computeUpdate, resolveUpdateRule, stepBatchTotals } from '../training/step';
 
 function sample(sampleIndex: number, responseLength: number, lossMask?: number[]): TrainSample {
   return {

@@ -13,8 +13,7 @@ import { parseRunConfig, RunConfigError, type RunConfigInput } from '../config/r
 import { roleTaskQueue } from '../config/task-queues';
 import { getCheckpoint } from '../store/checkpoint-registry';
 import { listEvents } from '../store/events';
-import { ADD2_SFT } from '../training/recipes';
-import { sftRecipeOf } from '../training/warm-start';
+import { sftRecipeOf, ADD2_SFT } from '../training/warm-start';
 import type { TrainingProgress, TrainingResult } from '../workflows/definitions';
 import { startWorkerStack, uniqueId, waitFor, type WorkerStack } from './helpers';
 

@@ -3,7 +3,8 @@
 // or a user module ({ module, export }) whose export is an AdvantageFunction;
 // `algorithm.advantage_options` is validated by the estimator's own schema. A new estimator is one
 // function and one registerAdvantageEstimator call (verl's `register_adv_est`). The math itself is
-// engines/rl/advantages.ts.
+// engines/rl/advantages.ts. Split in two because the registry loads user modules (envs/) and
+// reads the run config, which engines/, a library free of both, may not import.
 import { z } from 'zod';
 import type { RunConfig } from '../config/run-config';
 import { drGrpoAdvantages, grpoAdvantages, reinforcePlusPlusAdvantages, rlooAdvantages } from '../engines/rl/advantages';

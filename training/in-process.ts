@@ -1,6 +1,7 @@
 // The RL loop in one process (no Temporal, no database): a thin driver over the same core the
-// workflow's activities call (rollout/producers.ts rolloutSlice, training/update.ts, the sample
-// buffer's rules in memory), with the same seeds, so it computes what a sync trainingRun with
+// workflow's activities call (rollout/producers.ts rolloutSlice, training/step.ts: the rollout's
+// statistics, the failure budget's verdict, reference log-probs, the update; the sample buffer's
+// rules in memory), with the same seeds, so it computes what a sync trainingRun with
 // rollout.parallelism 1 computes. For benchmarks (the baseline the workflow's overhead is measured
 // against), the fast learning tests, and notebook-style use.
 import type { RunConfig } from '../config/run-config';
@@ -13,8 +14,8 @@ import { evaluateGreedy } from '../rollout/evaluate';
 import { mediaPromptsOf } from '../rollout/media-prompts';
 import { rolloutSlice } from '../rollout/producers';
 import { policyModelConfig, referenceTrainerOptions, trainerOptions } from './options';
-import { InMemorySampleBuffer } from './sample-buffer';
-import { computeUpdate, referenceLogprobs, resolveUpdateRule, stalenessMetrics, stepAdvantages, withSequenceMedia } from './update';
+import { InMemorySampleBuffer, type TrainSample } from './sample-buffer';
+import { attachReferenceLogprobs, computeUpdate, resolveUpdateRule, rolloutStats, rolloutStatsMetrics, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia } from './step';
 
 export interface StepReport {
   step: number;
@@ -42,7 +43,10 @@ export interface InProcessResult {
   weights: PolicyWeights;
 }
 
-/** Runs config.train.steps sync RL steps from `init`; hooks see each step. */
+/**
+ * Runs config.train.steps sync RL steps from `init`; hooks see each step. A step whose samples all
+ * failed is skipped (within train.failure_budget; over it FailureBudgetExceededError is thrown).
+ */
 export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks: { onStep?: (r: StepReport) => void; evalEvery?: number } = {}): Promise<InProcessResult> {
   const started = performance.now();
   const task = await loadTask(config.task);
@@ -59,28 +63,32 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
     const initialAccuracy = (await evaluate(task)).accuracy;
     const curve: StepReport[] = [];
     let finalAccuracy = initialAccuracy;
+    let version = 0;
     for (let step = 1; step <= config.train.steps; step++) {
       const t0 = performance.now();
       const iteration = step - 1;
-      const fromVersion = step - 1;
+      const fromVersion = version;
       const samples = await rolloutSlice({ config, task, engine }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step });
-      if (reference) {
-        const scored = samples.filter((s) => s.status === 'scored');
-        const ref = await referenceLogprobs(reference, await withSequenceMedia(scored, mediaPromptsOf(engine)));
-        scored.forEach((s, i) => (s.refLogprobs = ref[i]));
+      const rollout = rolloutStats(samples);
+      // Every sample failed, within train.failure_budget: nothing to train on, the version stays.
+      const train = stepVerdict(rollout, config.train.failure_budget, step) === 'train';
+      let metrics: Record<string, number> = { skipped_all_failed: 1 };
+      let claimed: TrainSample[] = [];
+      if (train) {
+        if (reference) await attachReferenceLogprobs(reference, samples, mediaPromptsOf(engine));
+        await buffer.put(samples);
+        claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
+        metrics = await computeUpdate((sequences, _rule, batch) => trainer.trainStep(sequences, rule.loss, { batch }), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
+        version = fromVersion + 1;
+        engine.setWeights(version, await trainer.exportWeights());
       }
-      await buffer.put(samples);
-      const claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
-      const metrics = await computeUpdate((sequences, _rule, batch) => trainer.trainStep(sequences, rule.loss, { batch }), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
-      engine.setWeights(step, await trainer.exportWeights());
-      const rewards = samples.filter((s) => s.reward != null).map((s) => s.reward as number);
       const report: StepReport = {
         step,
-        policyVersion: step,
-        rewardMean: rewards.reduce((a, b) => a + b, 0) / Math.max(1, rewards.length),
-        samples: samples.length,
-        trainedSamples: metrics.trained_samples,
-        metrics: { ...metrics, ...stalenessMetrics(claimed, fromVersion) },
+        policyVersion: version,
+        rewardMean: rollout.rewardMean,
+        samples: rollout.samples,
+        trainedSamples: metrics.trained_samples ?? 0,
+        metrics: { ...rolloutStatsMetrics(rollout), ...metrics, ...stalenessMetrics(claimed, fromVersion) },
         stepMs: performance.now() - t0,
         elapsedS: 0,
       };

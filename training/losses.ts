@@ -3,7 +3,8 @@
 // builds a TrainingLoss from { tf, algorithm, options }; `algorithm.policy_loss_options` is validated
 // by the loss's own schema. A new loss is one function and one registerPolicyLoss call (verl's
 // `register_policy_loss`). The math lives in engines/rl/losses.ts; these only wire micro-batch
-// tensors to it.
+// tensors to it. Split in two because the registry loads user modules (envs/) and reads the run
+// config, which engines/, a library free of both, may not import.
 import * as tf from '@tensorflow/tfjs';
 import { z } from 'zod';
 import type { RunConfig } from '../config/run-config';

@@ -15,6 +15,7 @@ import {
   type InitFromSource,
   type PruneCheckpointsRequest,
 } from '../store/checkpoint-registry';
+import { newestCompletedScheduledRun } from '../store/runs';
 import type { Queryable } from '../store/transfer-queue';
 
 export type { InitFromSource } from '../store/checkpoint-registry';
@@ -105,13 +106,7 @@ export async function resolveInitFrom(db: Queryable, spec: string, options: { ru
   if (problem) throw new Error(problem);
   const schedule = scheduleInitFrom(spec);
   if (schedule === undefined) return resolveRegistryInitFrom(db, spec);
-  const { rows } = await db.query<{ run_id: string }>(
-    `SELECT r.run_id FROM runs r
-      WHERE r.schedule_id = $1 AND r.status = 'completed' AND r.run_id <> $2
-        AND EXISTS (SELECT 1 FROM checkpoints c WHERE c.run_id = r.run_id AND c.pruned_at IS NULL)
-      ORDER BY coalesce(r.scheduled_at, r.created_at) DESC, r.created_at DESC, r.run_id DESC LIMIT 1`,
-    [schedule, options.runId ?? ''],
-  );
-  if (!rows[0]) return undefined;
-  return resolveRegistryInitFrom(db, `${rows[0].run_id}@latest`);
+  const newest = await newestCompletedScheduledRun(db, schedule, options.runId ?? '');
+  if (newest === undefined) return undefined;
+  return resolveRegistryInitFrom(db, `${newest}@latest`);
 }

@@ -8,6 +8,7 @@ import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { MediaStore } from '../engines/media/store';
 import type { ModelConfig } from '../engines/model';
 import { MediaPrompts } from '../rollout/media-prompts';
+import { registeredRun } from '../store/runs';
 import type { Task } from '../envs/task';
 import { loadRunPolicy, RunModelError, type RunPolicy } from './policy-model';
 import type { RunCheckpoints } from './policy-versions';
@@ -47,11 +48,11 @@ export function loadRunContext(pool: Pool, runId: string): Promise<RunContext> {
 }
 
 async function load(pool: Pool, runId: string): Promise<RunContext> {
-  const { rows } = await pool.query<{ config: unknown }>('SELECT config FROM runs WHERE run_id = $1', [runId]);
-  if (!rows[0]) throw new UnknownRunError(`run "${runId}" is not registered in the database`);
+  const run = await registeredRun(pool, runId);
+  if (!run) throw new UnknownRunError(`run "${runId}" is not registered in the database`);
   // The control worker checked the run fits in memory at start; a rollout host may be smaller and
   // still serve it (the trainer checks its own memory before it allocates: activities/train.ts).
-  const config = parseRunConfig(rows[0].config, { memoryLimitBytes: Infinity });
+  const config = parseRunConfig(run.config, { memoryLimitBytes: Infinity });
   let policy: RunPolicy;
   try {
     policy = await loadRunPolicy(config);

@@ -74,7 +74,8 @@ class TrainerThread {
     // Read by TensorFlow from the OS environment when the thread creates its context (a thread's
     // own process.env is a copy that never reaches getenv); the main thread may have set it for
     // itself, so only a value the user set wins over this model's count.
-    process.env.TF_NUM_INTRAOP_THREADS = USER_TF_INTRAOP_THREADS ?? String(engineThreads(model));
+    const intraOpThreads = USER_TF_INTRAOP_THREADS ?? String(engineThreads(model));
+    process.env.TF_NUM_INTRAOP_THREADS = intraOpThreads;
     setTensorflowEnvironment();
     this.worker = new Worker(path.join(__dirname, 'trainer-thread-entry.js'), { workerData: { device } });
     this.worker.unref();
@@ -87,7 +88,7 @@ class TrainerThread {
     this.ready.catch(() => undefined);
     this.worker.on('message', (message: TrainerReply | { ready: { backend: string } }) => {
       if ('ready' in message) {
-        started({ backend: message.ready.backend, intraOpThreads: Number(process.env.TF_NUM_INTRAOP_THREADS) });
+        started({ backend: message.ready.backend, intraOpThreads: Number(intraOpThreads) });
         return;
       }
       const call = this.pending.get(message.id);

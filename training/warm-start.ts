@@ -1,18 +1,22 @@
 // The SFT warm start a GRPO run begins from, computed once and cached as a real checkpoint (keyed
 // by everything that determines it), so repeated runs and benchmarks start from identical weights.
 // A run's `init.sft` (config/init-config.ts) is the same recipe in snake_case (sftRecipeOf); the
-// workflow's warmStart activity (activities/train.ts) calls loadOrTrainWarmStart with it.
+// workflow's warmStart activity (activities/train.ts) calls loadOrTrainWarmStart with it. The
+// recipes themselves are data in config/recipes.ts; the calculator's warm start trains here too.
 import { createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { SftInitConfig } from '../config/init-config';
-import type { RunConfig } from '../config/run-config';
+import { ADD2_SFT_INIT, CALCULATOR_GRPO } from '../config/recipes';
+import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { CheckpointOverwriteError, checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
+import { calculatorTask } from '../envs/calculator';
 import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
+import { evaluateGreedy } from '../rollout/evaluate';
 import { policyModelConfig } from './options';
 import { sftWarmStart } from './sft';
 
@@ -31,6 +35,9 @@ export interface SftRecipe {
 export function sftRecipeOf(sft: SftInitConfig): SftRecipe {
   return { lr: sft.lr, batchSize: sft.batch_size, maxSteps: sft.max_steps, evalEvery: sft.eval_every, band: [sft.band[0], sft.band[1]], ...(sft.target !== undefined ? { target: sft.target } : {}) };
 }
+
+/** config/recipes.ts ADD2_SFT_INIT as the SftRecipe the quickstart and the benchmarks warm-start add2 with. */
+export const ADD2_SFT: SftRecipe = sftRecipeOf(ADD2_SFT_INIT);
 
 export interface WarmStart {
   weights: PolicyWeights;
@@ -138,4 +145,36 @@ async function publishedByAnother(root: string, model: ModelConfig, waitMs = 30_
     if (found || Date.now() >= until) return found;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
+}
+
+export interface CalculatorWarmStart {
+  weights: PolicyWeights;
+  accuracy: number;
+  toolUse: number;
+}
+
+/** `sftSteps` supervised steps on the calculator's demonstrations (no accuracy band: a fixed budget). */
+export async function calculatorWarmStart(config: RunConfig, sftSteps: number): Promise<CalculatorWarmStart> {
+  const model = policyModelConfig(config.model, calculatorTask.tokenizer().vocabSize);
+  const trainer = Trainer.create({ model, seed: config.seed, optimizer: { lr: 3e-3 }, microBatchSize: 64 });
+  const engine = await RolloutEngine.create(model);
+  try {
+    // band [0, 1] with an unreachable target: train all sftSteps, keep the last evaluation's weights.
+    const r = await sftWarmStart({ task: calculatorTask, trainer, engine, seed: config.seed, batchSize: 64, maxSteps: sftSteps, evalEvery: sftSteps, band: [0, 1], target: 2, maxNewTokens: config.rollout.max_new_tokens });
+    engine.setWeights(0, r.weights);
+    const evaluation = await evaluateGreedy(engine, calculatorTask, calculatorTask.heldOut(), config.rollout.max_new_tokens);
+    return { weights: r.weights, accuracy: evaluation.accuracy, toolUse: evaluation.metrics?.tool_use ?? 0 };
+  } finally {
+    trainer.dispose();
+    await engine.release();
+  }
+}
+
+/** config/recipes.ts CALCULATOR_GRPO, parsed, with fewer steps or prompts per step. */
+export function calculatorConfig(overrides: { steps?: number; promptsPerStep?: number } = {}): RunConfig {
+  return parseRunConfig({
+    ...CALCULATOR_GRPO,
+    rollout: { ...CALCULATOR_GRPO.rollout, ...(overrides.promptsPerStep ? { prompts_per_step: overrides.promptsPerStep } : {}) },
+    train: { ...CALCULATOR_GRPO.train, ...(overrides.steps ? { steps: overrides.steps } : {}) },
+  });
 }

@@ -13,9 +13,10 @@ import { ROLES, type Role } from '../config/task-queues';
 import { probeEngine } from '../rollout/engine-probe';
 import { CAPACITY_TASK_QUEUE, roleTaskQueue } from '../config/task-queues';
 import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
-import type { Pool } from 'pg';
 import { openStore } from '../store/db';
 import { listRolloutEngines, markRolloutEngineFailed, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
+import { recentStageBusySeconds } from '../store/spans';
+import { runningStepCadence } from '../store/step-records';
 import type { LocalStack, StackWorker } from './local-stack';
 
 export interface LocalCapacityOptions {
@@ -30,18 +31,6 @@ export interface LocalCapacity {
   host: string;
   provider: CapacityProvider;
   stop(): Promise<void>;
-}
-
-/** Seconds each stage (generate, train) was busy within the last `windowSecs`, from stage_spans. */
-async function stageBusySeconds(pool: Pool, windowSecs: number): Promise<{ generate?: number; train?: number }> {
-  const { rows } = await pool.query<{ stage: 'generate' | 'train'; busy: number }>(
-    `SELECT stage, sum(extract(epoch FROM least(ended_at, now()) - greatest(started_at, now() - make_interval(secs => $1))))::float8 AS busy
-       FROM stage_spans
-      WHERE stage IN ('generate', 'train') AND ended_at > now() - make_interval(secs => $1)
-      GROUP BY stage`,
-    [windowSecs],
-  );
-  return Object.fromEntries(rows.map((r) => [r.stage, Number(r.busy)]));
 }
 
 /** Starts the capacity worker of a local stack and records its rollout workers as the initial engines. */
@@ -99,7 +88,7 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
       const [described, engines, busy] = await Promise.all([
         client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue('rollout') }, taskQueueType: 2, reportStats: true }),
         mine(),
-        stageBusySeconds(pool, windowSecs),
+        recentStageBusySeconds(pool, windowSecs),
       ]);
       const age = described.stats?.approximateBacklogAge;
       const active = engines.filter((e) => e.state === 'active' || e.state === 'starting').length;
@@ -149,19 +138,9 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
         return { engineId: e.engineId, url: e.url!, ok: problem === undefined, ...(problem ? { problem } : {}) };
       }),
     );
-    const { rows } = await pool.query<{ run_id: string; last_ago: number; median: number | null }>(
-      `WITH recent AS (
-         SELECT s.run_id, s.applied_at, s.applied_at - lag(s.applied_at) OVER (PARTITION BY s.run_id ORDER BY s.step) AS gap,
-                row_number() OVER (PARTITION BY s.run_id ORDER BY s.step DESC) AS k
-           FROM train_steps s JOIN runs r USING (run_id)
-          WHERE r.status = 'running' AND s.applied_at IS NOT NULL)
-       SELECT run_id, extract(epoch FROM now() - max(applied_at))::float8 AS last_ago,
-              percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM gap))::float8 AS median
-         FROM recent WHERE k <= 21 GROUP BY run_id`,
+    const runs = (await runningStepCadence(pool)).flatMap(({ runId, lastStepSecsAgo, medianStepSecs }) =>
+      medianStepSecs === null ? [] : [{ runId, lastStepSecsAgo, medianStepSecs, stalled: lastStepSecsAgo > Math.max(options.minStallSecs, options.stallFactor * medianStepSecs) }],
     );
-    const runs = rows
-      .filter((r) => r.median !== null)
-      .map((r) => ({ runId: r.run_id, lastStepSecsAgo: Number(r.last_ago), medianStepSecs: Number(r.median), stalled: Number(r.last_ago) > Math.max(options.minStallSecs, options.stallFactor * Number(r.median)) }));
     let disk: HealthReport['disk'] = null;
     try {
       const dir = fs.existsSync(path.join(stack.home, 'checkpoints')) ? path.join(stack.home, 'checkpoints') : stack.home;

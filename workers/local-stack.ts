@@ -11,7 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Role } from '../config/task-queues';
 import { openStore } from '../store/db';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
-import { PACKAGE_ROOT } from '../config/environment';
+import { PACKAGE_ROOT, relaxEnvironment } from '../config/environment';
 import { freePort } from './ports';
 import { describePortOwner, portIsFree } from './port-owner';
 import { formatDelay, RestartBackoff, SUPERVISED_ENV } from './supervisor';
@@ -390,7 +390,7 @@ export async function startEphemeralStack(home: string, extra: Partial<Pick<Loca
     temporalPort: await freePort(),
     uiPort: 0,
     dbPort: 0,
-    databaseUrl: process.env.DATABASE_URL || undefined,
+    databaseUrl: relaxEnvironment().databaseUrl,
     workers: { control: 1, rollout: 1, train: 1, reference: 1 },
     device: 'cpu',
     log: () => undefined,

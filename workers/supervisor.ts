@@ -10,12 +10,8 @@ export interface BackoffPolicy {
 
 export const DEFAULT_BACKOFF: BackoffPolicy = { baseMs: 1_000, maxMs: 30_000, resetAfterMs: 60_000 };
 
-/**
- * Set in the environment of the worker processes `relax dev` starts (with an IPC channel): the
- * worker exits when that channel closes, i.e. when relax dev dies. `relax worker` run by hand has
- * neither and runs on.
- */
-export const SUPERVISED_ENV = 'RELAX_SUPERVISED';
+/** The variable `relax dev` sets on its workers (config/environment-workers.ts reads it). */
+export { SUPERVISED_ENV } from '../config/environment';
 
 /** The delay before restart number `failures` (1 = the first restart after a run of good health). */
 export function restartDelayMs(failures: number, policy: BackoffPolicy = DEFAULT_BACKOFF): number {

@@ -22,13 +22,7 @@ export interface WorkerMetrics {
   close(): Promise<void>;
 }
 
-/** RELAX_METRICS: "off" turns a worker's metrics off (no endpoint, interceptor or SDK telemetry); default on. */
-export function metricsEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
-  const v = (env.RELAX_METRICS ?? '').trim().toLowerCase();
-  if (v === '' || v === 'on') return true;
-  if (v === 'off') return false;
-  throw new Error(`RELAX_METRICS must be "on" or "off", got "${env.RELAX_METRICS}"`);
-}
+export { metricsEnabled } from '../config/environment';
 
 /** prom-client's gauges named "..._total", which Prometheus' conventions keep for counters. */
 export const TOTAL_NAMED_GAUGES = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];

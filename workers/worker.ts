@@ -8,14 +8,13 @@ import type { WorkerContext } from '../activities/context';
 import { DEVICE_ROLES, instanceTaskQueue, roleTaskQueue, type Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { deviceLabel, pinProcessToDevice, type Device } from '../engines/device';
-import { tokenFromEnv } from '../config/bearer-token';
-import { CheckpointServer, probeEngine } from '../rollout/remote-engine';
+import { probeEngine } from '../rollout/remote-engine';
+import { CheckpointServer } from '../serving/checkpoint-server';
 import { openStore, redactUrl } from '../store/db';
 import { markRolloutEngineFailed } from '../store/rollout-engines';
-import { SUPERVISED_ENV } from './supervisor';
 import { metricsEnabled, startWorkerMetrics } from './worker-metrics';
 import { startRunReaper, temporalWorkflowStates } from './run-reaper';
-import { runReleaseSettings, workerDeploymentSettings } from '../config/environment';
+import { checkpointServerSettings, engineTokenFromEnv, externalEngineUrl, rolloutConcurrency, runReleaseSettings, supervisedWorker, workerDeploymentSettings, workerMetricsPort } from '../config/environment';
 import { deploymentOptions, promoteBuild } from './deployment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
@@ -59,15 +58,12 @@ export interface RunningWorker {
  * load (RELAX_CHECKPOINT_HOST / RELAX_CHECKPOINT_URL) and probes the engine before it polls.
  */
 async function externalEngineSetup(role: Role): Promise<{ url: string; token?: string; checkpoints: CheckpointServer } | undefined> {
-  const raw = process.env.RELAX_ENGINE_URL;
-  if (!raw) return undefined;
-  if (role !== 'rollout') throw new Error(`RELAX_ENGINE_URL is set, but only rollout workers drive external engines (this is a ${role} worker): unset it`);
-  if (!/^https?:\/\/[^/?#]+\/?$/.test(raw)) throw new Error(`RELAX_ENGINE_URL is ${JSON.stringify(raw)}: give the engine's base URL, http(s)://host:port (it serves /v1/...)`);
-  const url = raw.replace(/\/$/, '');
+  const url = externalEngineUrl(role);
+  if (!url) return undefined;
   const problem = await probeEngine(url);
   if (problem) throw new Error(`the external engine at ${url} does not answer (${problem}): start it (\`relax serve --engine\`) or fix RELAX_ENGINE_URL`);
-  const token = tokenFromEnv('RELAX_ENGINE_TOKEN')?.token;
-  const checkpoints = await CheckpointServer.start({ host: process.env.RELAX_CHECKPOINT_HOST || '127.0.0.1', ...(process.env.RELAX_CHECKPOINT_URL ? { advertisedUrl: process.env.RELAX_CHECKPOINT_URL } : {}) });
+  const token = engineTokenFromEnv()?.token;
+  const checkpoints = await CheckpointServer.start(checkpointServerSettings());
   return { url, ...(token ? { token } : {}), checkpoints };
 }
 
@@ -79,29 +75,6 @@ async function externalEngineSetup(role: Role): Promise<{ url: string; token?: s
  * A worker polls again as soon as it has a task, and its activities still run concurrently.
  */
 const ROLLOUT_POLLER = { type: 'simple-maximum', maximum: 1 } as const;
-
-/**
- * RELAX_ROLLOUT_MAX_CONCURRENT: rollout activities one rollout worker runs at once (default: the
- * SDK's, 100). A device's engine gains little from running many generate activities side by side;
- * bounding them makes work beyond the fleet's capacity wait in the queue, where the autoscaler (and
- * Temporal's task-queue statistics) see it as backlog.
- */
-function rolloutConcurrency(): { maxConcurrentActivityTaskExecutions?: number } {
-  const raw = process.env.RELAX_ROLLOUT_MAX_CONCURRENT;
-  if (raw === undefined || raw === '') return {};
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ROLLOUT_MAX_CONCURRENT must be an integer >= 1, got "${raw}"`);
-  return { maxConcurrentActivityTaskExecutions: n };
-}
-
-/** RELAX_METRICS_PORT: the port of this worker's Prometheus endpoint (default: a free one, named in its ready line). */
-function metricsPort(): { port?: number } {
-  const raw = process.env.RELAX_METRICS_PORT;
-  if (raw === undefined || raw === '') return {};
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`RELAX_METRICS_PORT must be a port number (0 = any free one), got "${raw}"`);
-  return { port: n };
-}
 
 export const workflowsPath = require.resolve('../workflows');
 
@@ -187,7 +160,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   };
   const activities = activitiesForRole(opts.role, ctx);
   const tracing = startTracing({ role: opts.role, identity });
-  const metrics = metricsEnabled() ? await startWorkerMetrics({ role: opts.role, ...metricsPort() }) : undefined;
+  const metrics = metricsEnabled() ? await startWorkerMetrics({ role: opts.role, ...workerMetricsPort() }) : undefined;
   if (metrics) ctx.figures = metrics.figures;
   // What this process holds for a run is released once the run's workflow has closed (workers/run-reaper.ts).
   const workflowStates = temporalWorkflowStates(opts.temporalAddress, opts.namespace, security);
@@ -280,7 +253,7 @@ async function checkSearchAttributes(opts: WorkerOptions, security: TemporalConn
  * dev is gone (even by SIGKILL), so shut down and exit; a hard exit follows if shutdown hangs.
  */
 function exitWithSupervisor(worker: RunningWorker): void {
-  if (process.env[SUPERVISED_ENV] !== '1' || !process.send) return;
+  if (!supervisedWorker() || !process.send) return;
   const onGone = () => {
     console.error(`[${worker.identity}] relax dev (the supervisor) is gone: exiting`);
     worker.shutdown();

@@ -7,7 +7,6 @@
 // terminating it is the hard stop.
 // Over 400 lines because the loop, its two modes and its ending read best as one story in one file.
 import {
-  ApplicationFailure,
   CancellationScope,
   CancelledFailure,
   allHandlersFinished,
@@ -25,6 +24,7 @@ import { continueOnCurrentBuild } from './versioning';
 import { failWorkflowOnNonRetryable, refuseOversizedInput } from './failures';
 import { notifierFor, notifyingFailure, type Notifier } from './notifications';
 import { colocatedOnSomeInstance, control, reference, rollout, trainOnSomeInstance, trainShared, warmStartActivities, type TrainerChoice } from './run-activities';
+import type { GenerateResult } from '../activities/rollout';
 import type { TrainStepResult } from '../activities/train';
 import { progressView, publishProgress, recordPace, scheduleOfThisRun, type Visibility } from './run-status';
 import {
@@ -43,9 +43,8 @@ export { pauseSignal, resumeSignal, stopSignal, trainingProgressQuery, setHyperp
 
 /** What one iteration's rollout reports to the workflow (the samples themselves stay in Postgres). */
 interface RolloutSummary {
-  samples: number;
-  failed: number;
-  rewardMean: number;
+  /** Each generate slice's statistics: the train step merges them and decides (train, skip, fail). */
+  slices: GenerateResult[];
   /** Wall time of the iteration's rollout side (generate + reference), ms of workflow time. */
   busyMs: number;
   /** Async mode: how long the rollout waited for the staleness bound before starting it. */
@@ -265,7 +264,7 @@ async function colocatedIterations(run: RunState): Promise<void> {
     }
     const trained = await (queued.shift() as ReturnType<typeof colocatedStep>);
     executed++;
-    await afterStep(run, step, trained.summary, trained, lastEnd);
+    await afterStep(run, step, trained, lastEnd);
     lastEnd = Date.now();
   }
 }
@@ -274,7 +273,7 @@ async function colocatedIterations(run: RunState): Promise<void> {
 function colocatedStep(run: RunState, step: number, fromVersion: number | undefined) {
   run.iterationsStarted = Math.max(run.iterationsStarted, step);
   const hyperparameters = hyperparametersOf(run.config);
-  const trained = colocatedOnSomeInstance(run.trainer, { runId: run.runId, step, hyperparameters, ...(fromVersion !== undefined ? { fromVersion } : {}) }).then((t) => ({ ...t, summary: { ...t.rollout, hyperparameters } }));
+  const trained = colocatedOnSomeInstance(run.trainer, { runId: run.runId, step, hyperparameters, ...(fromVersion !== undefined ? { fromVersion } : {}) });
   trained.catch(() => undefined); // a queued step's failure is read when it is awaited
   return trained;
 }
@@ -317,7 +316,7 @@ async function asyncIterations(run: RunState): Promise<void> {
   if (!run.signals.stopRequested && progress.step < run.config.train.steps) await continueRun(run);
 }
 
-/** Rollout of one iteration: generate (fanned out), the failure budget, reference log-probs. */
+/** Rollout of one iteration: generate (fanned out), reference log-probs; the train step judges the slices' statistics. */
 async function rolloutIteration(run: RunState, iteration: number, policyVersion: number): Promise<Omit<RolloutSummary, 'waitMs'>> {
   const { config, runId } = run;
   run.iterationsStarted = Math.max(run.iterationsStarted, iteration + 1);
@@ -335,59 +334,43 @@ async function rolloutIteration(run: RunState, iteration: number, policyVersion:
       rollout(`rollout step ${iteration + 1} (${s.groups * config.algorithm.group_size} samples, v${policyVersion})`).generate({ runId, iteration, policyVersion, hyperparameters, ...s }),
     ),
   ).catch(failWorkflowOnNonRetryable);
-  const samples = generated.reduce((n, g) => n + g.samples, 0);
-  const failed = generated.reduce((n, g) => n + g.failed, 0);
-  if (failed > config.train.failure_budget * samples) {
-    throw ApplicationFailure.create({
-      message: `step ${iteration + 1}: the reward failed on ${failed} of ${samples} samples, over train.failure_budget (${config.train.failure_budget}); see the failed samples' errors in the transfer queue`,
-      type: 'FailureBudgetExceeded',
-      nonRetryable: true,
-    });
-  }
-  const rewardMean = generated.reduce((n, g) => n + g.rewardSum, 0) / Math.max(1, samples - failed);
   if (hyperparameters.algorithm.kl_coef > 0) await reference(`reference log-probs step ${iteration + 1}`).referenceLogprobs({ runId, iteration });
-  return { samples, failed, rewardMean, busyMs: Date.now() - rolloutStarted, hyperparameters };
+  return { slices: generated, busyMs: Date.now() - rolloutStarted, hyperparameters };
 }
 
-/** One train step on an iteration's samples, then progress and (every eval_every) an evaluation. */
+/**
+ * One train step on an iteration's samples (the step merges the slices' statistics and applies the
+ * failure budget: it trains, skips a step whose samples all failed, or fails the run), then progress
+ * and (every eval_every) an evaluation.
+ */
 async function trainIteration(run: RunState, step: number, summary: RolloutSummary, started: number): Promise<void> {
   const { config, runId, progress } = run;
-  const rolloutMetrics = {
-    reward_mean: summary.rewardMean,
-    samples: summary.samples,
-    failed_samples: summary.failed,
-    rollout_busy_ms: summary.busyMs,
-    ...(summary.waitMs !== undefined ? { rollout_wait_ms: summary.waitMs } : {}),
-  };
-  // Nothing to train on, within the failure budget (rolloutIteration): skip the step, go on.
-  const allFailed = summary.samples > 0 && summary.failed === summary.samples;
-  const reason = `every one of the ${summary.samples} samples of iteration ${step - 1} failed (train.failure_budget ${config.train.failure_budget} allows it)`;
-  const trained =
-    allFailed
-      ? await trainShared(`skip step ${step} (every sample failed)`).skipStep({ runId, step, fromVersion: progress.policyVersion, reason, rolloutMetrics }).catch(failWorkflowOnNonRetryable)
-      : await trainOnSomeInstance(run.trainer, {
-          runId,
-          step,
-          fromVersion: progress.policyVersion,
-          rolloutMetrics,
-          hyperparameters: summary.hyperparameters,
-          ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: summary.hyperparameters.max_staleness } : {}),
-        });
-  await afterStep(run, step, summary, trained, started);
+  const rolloutMetrics = { rollout_busy_ms: summary.busyMs, ...(summary.waitMs !== undefined ? { rollout_wait_ms: summary.waitMs } : {}) };
+  const trained = await trainOnSomeInstance(run.trainer, {
+    runId,
+    step,
+    fromVersion: progress.policyVersion,
+    rollout: summary.slices,
+    rolloutMetrics,
+    hyperparameters: summary.hyperparameters,
+    ...(config.mode === 'async' ? { iteration: step - 1, maxStaleness: summary.hyperparameters.max_staleness } : {}),
+  });
+  await afterStep(run, step, trained, started);
 }
 
-/** Progress after a step (trained or skipped), and (every eval_every) an evaluation next to training. */
-async function afterStep(run: RunState, step: number, summary: RolloutSummary, trained: TrainStepResult, started: number): Promise<void> {
+/** Progress after a step (trained or skipped), from the rollout statistics it returns, and (every eval_every) an evaluation next to training. */
+async function afterStep(run: RunState, step: number, trained: TrainStepResult, started: number): Promise<void> {
   const { progress, runId } = run;
-  const allFailed = summary.samples > 0 && summary.failed === summary.samples;
+  const stats = trained.rollout;
   progress.policyVersion = trained.policyVersion;
   progress.step = step;
   if (trained.skipped) progress.skippedSteps = (progress.skippedSteps ?? 0) + 1;
-  if (!allFailed) {
-    progress.lastReward = summary.rewardMean;
-    pushPoint(progress.rewards, [step, summary.rewardMean]);
+  // A reward to show once some sample was scored.
+  if (stats && stats.samples > stats.failed) {
+    progress.lastReward = stats.rewardMean;
+    pushPoint(progress.rewards, [step, stats.rewardMean]);
   }
-  progress.samplesPerSecond = summary.samples / Math.max(0.001, (Date.now() - started) / 1000);
+  progress.samplesPerSecond = (stats?.samples ?? 0) / Math.max(0.001, (Date.now() - started) / 1000);
   recordPace(run.visibility, progress, started);
   publishProgress(run.visibility, progress, run.config);
   run.notifier?.afterStep(step);

@@ -6,6 +6,8 @@
 // verl (`torch.std` in compute_grpo_outcome_advantage, eps 1e-6) and TRL (`rewards.view(-1, G).std()`)
 // use torch's default, which is unbiased. `std: 'population'` divides by n instead.
 // A group whose rewards are all equal has advantage 0 for every member whatever the convention.
+// The math only: the registry that names these for a run (and loads user estimators) is
+// training/advantages.ts, since engines/ may not import user modules or the run config.
 
 export type StdConvention = 'sample' | 'population';
 

@@ -13,6 +13,8 @@
 //
 // No backend has a gradient for gatherND, so the sampled token's log-prob is picked with a one-hot
 // multiply-and-sum, which is differentiable everywhere (cpu, wasm, tfjs-node).
+// The math only: the registry that names these losses for a run (and loads user losses) is
+// training/losses.ts, since engines/ may not import user modules or the run config.
 import * as tf from '@tensorflow/tfjs';
 import { klTensor, LOG_RATIO_CLAMP, type KlEstimator } from './kl';
 import { canonicalLossAggregation, type LossAggregation } from '../../config/loss-aggregations';

@@ -1,8 +1,10 @@
-// The RL core of a train step, shared by the train activity and the in-process loop: from a claimed
-// batch of scored samples to advantages (training/advantages.ts), training sequences with their
-// loss masks, and one policy-gradient update with the run's loss (training/losses.ts), with the
-// step's metrics named as the metrics table records them. No database, no Temporal: samples in,
-// update and metrics out. Also the reference policy's log-probs, which both paths write to samples.
+// The rules of one RL step, shared by every driver (the workflow's train activity, the colocated
+// activity, the in-process loop): the rollout's statistics, the failure-budget verdict (train, skip,
+// or fail the run), the reference policy's log-probs attached to samples, then from a claimed batch
+// of scored samples to advantages (training/advantages.ts), training sequences with their loss
+// masks, and one policy-gradient update with the run's loss (training/losses.ts), with the step's
+// metrics named as the metrics table records them. No database, no Temporal: samples in, verdict,
+// update and metrics out.
 import type { RunConfig } from '../config/run-config';
 import { batchTotals, staleTokenMask, type BatchTotals } from '../engines/rl/losses';
 import { trainSequenceFromSample, type ScoredSequence, type TrainingLoss, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
@@ -26,6 +28,73 @@ export async function withSequenceMedia<S extends { media?: readonly string[] | 
   if (!samples.some((s) => s.media?.length)) return [...samples];
   if (!media) throw new Error('samples reference media but the run has no media store: the model has no vision or audio encoder');
   return Promise.all(samples.map(async (s) => (s.media?.length ? { ...s, sequenceMedia: await media.fromIds(s.media) } : s)));
+}
+
+/** A rollout's statistics: its samples, those whose reward failed, and the reward of the others. */
+export interface RolloutStats {
+  samples: number;
+  failed: number;
+  rewardSum: number;
+  /** rewardSum over the scored samples (0 when none was scored). */
+  rewardMean: number;
+}
+
+function withMean(samples: number, failed: number, rewardSum: number): RolloutStats {
+  return { samples, failed, rewardSum, rewardMean: rewardSum / Math.max(1, samples - failed) };
+}
+
+/** The statistics of a rollout's samples: a sample without a reward failed (its reward threw). */
+export function rolloutStats(samples: ReadonlyArray<{ reward?: number | null }>): RolloutStats {
+  const scored = samples.filter((s) => s.reward != null);
+  return withMean(samples.length, samples.length - scored.length, scored.reduce((a, s) => a + (s.reward as number), 0));
+}
+
+/** One iteration's statistics from its slices' (the generate activities'). */
+export function mergeRolloutStats(parts: ReadonlyArray<Pick<RolloutStats, 'samples' | 'failed' | 'rewardSum'>>): RolloutStats {
+  return withMean(
+    parts.reduce((n, p) => n + p.samples, 0),
+    parts.reduce((n, p) => n + p.failed, 0),
+    parts.reduce((n, p) => n + p.rewardSum, 0),
+  );
+}
+
+/** The rollout's statistics as the step's metrics (the metrics table's names). */
+export function rolloutStatsMetrics(stats: RolloutStats): Record<string, number> {
+  return { reward_mean: stats.rewardMean, samples: stats.samples, failed_samples: stats.failed };
+}
+
+/** The rollout's statistics back from a step's recorded metrics, when it recorded them. */
+export function rolloutStatsFromMetrics(metrics: Record<string, number>): RolloutStats | undefined {
+  if (metrics.reward_mean === undefined || metrics.samples === undefined) return undefined;
+  const failed = metrics.failed_samples ?? 0;
+  return withMean(metrics.samples, failed, metrics.reward_mean * Math.max(1, metrics.samples - failed));
+}
+
+/** More of a step's samples failed than train.failure_budget allows: the run fails (FailureBudgetExceeded, non-retryable). */
+export class FailureBudgetExceededError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'FailureBudgetExceededError';
+  }
+}
+
+/**
+ * The failure budget's verdict on step `step`'s rollout: 'train'; 'skip' when every sample failed
+ * within train.failure_budget (nothing to train on, no version is published, the run goes on); or
+ * FailureBudgetExceededError when more failed than the budget allows.
+ */
+export function stepVerdict(stats: RolloutStats, failureBudget: number, step: number): 'train' | 'skip' {
+  if (stats.failed > failureBudget * stats.samples) {
+    throw new FailureBudgetExceededError(
+      `step ${step}: the reward failed on ${stats.failed} of ${stats.samples} samples, over train.failure_budget (${failureBudget}); see the failed samples' errors in the transfer queue`,
+    );
+  }
+  return stats.samples > 0 && stats.failed === stats.samples ? 'skip' : 'train';
+}
+
+/** Why a step was skipped (stepVerdict 'skip'): its rollout, iteration step - 1, failed entirely. */
+export function skipReason(stats: RolloutStats, failureBudget: number, step: number): string {
+  return `every one of the ${stats.samples} samples of iteration ${step - 1} failed (train.failure_budget ${failureBudget} allows it)`;
 }
 
 type Algorithm = RunConfig['algorithm'];
@@ -145,8 +214,28 @@ export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, sa
   };
 }
 
-/** Per response token, the frozen reference policy's log-probs of each sample (the KL term's ref_logprobs), with its `sequenceMedia`. */
-export async function referenceLogprobs(reference: { logprobs(sequences: ReadonlyArray<ScoredSequence>): Promise<Float32Array[]> }, samples: ReadonlyArray<{ promptTokens: ArrayLike<number>; responseTokens: ArrayLike<number> } & WithSequenceMedia>): Promise<number[][]> {
-  const full = await reference.logprobs(samples.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], media: s.sequenceMedia, promptLength: s.promptTokens.length })));
-  return samples.map((s, i) => Array.from(full[i].slice(s.promptTokens.length - 1)));
+/** A sample the reference policy's log-probs attach to: its tokens, status, media ids and refLogprobs. */
+interface ReferenceRow {
+  promptTokens: ArrayLike<number>;
+  responseTokens: ArrayLike<number>;
+  status?: string;
+  media?: readonly string[] | null;
+  refLogprobs?: ArrayLike<number> | null;
+}
+
+/**
+ * Attaches the frozen reference policy's log-probs per response token (the KL term's ref_logprobs)
+ * to every in-flight sample (generated or scored: not failed, not consumed) that has none yet, its
+ * media loaded for the encoders. Returns the samples it set, in order (a retry skips what is set).
+ */
+export async function attachReferenceLogprobs<R extends ReferenceRow>(
+  reference: { logprobs(sequences: ReadonlyArray<ScoredSequence>): Promise<Float32Array[]> },
+  rows: readonly R[],
+  media: MediaPrompts | undefined,
+): Promise<Array<R & { refLogprobs: number[] }>> {
+  const todo = rows.filter((r) => (r.status === undefined || r.status === 'generated' || r.status === 'scored') && r.refLogprobs == null);
+  if (!todo.length) return [];
+  const withMedia = await withSequenceMedia(todo, media);
+  const full = await reference.logprobs(withMedia.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], media: s.sequenceMedia, promptLength: s.promptTokens.length })));
+  return todo.map((r, i) => Object.assign(r, { refLogprobs: Array.from(full[i].slice(r.promptTokens.length - 1)) }));
 }

@@ -1,0 +1,89 @@
+// The environment variables of one worker process (`relax worker`): its metrics endpoints and SDK
+// log level, its shutdown grace, rollout concurrency, an external engine it drives and the
+// checkpoint server that engine loads from, and whether `relax dev` supervises it. Read only here
+// (config/environment.ts re-exports it); workers/worker.ts, workers/worker-metrics.ts and cli/main.ts use them.
+import type { Role } from './task-queues';
+
+/** RELAX_METRICS: "off" turns a worker's metrics off (no endpoint, interceptor or SDK telemetry); default on. */
+export function metricsEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
+  const v = (env.RELAX_METRICS ?? '').trim().toLowerCase();
+  if (v === '' || v === 'on') return true;
+  if (v === 'off') return false;
+  throw new Error(`RELAX_METRICS must be "on" or "off", got "${env.RELAX_METRICS}"`);
+}
+
+/** RELAX_METRICS_PORT: the port of this worker's Prometheus endpoint (default: a free one, named in its ready line). */
+export function workerMetricsPort(env: NodeJS.ProcessEnv = process.env): { port?: number } {
+  const raw = env.RELAX_METRICS_PORT;
+  if (raw === undefined || raw === '') return {};
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`RELAX_METRICS_PORT must be a port number (0 = any free one), got "${raw}"`);
+  return { port: n };
+}
+
+/** RELAX_SDK_METRICS_PORT: the port of the Temporal SDK's own Prometheus endpoint; undefined when unset (then a free one). */
+export function sdkMetricsPort(env: NodeJS.ProcessEnv = process.env): number | undefined {
+  const raw = env.RELAX_SDK_METRICS_PORT;
+  if (!raw) return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0 || n > 65535) throw new Error(`RELAX_SDK_METRICS_PORT must be a port number, got "${raw}"`);
+  return n;
+}
+
+/** RELAX_LOG_LEVEL: the Temporal SDK's log level in a worker (default WARN: the SDK logs every state change at INFO). */
+export function sdkLogLevel(env: NodeJS.ProcessEnv = process.env): string {
+  return env.RELAX_LOG_LEVEL || 'WARN';
+}
+
+/** RELAX_WORKER_SHUTDOWN_GRACE_MS: how long running activities may finish when the worker is stopped (default 5 s; relax dev gives rollout workers 120 s, so a drain loses nothing). */
+export function workerShutdownGrace(env: NodeJS.ProcessEnv = process.env): { shutdownGraceMs?: number } {
+  const raw = env.RELAX_WORKER_SHUTDOWN_GRACE_MS;
+  if (raw === undefined || raw === '') return {};
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 0) throw new Error(`RELAX_WORKER_SHUTDOWN_GRACE_MS must be an integer number of milliseconds >= 0, got "${raw}"`);
+  return { shutdownGraceMs: ms };
+}
+
+/**
+ * RELAX_ROLLOUT_MAX_CONCURRENT: rollout activities one rollout worker runs at once (default: the
+ * SDK's, 100). A device's engine gains little from running many generate activities side by side;
+ * bounding them makes work beyond the fleet's capacity wait in the queue, where the autoscaler (and
+ * Temporal's task-queue statistics) see it as backlog.
+ */
+export function rolloutConcurrency(env: NodeJS.ProcessEnv = process.env): { maxConcurrentActivityTaskExecutions?: number } {
+  const raw = env.RELAX_ROLLOUT_MAX_CONCURRENT;
+  if (raw === undefined || raw === '') return {};
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`RELAX_ROLLOUT_MAX_CONCURRENT must be an integer >= 1, got "${raw}"`);
+  return { maxConcurrentActivityTaskExecutions: n };
+}
+
+/**
+ * RELAX_ENGINE_URL on a rollout worker: the base URL (no trailing slash) of the external
+ * OpenAI-compatible engine it drives instead of a local one; undefined when unset. An error names
+ * the variable when another role has it or it is not a base URL.
+ */
+export function externalEngineUrl(role: Role, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const raw = env.RELAX_ENGINE_URL;
+  if (!raw) return undefined;
+  if (role !== 'rollout') throw new Error(`RELAX_ENGINE_URL is set, but only rollout workers drive external engines (this is a ${role} worker): unset it`);
+  if (!/^https?:\/\/[^/?#]+\/?$/.test(raw)) throw new Error(`RELAX_ENGINE_URL is ${JSON.stringify(raw)}: give the engine's base URL, http(s)://host:port (it serves /v1/...)`);
+  return raw.replace(/\/$/, '');
+}
+
+/** Where the checkpoint server an external engine loads from listens (RELAX_CHECKPOINT_HOST, default loopback) and the URL it is reached at (RELAX_CHECKPOINT_URL). */
+export function checkpointServerSettings(env: NodeJS.ProcessEnv = process.env): { host: string; advertisedUrl?: string } {
+  return { host: env.RELAX_CHECKPOINT_HOST || '127.0.0.1', ...(env.RELAX_CHECKPOINT_URL ? { advertisedUrl: env.RELAX_CHECKPOINT_URL } : {}) };
+}
+
+/**
+ * Set in the environment of the worker processes `relax dev` starts (with an IPC channel): the
+ * worker exits when that channel closes, i.e. when relax dev dies. `relax worker` run by hand has
+ * neither and runs on.
+ */
+export const SUPERVISED_ENV = 'RELAX_SUPERVISED';
+
+/** True when `relax dev` started this process as a supervised worker (SUPERVISED_ENV=1). */
+export function supervisedWorker(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env[SUPERVISED_ENV] === '1';
+}
