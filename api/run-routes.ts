@@ -82,6 +82,12 @@ export function registerRunRoutes(base: FastifyInstance, client: RelaxClient): v
     }
   });
 
+  registerRunRecordRoutes(base, client);
+}
+
+/** A run's records read from Postgres: its events, its stage spans, its metric series. */
+function registerRunRecordRoutes(base: FastifyInstance, client: RelaxClient): void {
+  const app = base.withTypeProvider<ZodTypeProvider>();
   app.get('/runs/:run_id/events', {
     schema: {
       tags: ['runs'],

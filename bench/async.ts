@@ -63,6 +63,22 @@ function stageTimes(spans: Span[], steps: number): { rolloutStageMs: number; tra
   return { rolloutStageMs: rollout / (steps - 1), trainStageMs: train / (steps - 1) };
 }
 
+/** One mode's steady-state figures from its run's spans: the window from step 1's end to the last step's, idle fractions, stage times. */
+function modeRun(mode: 'sync' | 'async', spans: Span[], steps: number, finalAccuracy: number | undefined): ModeRun {
+  const train = spans.filter((s) => s.stage === 'train').sort((a, b) => (a.step ?? 0) - (b.step ?? 0));
+  const from = train[0].endedAt.getTime();
+  const to = train[train.length - 1].endedAt.getTime();
+  const u = utilization(spans, { from, to });
+  return {
+    mode,
+    windowS: (to - from) / 1000,
+    trainerIdle: u.train?.idleFraction ?? 1,
+    rolloutIdle: u.rollout?.idleFraction ?? 1,
+    ...stageTimes(spans, steps),
+    finalAccuracy,
+  };
+}
+
 export const asyncBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 30);
   const staleness = Number(ctx.options.staleness ?? 1);
@@ -86,19 +102,7 @@ export const asyncBench: Bench = async (ctx) => {
         const runConfig: RunConfig = { ...config, mode, max_staleness: mode === 'async' ? staleness : 0, run_id: `bench-${mode}-${Date.now().toString(36)}`, checkpoint: { ...config.checkpoint, init_from: warm.dir, dir: path.join(home, 'checkpoints', mode) } };
         ctx.log(`[bench] ${mode}${mode === 'async' ? ` (max_staleness ${staleness})` : ''}...`);
         const result = await (await client.startTraining(runConfig)).result();
-        const spans = await listSpans(pool, result.runId);
-        const train = spans.filter((s) => s.stage === 'train').sort((a, b) => (a.step ?? 0) - (b.step ?? 0));
-        const from = train[0].endedAt.getTime();
-        const to = train[train.length - 1].endedAt.getTime();
-        const u = utilization(spans, { from, to });
-        runs.push({
-          mode,
-          windowS: (to - from) / 1000,
-          trainerIdle: u.train?.idleFraction ?? 1,
-          rolloutIdle: u.rollout?.idleFraction ?? 1,
-          ...stageTimes(spans, steps),
-          finalAccuracy: result.evalAccuracy,
-        });
+        runs.push(modeRun(mode, await listSpans(pool, result.runId), steps, result.evalAccuracy));
         const r = runs[runs.length - 1];
         ctx.log(`[bench] ${mode}: ${r.windowS.toFixed(2)} s for steps 2..${steps}; per step rollout side ${r.rolloutStageMs.toFixed(0)} ms, train ${r.trainStageMs.toFixed(0)} ms; trainer idle ${(r.trainerIdle * 100).toFixed(0)}%`);
       }

@@ -28,15 +28,8 @@ export interface RunIntegrity {
   problems: string[];
 }
 
-/**
- * Checks one finished run. `batchSize` is the samples one step trains (prompts_per_step x group_size;
- * add2 never fails a sample); `retention` is the run's checkpoint policy (protect = max_staleness + 1).
- */
-export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: number, retention: RetentionPolicy): Promise<RunIntegrity> {
-  const problems: string[] = [];
-  const steps = await stepSampleSets(pool, runId);
-  const applied = steps.filter((s) => s.status === 'applied');
-
+/** The samples the steps lost (a step left 'selected', a short batch, keys without a stored sample), each reported in `problems`. */
+function stepSamplesLost(steps: Awaited<ReturnType<typeof stepSampleSets>>, batchSize: number, problems: string[]): number {
   let lost = 0;
   for (const s of steps) {
     const recorded = Number(s.recorded);
@@ -53,6 +46,19 @@ export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: nu
     if (stored !== recorded) problems.push(`step ${s.step}: ${recorded - stored} of its recorded keys have no stored sample consumed by it`);
     lost += Math.max(0, batchSize - s.sample_count) + Math.abs(s.sample_count - recorded) + (recorded - stored);
   }
+  return lost;
+}
+
+/**
+ * Checks one finished run. `batchSize` is the samples one step trains (prompts_per_step x group_size;
+ * add2 never fails a sample); `retention` is the run's checkpoint policy (protect = max_staleness + 1).
+ */
+export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: number, retention: RetentionPolicy): Promise<RunIntegrity> {
+  const problems: string[] = [];
+  const steps = await stepSampleSets(pool, runId);
+  const applied = steps.filter((s) => s.status === 'applied');
+
+  let lost = stepSamplesLost(steps, batchSize, problems);
   // Ready samples of an iteration that an applied step already trained past (step s trains iteration s - 1).
   const left = await unconsumedSamplesBefore(pool, runId, applied.length);
   if (left > 0) problems.push(`${left} samples of trained iterations were never consumed`);

@@ -203,6 +203,8 @@ function noiseWavs(bytes: number, count: number): Uint8Array[] {
   });
 }
 
+// Over 80 lines because it is one benchmark script, in order (model, media inputs, rollout and
+// train timings per medium, figures); not yet split (issue 33).
 export async function multimodalEnginesFigures(o: MultimodalOptions): Promise<MultimodalFigures> {
   const started = performance.now();
   const cfg = mediaPolicyModel();

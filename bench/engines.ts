@@ -145,6 +145,8 @@ const ROLLOUT_ROUNDS = 3;
 /** The pure-JS backend trains on this many sequences, for one timed step. */
 const CPU_BACKEND_SEQUENCES = 16;
 
+// Over 80 lines because it is one benchmark script, in order (engines, rollout rounds, train steps
+// per backend, figures); not yet split (issue 33).
 export const enginesBench: Bench = async (ctx) => {
   const started = performance.now();
   const options = parseOptions(ctx.options);

@@ -80,6 +80,8 @@ function trainInChild(file: string, threads: number): Promise<TrainChildResult> 
   });
 }
 
+// Over 80 lines because it is one benchmark script, in order (model import, each engine's rollout
+// and train timings against the roofline, report); not yet split (issue 33).
 export async function pretrainedEnginesBench(ctx: BenchContext, from: string, roofline: { onnxruntime: number; tfjs: number }, device: Device = { kind: 'cpu' }): Promise<Record<string, unknown>> {
   const maxNewTokens = Number(ctx.options.max_new_tokens ?? 32);
   const minMs = Number(ctx.options.min_ms ?? 1000);

@@ -132,13 +132,38 @@ function levelFile(name: string, level: number, dir: string): string {
   return out;
 }
 
-export const realModelBench: Bench = async (ctx) => {
-  const o = ctx.options;
-  const num = (key: string, fallback: number) => (o[key] === undefined ? fallback : Number(o[key]));
-  const home = relaxEnvironment().home;
-  const modelDir = await resolveModelSource(o.model ?? 'smollm2-135m-instruct', { home, log: ctx.log });
-  const stackHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-real-model-'));
-  const level = o.level === undefined ? undefined : num('level', 0);
+type BenchResult = { rewards: Array<[number, number]>; accuracies: Array<[number, number]> };
+
+/** Per step: its reward, held-out accuracy (where evaluated) and times. */
+function stepCurve(times: StepTimes[], result: BenchResult) {
+  const rewards = new Map(result.rewards.map(([s, r]) => [s, r]));
+  const accuracy = new Map(result.accuracies.map(([s, a]) => [s, a]));
+  return times.map((t) => ({ step: t.step, reward: rewards.get(t.step) ?? null, held_out_accuracy: accuracy.get(t.step) ?? null, step_s: t.wallS, with_eval: t.withEval, rollout_s: t.rolloutS, train_s: t.trainS, train_compute_s: t.computeS, trained_samples: t.trainedSamples, padded_tokens: t.paddedTokens }));
+}
+
+/** The median step times: all steps, without and with an evaluation, and the rollout, train and train-compute parts. */
+function stepTimeFigures(times: StepTimes[]) {
+  const medianOf = (ts: StepTimes[]) => (ts.length ? median(ts.map((t) => t.wallS)) : null);
+  return {
+    step_s: medianOf(times),
+    step_s_without_eval: medianOf(times.filter((t) => !t.withEval)),
+    step_s_with_eval: medianOf(times.filter((t) => t.withEval)),
+    rollout_s: median(times.map((t) => t.rolloutS).filter(Number.isFinite)),
+    train_s: median(times.map((t) => t.trainS)),
+    train_compute_s: median(times.map((t) => t.computeS).filter(Number.isFinite)),
+  };
+}
+
+/** Logs the mean reward per step as a plot and the held-out accuracy of each evaluation. */
+function logCurves(log: (line: string) => void, result: BenchResult, evals: Array<{ step: number; accuracy: number }>): void {
+  log('');
+  log('mean reward per step:');
+  log(plot(result.rewards.map(([, r]) => r), { height: 8, format: (x: number) => x.toFixed(2).padStart(6) }));
+  log(`held-out accuracy by evaluation: ${evals.map((e) => `step ${e.step}: ${(e.accuracy * 100).toFixed(1)}%`).join(', ')}`);
+}
+
+/** The run config of the bench from its --set options (the real-model recipe, a curriculum level's files, sync or async). */
+function benchInput(o: Record<string, string>, num: (key: string, fallback: number) => number, modelDir: string, level: number | undefined, stackHome: string): ReturnType<typeof realModelRecipe> {
   const input = realModelRecipe({
     ...(level !== undefined ? { train: levelFile('arith-train.jsonl', level, stackHome), eval: levelFile('arith-eval.jsonl', level, stackHome) } : {}),
     modelFrom: modelDir,
@@ -154,6 +179,17 @@ export const realModelBench: Bench = async (ctx) => {
   if (o.loss_aggregation !== undefined) input.algorithm = { ...input.algorithm, loss_aggregation: o.loss_aggregation as never };
   if (o.mode === 'async') Object.assign(input, { mode: 'async', max_staleness: num('max_staleness', 1) });
   else if (o.mode !== undefined && o.mode !== 'sync') throw new Error(`--set mode: expected sync or async, got "${o.mode}"`);
+  return input;
+}
+
+export const realModelBench: Bench = async (ctx) => {
+  const o = ctx.options;
+  const num = (key: string, fallback: number) => (o[key] === undefined ? fallback : Number(o[key]));
+  const home = relaxEnvironment().home;
+  const modelDir = await resolveModelSource(o.model ?? 'smollm2-135m-instruct', { home, log: ctx.log });
+  const stackHome = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-bench-real-model-'));
+  const level = o.level === undefined ? undefined : num('level', 0);
+  const input = benchInput(o, num, modelDir, level, stackHome);
   const contention = num('contention', 0) > 0;
   let config: ReturnType<typeof parseRunConfig>;
   try {
@@ -186,15 +222,9 @@ export const realModelBench: Bench = async (ctx) => {
       const attempts = await activityAttempts(client.client.workflow.getHandle(runId));
       const times = await stepTimes(stack.databaseUrl, runId);
       const peak = Math.max(peakRssMb(), await peakWorkerRssMb());
-      const rewards = new Map(result.rewards.map(([s, r]) => [s, r]));
-      const accuracy = new Map(result.accuracies.map(([s, a]) => [s, a]));
-      const curve = times.map((t) => ({ step: t.step, reward: rewards.get(t.step) ?? null, held_out_accuracy: accuracy.get(t.step) ?? null, step_s: t.wallS, with_eval: t.withEval, rollout_s: t.rolloutS, train_s: t.trainS, train_compute_s: t.computeS, trained_samples: t.trainedSamples, padded_tokens: t.paddedTokens }));
-      const medianOf = (ts: StepTimes[]) => (ts.length ? median(ts.map((t) => t.wallS)) : null);
+      const curve = stepCurve(times, result);
       const evals = result.accuracies.map(([s, a]) => ({ step: s, accuracy: a }));
-      ctx.log('');
-      ctx.log('mean reward per step:');
-      ctx.log(plot(result.rewards.map(([, r]) => r), { height: 8, format: (x: number) => x.toFixed(2).padStart(6) }));
-      ctx.log(`held-out accuracy by evaluation: ${evals.map((e) => `step ${e.step}: ${(e.accuracy * 100).toFixed(1)}%`).join(', ')}`);
+      logCurves(ctx.log, result, evals);
       summary = {
         model: o.model ?? 'smollm2-135m-instruct',
         model_dir: modelDir,
@@ -208,12 +238,7 @@ export const realModelBench: Bench = async (ctx) => {
         level: level ?? null,
         contention,
         train_micro_batch_tokens: config.train.micro_batch_tokens ?? null,
-        step_s: medianOf(times),
-        step_s_without_eval: medianOf(times.filter((t) => !t.withEval)),
-        step_s_with_eval: medianOf(times.filter((t) => t.withEval)),
-        rollout_s: median(times.map((t) => t.rolloutS).filter(Number.isFinite)),
-        train_s: median(times.map((t) => t.trainS)),
-        train_compute_s: median(times.map((t) => t.computeS).filter(Number.isFinite)),
+        ...stepTimeFigures(times),
         wall_s: wallS,
         peak_rss_mb: peak,
         activity_attempts_max: attempts.maxAttempt,

@@ -35,6 +35,33 @@ function list<T>(value: string | undefined, fallback: T[], parse: (s: string) =>
   return value ? value.split(',').map((s) => parse(s.trim())) : fallback;
 }
 
+/** Logs the accuracy table (max_staleness x correction, mean over seeds) and a plot per correction; returns the table. */
+function reportAccuracy(log: (line: string) => void, rows: Row[], stalenesses: number[], corrections: Correction[], samples: number, seeds: number[]): string {
+  const cell = (k: number, c: Correction) => rows.filter((x) => x.max_staleness === k && x.correction === c);
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const header = `| max_staleness | ${corrections.map((c) => (c === 'none' ? 'no correction' : c)).join(' | ')} |`;
+  const table = [
+    header,
+    `|---|${corrections.map(() => '---').join('|')}|`,
+    ...stalenesses.map(
+      (k) =>
+        `| ${k} | ${corrections
+          .map((c) => {
+            const rs = cell(k, c);
+            return `**${(mean(rs.map((r) => r.accuracy)) * 100).toFixed(1)}%** (${rs.map((r) => (r.accuracy * 100).toFixed(1)).join(' / ')}; staleness ${mean(rs.map((r) => r.mean_staleness)).toFixed(1)})`;
+          })
+          .join(' | ')} |`,
+    ),
+  ].join('\n');
+  log(`held-out accuracy after ${samples} samples: mean over seeds ${seeds.join(', ')} (each seed; measured mean staleness)`);
+  log(table);
+  for (const c of corrections) {
+    log(`mean final accuracy (%) by max_staleness ${stalenesses.join(', ')}, ${c}:`);
+    log(plot(stalenesses.map((k) => mean(cell(k, c).map((r) => r.accuracy)) * 100), { height: 8, format: (x: number) => x.toFixed(1).padStart(6) }));
+  }
+  return table;
+}
+
 export const stalenessBench: Bench = async (ctx) => {
   const steps = Number(ctx.options.steps ?? 100);
   const stalenesses = list(ctx.options.staleness, [0, 1, 2, 4, 8], Number);
@@ -91,28 +118,7 @@ export const stalenessBench: Bench = async (ctx) => {
     fs.rmSync(home, { recursive: true, force: true });
   }
 
-  const cell = (k: number, c: Correction) => rows.filter((x) => x.max_staleness === k && x.correction === c);
-  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-  const header = `| max_staleness | ${corrections.map((c) => (c === 'none' ? 'no correction' : c)).join(' | ')} |`;
-  const table = [
-    header,
-    `|---|${corrections.map(() => '---').join('|')}|`,
-    ...stalenesses.map(
-      (k) =>
-        `| ${k} | ${corrections
-          .map((c) => {
-            const rs = cell(k, c);
-            return `**${(mean(rs.map((r) => r.accuracy)) * 100).toFixed(1)}%** (${rs.map((r) => (r.accuracy * 100).toFixed(1)).join(' / ')}; staleness ${mean(rs.map((r) => r.mean_staleness)).toFixed(1)})`;
-          })
-          .join(' | ')} |`,
-    ),
-  ].join('\n');
-  ctx.log(`held-out accuracy after ${samples} samples: mean over seeds ${seeds.join(', ')} (each seed; measured mean staleness)`);
-  ctx.log(table);
-  for (const c of corrections) {
-    ctx.log(`mean final accuracy (%) by max_staleness ${stalenesses.join(', ')}, ${c}:`);
-    ctx.log(plot(stalenesses.map((k) => mean(cell(k, c).map((r) => r.accuracy)) * 100), { height: 8, format: (x: number) => x.toFixed(1).padStart(6) }));
-  }
+  const table = reportAccuracy(ctx.log, rows, stalenesses, corrections, samples, seeds);
   const out = path.join(relaxEnvironment().home, 'results', `staleness-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   fs.mkdirSync(path.dirname(out), { recursive: true });
   const summary = { bench: 'staleness', steps, seeds, samples_per_run: samples, warm_start_accuracy: warm.accuracy, rows, table, saved_to: out };

@@ -19,6 +19,52 @@ export interface Check {
   fix?: string;
 }
 
+/** Connects to Temporal and describes the namespace: address, security, namespace, server version. */
+async function probeTemporalServer(opts: { temporalAddress: string; namespace: string; env?: NodeJS.ProcessEnv }): Promise<string> {
+  // Which security is in use is part of the answer, success or not; never the API key itself.
+  const security = temporalConnectionOptions(opts.env ?? process.env);
+  let connection: Connection;
+  try {
+    connection = await Connection.connect({ address: opts.temporalAddress, connectTimeout: 3_000, ...sdkConnectionOptions(security) });
+  } catch (err) {
+    throw new Error(`${opts.temporalAddress}, ${security.summary}: ${(err as Error).message}`);
+  }
+  try {
+    const info = await connection.workflowService.getSystemInfo({});
+    await connection.workflowService.describeNamespace({ namespace: opts.namespace });
+    return `${opts.temporalAddress}, ${security.summary}, namespace ${opts.namespace}, server ${info.serverVersion ?? '?'}`;
+  } finally {
+    await connection.close();
+  }
+}
+
+/** Opens the database and reads its server and schema versions (refused when not migrated). */
+async function probePostgres(databaseUrl: string | undefined): Promise<string> {
+  if (!databaseUrl) throw new Error('DATABASE_URL is not set and no `relax dev` is running in RELAX_HOME');
+  const pool = createPool({ url: databaseUrl, maxConnections: 1 });
+  try {
+    const server = await serverVersion(pool);
+    const version = await schemaVersion(pool);
+    if (version < LATEST_SCHEMA_VERSION) {
+      throw new Error(`reachable, but schema version ${version} < ${LATEST_SCHEMA_VERSION}: not migrated`);
+    }
+    return `${redactUrl(databaseUrl)}, schema v${version}, ${server.split(' on ')[0]}`;
+  } finally {
+    await pool.end();
+  }
+}
+
+/** Resolves a model.from and reads its config, tokenizer and weights' description. */
+async function probeModel(from: string): Promise<string> {
+  // Checks a directory or .gguf file where it is (a named model is resolved, i.e. fetched once, into the cache).
+  const dir = await resolveModelSource(from, { home: relaxEnvironment().home });
+  const info = await readHfModelConfig(dir);
+  const tokenizer = HfTokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+  const weights = await describeHfWeights(dir);
+  const c = info.config;
+  return `${dir}: ${info.architecture}, ${weights.parameterCount.toLocaleString('en-US')} parameters (${Object.entries(weights.dtypes).map(([t, n]) => `${n} ${t}`).join(', ')}), ${c.nLayers} layers, d_model ${c.dModel}, ${c.nHeads}/${c.nKvHeads ?? c.nHeads} heads, vocabulary ${tokenizer.vocabSize}, eos ${JSON.stringify(tokenizer.decode([tokenizer.eosId]))}${info.chatTemplate ? ', chat template' : ', no chat template'}`;
+}
+
 export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device; model?: string; env?: NodeJS.ProcessEnv }): Promise<Check[]> {
   const checks: Check[] = [];
   const check = async (name: string, fn: () => Promise<string>, fix: string) => {
@@ -41,42 +87,13 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
 
   await check(
     'temporal server',
-    async () => {
-      // Which security is in use is part of the answer, success or not; never the API key itself.
-      const security = temporalConnectionOptions(opts.env ?? process.env);
-      let connection: Connection;
-      try {
-        connection = await Connection.connect({ address: opts.temporalAddress, connectTimeout: 3_000, ...sdkConnectionOptions(security) });
-      } catch (err) {
-        throw new Error(`${opts.temporalAddress}, ${security.summary}: ${(err as Error).message}`);
-      }
-      try {
-        const info = await connection.workflowService.getSystemInfo({});
-        await connection.workflowService.describeNamespace({ namespace: opts.namespace });
-        return `${opts.temporalAddress}, ${security.summary}, namespace ${opts.namespace}, server ${info.serverVersion ?? '?'}`;
-      } finally {
-        await connection.close();
-      }
-    },
+    () => probeTemporalServer(opts),
     `start the stack with \`relax dev\`, or set TEMPORAL_ADDRESS (now ${opts.temporalAddress}) and TEMPORAL_NAMESPACE; for TLS, mTLS and API keys see docs/security.md (TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME, TEMPORAL_TLS_CERT/KEY, TEMPORAL_API_KEY_FILE)`,
   );
 
   await check(
     'postgres',
-    async () => {
-      if (!opts.databaseUrl) throw new Error('DATABASE_URL is not set and no `relax dev` is running in RELAX_HOME');
-      const pool = createPool({ url: opts.databaseUrl, maxConnections: 1 });
-      try {
-        const server = await serverVersion(pool);
-        const version = await schemaVersion(pool);
-        if (version < LATEST_SCHEMA_VERSION) {
-          throw new Error(`reachable, but schema version ${version} < ${LATEST_SCHEMA_VERSION}: not migrated`);
-        }
-        return `${redactUrl(opts.databaseUrl)}, schema v${version}, ${server.split(' on ')[0]}`;
-      } finally {
-        await pool.end();
-      }
-    },
+    () => probePostgres(opts.databaseUrl),
     'start `relax dev` (it serves and migrates the embedded database), or point DATABASE_URL at PostgreSQL and start any relax worker to migrate it',
   );
 
@@ -115,15 +132,7 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
     const from = opts.model;
     await check(
       'model',
-      async () => {
-        // Checks a directory or .gguf file where it is (a named model is resolved, i.e. fetched once, into the cache).
-        const dir = await resolveModelSource(from, { home: relaxEnvironment().home });
-        const info = await readHfModelConfig(dir);
-        const tokenizer = HfTokenizer.fromFile(path.join(dir, 'tokenizer.json'));
-        const weights = await describeHfWeights(dir);
-        const c = info.config;
-        return `${dir}: ${info.architecture}, ${weights.parameterCount.toLocaleString('en-US')} parameters (${Object.entries(weights.dtypes).map(([t, n]) => `${n} ${t}`).join(', ')}), ${c.nLayers} layers, d_model ${c.dModel}, ${c.nHeads}/${c.nKvHeads ?? c.nHeads} heads, vocabulary ${tokenizer.vocabSize}, eos ${JSON.stringify(tokenizer.decode([tokenizer.eosId]))}${info.chatTemplate ? ', chat template' : ', no chat template'}`;
-      },
+      () => probeModel(from),
       'give model.from a Hugging Face directory (config.json, model.safetensors or its index, tokenizer.json), a llama-architecture .gguf file, or smollm2-135m-instruct',
     );
   }

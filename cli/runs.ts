@@ -188,6 +188,12 @@ export function registerRunCommands(program: Command): void {
       }),
     );
 
+  registerRunRecordCommands(program);
+  registerRunControlCommands(program);
+}
+
+/** `relax metrics` and `relax logs`: a run's records in Postgres. */
+function registerRunRecordCommands(program: Command): void {
   program
     .command('metrics <runId>')
     .description("a run's metric series from Postgres: a table of the newest values, or every step as --csv (one column per series) or --json ({series: [[step, value], ...]})")
@@ -241,7 +247,10 @@ export function registerRunCommands(program: Command): void {
         await client?.close();
       }
     });
+}
 
+/** `relax set`, `stop`, `pause`, `resume`, `cancel` and `terminate`: a running run's controls. */
+function registerRunControlCommands(program: Command): void {
   program
     .command('set <runId> <assignments...>')
     .description('change hyperparameters of a running run from its next step: relax set <run> train.lr=3e-4 rollout.temperature=0.8')

@@ -1,5 +1,5 @@
 // `relax serve --run <run_id>`: a run's policy behind the OpenAI-compatible endpoint
-// (rollout/openai-server.ts, docs/openai-endpoint.md): "<run_id>" is the run's newest retained
+// (serving/openai-server.ts, docs/openai-endpoint.md): "<run_id>" is the run's newest retained
 // version, "<run_id>@<n>" version n (rollout/policy-engine.ts resolves them). The server runs one
 // request at a time, so switching versions between requests never races a generation. Its limits
 // (sessions held, timeouts, connections, body size) are flags (addServeLimitOptions).
@@ -20,7 +20,7 @@ import { loadPolicyWeights } from '../training/policy-versions';
 export interface ServeCommandOptions {
   /** The run to serve from this stack's database; or `engine`. */
   run?: string;
-  /** An external rollout engine: no database, versions loaded when a stack says (rollout/engine-server.ts). */
+  /** An external rollout engine: no database, versions loaded when a stack says (serving/engine-server.ts). */
   engine?: boolean;
   maxCheckpointMb?: number;
   port: number;
@@ -177,7 +177,7 @@ function printLimits(server: OpenAIServer, options: ServeCommandOptions): void {
 }
 
 /**
- * `relax serve --engine`: an external rollout engine (rollout/engine-server.ts). No database: the
+ * `relax serve --engine`: an external rollout engine (serving/engine-server.ts). No database: the
  * registering stack sends each version's checkpoint URL, sha256 and run config. The load call needs
  * RELAX_ENGINE_TOKEN (or the file RELAX_ENGINE_TOKEN_FILE names), the same value the stack has.
  */

@@ -309,6 +309,8 @@ export class RolloutEngine {
     return feeds;
   }
 
+  // Over 80 lines because it is the batched decode loop (prefill, then per token: sample, stop checks,
+  // feeds for the next step) over buffers it shares across steps; not yet split (issue 33).
   private async generateBatch(policy: LoadedPolicy, prompts: ReadonlyArray<readonly number[]>, media: ReadonlyArray<SequenceMedia | undefined> | undefined, firstIndex: number, params: SamplingParams): Promise<GeneratedSample[]> {
     const V = this.model.vocabSize;
     const C = this.model.contextLength;

@@ -20,7 +20,8 @@
 // Over 400 lines because the trainer is one stateful object (variables, held constants, AdamW
 // moments, schedule) whose parts (micro-batched accumulation, clipping, the update, weight and
 // optimizer-state export) all work on that state; splitting it would pass its internals between
-// files. Padding and the batch arrays, which need none of it, are in engines/trainer-batch.ts.
+// files. Padding and the batch arrays, which need none of it, are in engines/trainer-batch.ts; a
+// step's metric read-back and totals in engines/trainer-metrics.ts.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
 import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
@@ -28,10 +29,11 @@ import type { AdamWOptimizer, AdamWOptions } from './adamw';
 import { createAdamW } from './adamw-fused';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
 import { registerWasmTrainingKernels } from './wasm-kernels';
-import { aggregateLoss, entropyFromLogSoftmax, klLoss, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
+import { entropyFromLogSoftmax, microBatchShare, targetLogprobs, vocabLogSoftmax, type BatchTotals } from './rl/losses';
+import { readMicroBatchMetrics, StepMetricTotals, type MicroBatchData } from './trainer-metrics';
 import type { GeneratedSample } from './rollout';
 import type { SequenceMedia } from './media/model-inputs';
-import { columnsFrom, firstLossColumn, mediaTensors, packGroups, padBatch, promptPrefix, sharedPrefixes, type PackedGroups } from './trainer-batch';
+import { columnsFrom, firstLossColumn, mediaTensors, packGroups, padBatch, promptPrefix, sharedPrefixes, type PackedGroups, type PaddedBatch } from './trainer-batch';
 import { headLogprobsAndEntropy } from './vocab-head';
 import { variableGradsReleasing } from './tfjs-backprop';
 
@@ -647,16 +649,9 @@ export class Trainer {
     const parts = names.map(parameterPart);
     /** The step's gradients so far, summed over micro-batches as each is complete (variableGradsReleasing). */
     const summed: tf.NamedTensorMap = {};
-    const sums: Record<string, number> = {};
-    const weightOf: Record<string, number> = {};
-    let ratioMin = Infinity;
-    let ratioMax = -Infinity;
+    const totals = new StepMetricTotals();
     let paddedTokens = 0;
     let microBatches = 0;
-    const addMetric = (key: string, value: number, weight: number) => {
-      sums[key] = (sums[key] ?? 0) + value * weight;
-      weightOf[key] = (weightOf[key] ?? 0) + weight;
-    };
     try {
       const plan = planMicroBatches(
         sequences.map((q) => q.tokens.length),
@@ -670,133 +665,23 @@ export class Trainer {
         const share = microBatchShare(loss.microBatchWeighting, mb, batch);
         if (share === 0) continue;
         microBatches += 1;
-        // Targets before the micro-batch's first loss token (prompts) carry no loss: no logits for
-        // them, which on a large vocabulary is most of a step's memory.
-        const from = firstLossColumn(mb);
-        const cols = (values: Float32Array | Int32Array) => columnsFrom(values, mb.B, mb.T, from);
-        const shape: [number, number] = [mb.B, mb.T - from];
-        // Rows with the same inputs before `from` (a group's prompt) compute those columns once.
-        const shared = this.sharePrompts && !mb.media ? sharedPrefixes(mb, from) : undefined;
-        const packed = shared && packGroups(mb, from, indices.map((i) => sequences[i].tokens.length - 1), shared);
-        paddedTokens += packed ? packed.rows * packed.length : mb.B * mb.T;
-        // The batch's constants are made outside the differentiated closure: the gradient tape
-        // records (and keeps copies for) every op inside it.
-        const data = {
-          inputs: packed ? undefined : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
-          targets: tf.tensor2d(cols(mb.targets), shape, 'int32'),
-          mask: tf.tensor2d(cols(mb.mask), shape),
-          oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
-          refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
-          advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
-        };
-        const media = mediaTensors(mb);
-        const packedInputs = packed && this.packedTensors(packed);
-        const constants = [...Object.values(data), ...Object.values(media ?? {}), ...(packedInputs ? [packedInputs.tokens, packedInputs.positions, packedInputs.bias, packedInputs.gather, ...(packedInputs.rope ? [packedInputs.rope.cos, packedInputs.rope.sin] : [])] : [])].filter((t): t is tf.Tensor => t !== undefined);
-        // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
-        // projector's) when the micro-batch has that medium, the language model's always. The
-        // others get a zero gradient at the update (a loss that reaches no variable is not differentiated).
-        const reaches = (part: TrainablePart) => part === 'language_model' || (part.startsWith('vision') ? mb.media?.images : mb.media?.audio) !== undefined;
-        const reached = varList.filter((_, i) => reaches(parts[i]));
-        const lossMetrics: Record<string, tf.Scalar> = {};
-        let keptLogprobs: tf.Tensor2D | undefined;
-        let keptEntropy: tf.Tensor2D | undefined;
-        let value: tf.Scalar;
-        try {
-          const microBatchLoss = () => {
-            const hidden = packedInputs ? this.packedHidden(packedInputs, mb.B, mb.T - from, true) : this.hidden(data.inputs!, true, from, media);
-            const { logprobs, entropy } = this.headOutputs(hidden, data.targets);
-            const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
-            // The full [B, T, V] logits and log-softmax only for a loss that reads them (the built-in ones do not).
-            let logits: tf.Tensor3D | undefined;
-            let logSoftmax: tf.Tensor3D | undefined;
-            const fullLogits = () => (logits ??= unembed(this.ops, this.model, this.weightTensors(), hidden) as tf.Tensor3D);
-            const inputs: LossInputs = {
-              get logits() {
-                return fullLogits();
-              },
-              get logSoftmax() {
-                return (logSoftmax ??= vocabLogSoftmax(fullLogits()));
-              },
-              logprobs,
-              entropy,
-              targets,
-              mask,
-              oldLogprobs,
-              refLogprobs,
-              advantages,
-              batch,
-            };
-            const out = loss.compute(inputs);
-            for (const [k, v] of Object.entries(out.metrics ?? {})) lossMetrics[`loss.${k}`] = tf.keep(v);
-            keptLogprobs = tf.keep(logprobs);
-            keptEntropy = tf.keep(entropy);
-            return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
-          };
-          // The backward pass frees each op's saved tensors and gradients once done with them.
-          value = reached.length > 0 ? variableGradsReleasing(microBatchLoss, reached, summed).value : tf.tidy(microBatchLoss);
-        } catch (err) {
-          tf.dispose([...constants, ...Object.values(lossMetrics)]);
-          throw err;
-        }
-        // The step's own metrics, off the tape, from the kept log-probs and entropy, and every scalar
-        // (loss, loss metrics, these) read back in one transfer.
-        const names = ['loss', ...Object.keys(lossMetrics), 'entropy'];
-        const stacked = tf.tidy(() => {
-          const { mask, oldLogprobs, refLogprobs } = data;
-          const scalars: tf.Tensor[] = [tf.div(value, tf.scalar(share)), ...Object.values(lossMetrics), aggregateLoss(keptEntropy!, mask, 'token_mean')];
-          if (refLogprobs) {
-            names.push('kl');
-            scalars.push(klLoss(keptLogprobs!, refLogprobs, mask, 'k3'));
-          }
-          if (oldLogprobs) {
-            const ratio = tf.exp(tf.sub(keptLogprobs!, oldLogprobs));
-            const valid = tf.cast(mask, 'bool');
-            names.push('ratioMean', 'ratioMin', 'ratioMax');
-            scalars.push(tf.div(tf.sum(tf.mul(ratio, mask)), tf.sum(mask)), tf.min(tf.where(valid, ratio, tf.fill(shape, Infinity))), tf.max(tf.where(valid, ratio, tf.fill(shape, -Infinity))));
-          }
-          return tf.stack(scalars.map((t) => tf.reshape(t, [])));
-        });
-        const values = (await stacked.data()) as Float32Array;
-        tf.dispose([stacked, value, keptLogprobs!, keptEntropy!, ...Object.values(lossMetrics), ...constants]);
-        const metric = Object.fromEntries(names.map((n, i) => [n, values[i]]));
+        const lengths = indices.map((i) => sequences[i].tokens.length - 1);
+        const metric = await this.microBatchStep(mb, lengths, share, loss, batch, { varList, parts, summed }, (padded) => (paddedTokens += padded));
         if (!Number.isFinite(metric.loss)) {
           throw new NonFiniteUpdateError(
             `${loss.name} loss is not finite (${metric.loss}) on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
           );
         }
-        for (const [k, v] of Object.entries(metric)) {
-          if (k === 'ratioMin') ratioMin = Math.min(ratioMin, v);
-          else if (k === 'ratioMax') ratioMax = Math.max(ratioMax, v);
-          else addMetric(k, v, share);
-        }
+        totals.add(metric, share);
       }
       await yieldToEventLoop();
-      // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
-      const flat = this.adamw.prepare(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)));
-      let gradNorm: number;
-      let clipScale: number;
-      let lr: number;
-      try {
-        const squares = await this.adamw.sumsOfSquares(flat);
-        const bad = squares.findIndex((x) => !Number.isFinite(x));
-        if (bad >= 0) {
-          throw new NonFiniteUpdateError(`the gradient of "${await this.adamw.nonFiniteParameter(flat, bad)}" is not finite (${loss.name} loss); the update was not applied`);
-        }
-        gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
-        clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;
-        lr = learningRate(this.optimizer.lr, this.schedule, this.stepsApplied);
-        this.adamw.apply(flat, this.stepsApplied + 1, clipScale, lr);
-      } finally {
-        tf.dispose(flat);
-      }
-      this.stepsApplied += 1;
-      const mean = (k: string) => (weightOf[k] ? sums[k] / weightOf[k] : undefined);
-      const lossMetrics: Record<string, number> = {};
-      for (const k of Object.keys(sums)) if (k.startsWith('loss.')) lossMetrics[k.slice(5)] = mean(k)!;
+      const { gradNorm, clipScale, lr } = await this.applyUpdate(varList, summed, loss);
+      const { mean, ratioMin, ratioMax } = totals;
+      const lossMetrics = totals.lossMetrics();
       return {
         // The batch loss: the sum of the weighted micro-batch losses (their shares sum to less than 1
         // when the batch totals count samples not given).
-        loss: sums.loss,
+        loss: totals.sums.loss,
         gradNorm,
         gradClipped: clipScale < 1,
         lr,
@@ -815,6 +700,130 @@ export class Trainer {
     } finally {
       tf.dispose(Object.values(summed));
     }
+  }
+
+  /**
+   * One micro-batch's forward and backward: its gradients added into `grads.summed`, its scalar
+   * metrics read back, every tensor it made disposed. `lengths`: each sequence's target count;
+   * `countPadded` is told the token positions it computes (before the forward).
+   */
+  private async microBatchStep(
+    mb: PaddedBatch,
+    lengths: number[],
+    share: number,
+    loss: TrainingLoss,
+    batch: BatchTotals,
+    grads: { varList: tf.Variable[]; parts: TrainablePart[]; summed: tf.NamedTensorMap },
+    countPadded: (tokens: number) => void,
+  ): Promise<Record<string, number>> {
+    // Targets before the micro-batch's first loss token (prompts) carry no loss: no logits for
+    // them, which on a large vocabulary is most of a step's memory.
+    const from = firstLossColumn(mb);
+    const cols = (values: Float32Array | Int32Array) => columnsFrom(values, mb.B, mb.T, from);
+    const shape: [number, number] = [mb.B, mb.T - from];
+    // Rows with the same inputs before `from` (a group's prompt) compute those columns once.
+    const shared = this.sharePrompts && !mb.media ? sharedPrefixes(mb, from) : undefined;
+    const packed = shared && packGroups(mb, from, lengths, shared);
+    countPadded(packed ? packed.rows * packed.length : mb.B * mb.T);
+    // The batch's constants are made outside the differentiated closure: the gradient tape
+    // records (and keeps copies for) every op inside it.
+    const data: MicroBatchData = {
+      inputs: packed ? undefined : tf.tensor2d(mb.inputs, [mb.B, mb.T], 'int32'),
+      targets: tf.tensor2d(cols(mb.targets), shape, 'int32'),
+      mask: tf.tensor2d(cols(mb.mask), shape),
+      oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
+      refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
+      advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
+    };
+    const media = mediaTensors(mb);
+    const packedInputs = packed && this.packedTensors(packed);
+    const constants = [...Object.values(data), ...Object.values(media ?? {}), ...(packedInputs ? [packedInputs.tokens, packedInputs.positions, packedInputs.bias, packedInputs.gather, ...(packedInputs.rope ? [packedInputs.rope.cos, packedInputs.rope.sin] : [])] : [])].filter((t): t is tf.Tensor => t !== undefined);
+    // Only the variables this micro-batch reaches are differentiated: an encoder's (and its
+    // projector's) when the micro-batch has that medium, the language model's always. The
+    // others get a zero gradient at the update (a loss that reaches no variable is not differentiated).
+    const reaches = (part: TrainablePart) => part === 'language_model' || (part.startsWith('vision') ? mb.media?.images : mb.media?.audio) !== undefined;
+    const reached = grads.varList.filter((_, i) => reaches(grads.parts[i]));
+    const lossMetrics: Record<string, tf.Scalar> = {};
+    const kept: { logprobs?: tf.Tensor2D; entropy?: tf.Tensor2D } = {};
+    let value: tf.Scalar;
+    try {
+      const microBatchLoss = () => {
+        const hidden = packedInputs ? this.packedHidden(packedInputs, mb.B, mb.T - from, true) : this.hidden(data.inputs!, true, from, media);
+        return this.microBatchLoss(hidden, data, share, loss, batch, lossMetrics, kept);
+      };
+      // The backward pass frees each op's saved tensors and gradients once done with them.
+      value = reached.length > 0 ? variableGradsReleasing(microBatchLoss, reached, grads.summed).value : tf.tidy(microBatchLoss);
+    } catch (err) {
+      tf.dispose([...constants, ...Object.values(lossMetrics)]);
+      throw err;
+    }
+    return readMicroBatchMetrics({ data, shape, share, value, lossMetrics, logprobs: kept.logprobs!, entropy: kept.entropy!, constants });
+  }
+
+  /**
+   * A micro-batch's loss times its share, from its last hidden states (inside the differentiated
+   * closure); the loss's own metrics and the log-probs and entropy are kept for readMicroBatchMetrics.
+   */
+  private microBatchLoss(
+    hidden: tf.Tensor3D,
+    data: MicroBatchData,
+    share: number,
+    loss: TrainingLoss,
+    batch: BatchTotals,
+    lossMetrics: Record<string, tf.Scalar>,
+    kept: { logprobs?: tf.Tensor2D; entropy?: tf.Tensor2D },
+  ): tf.Scalar {
+    const { logprobs, entropy } = this.headOutputs(hidden, data.targets);
+    const { targets, mask, oldLogprobs, refLogprobs, advantages } = data;
+    // The full [B, T, V] logits and log-softmax only for a loss that reads them (the built-in ones do not).
+    let logits: tf.Tensor3D | undefined;
+    let logSoftmax: tf.Tensor3D | undefined;
+    const fullLogits = () => (logits ??= unembed(this.ops, this.model, this.weightTensors(), hidden) as tf.Tensor3D);
+    const inputs: LossInputs = {
+      get logits() {
+        return fullLogits();
+      },
+      get logSoftmax() {
+        return (logSoftmax ??= vocabLogSoftmax(fullLogits()));
+      },
+      logprobs,
+      entropy,
+      targets,
+      mask,
+      oldLogprobs,
+      refLogprobs,
+      advantages,
+      batch,
+    };
+    const out = loss.compute(inputs);
+    for (const [k, v] of Object.entries(out.metrics ?? {})) lossMetrics[`loss.${k}`] = tf.keep(v);
+    kept.logprobs = tf.keep(logprobs);
+    kept.entropy = tf.keep(entropy);
+    return tf.mul(out.loss, tf.scalar(share)) as tf.Scalar;
+  }
+
+  /** Clips the summed gradients to maxGradNorm and applies AdamW at the scheduled learning rate, unless a gradient is not finite. */
+  private async applyUpdate(varList: tf.Variable[], summed: tf.NamedTensorMap, loss: TrainingLoss): Promise<{ gradNorm: number; clipScale: number; lr: number }> {
+    // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
+    const flat = this.adamw.prepare(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)));
+    let gradNorm: number;
+    let clipScale: number;
+    let lr: number;
+    try {
+      const squares = await this.adamw.sumsOfSquares(flat);
+      const bad = squares.findIndex((x) => !Number.isFinite(x));
+      if (bad >= 0) {
+        throw new NonFiniteUpdateError(`the gradient of "${await this.adamw.nonFiniteParameter(flat, bad)}" is not finite (${loss.name} loss); the update was not applied`);
+      }
+      gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
+      clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;
+      lr = learningRate(this.optimizer.lr, this.schedule, this.stepsApplied);
+      this.adamw.apply(flat, this.stepsApplied + 1, clipScale, lr);
+    } finally {
+      tf.dispose(flat);
+    }
+    this.stepsApplied += 1;
+    return { gradNorm, clipScale, lr };
   }
 
   /** Optimizer state (AdamW moments + step) as safetensors bytes, to resume training elsewhere. */

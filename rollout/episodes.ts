@@ -105,6 +105,8 @@ export function turnStopIds(tokenizer: Tokenizer, spec: InteractionSpec): number
 /**
  * Rolls out one episode per prompt (repeat prompts for groups). `sampling.maxNewTokens` is
  * replaced per turn by the task's maxTurnTokens; `sampling.seed` is varied per turn.
+ * Over 80 lines because the turn loop (generate, the environment's step, tool calls, budgets) shares
+ * every episode's running state; not yet split (issue 33).
  */
 export async function rolloutEpisodes(engine: GenerationEngine, task: Task, prompts: readonly TaskPrompt[], sampling: SamplingParams, options: EpisodeOptions): Promise<Episode[]> {
   const spec = task.interaction;

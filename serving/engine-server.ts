@@ -103,21 +103,40 @@ export interface EngineServer {
   close(): Promise<void>;
 }
 
+/** The run a model name ("<run_id>" or "<run_id>@<version>") asks for, and its run id; a 404 when the engine holds no such run or another version. */
+function heldRun(runs: Map<string, HeldRun>, name: string): [HeldRun, string] {
+  const pinned = /^(.*)@(\d+)$/.exec(name);
+  const runId = pinned ? pinned[1] : name;
+  const held = runs.get(runId);
+  const holding = [...runs.entries()].map(([id, r]) => `${id}@${r.version}`).join(', ') || 'nothing yet';
+  if (!held) throw modelNotFound(name, `this engine holds ${holding}; a Relax stack tells it what to load (${LOAD_VERSION_PATH})`);
+  if (pinned && Number(pinned[2]) !== held.version) throw modelNotFound(name, `this engine holds version ${held.version} of run ${runId}, not ${pinned[2]}`);
+  return [held, runId];
+}
+
+/** Downloads the checkpoint a load request names, checks its sha256 and decodes its weights (each failure an OpenAIError). */
+async function fetchCheckpoint(req: LoadVersionRequest, maxBytes: number, timeoutMs: number): Promise<{ sha256: string; decoded: ReturnType<typeof decodeCheckpointWeights> }> {
+  const bytes = await download(req.checkpoint_url, maxBytes, timeoutMs);
+  const sha256 = createHash('sha256').update(bytes).digest('hex');
+  if (sha256 !== req.sha256) {
+    throw new OpenAIError(422, `the checkpoint from ${withoutQuery(req.checkpoint_url)} hashes to ${sha256}, not the sha256 ${req.sha256} it was sent with: nothing loaded`, 'sha256', 'sha256_mismatch');
+  }
+  let decoded: ReturnType<typeof decodeCheckpointWeights>;
+  try {
+    decoded = decodeCheckpointWeights(bytes, `checkpoint of ${req.model}@${req.policy_version}`);
+  } catch (err) {
+    throw new OpenAIError(422, (err as Error).message, 'checkpoint_url', 'invalid_checkpoint');
+  }
+  return { sha256, decoded };
+}
+
 /** Starts an engine that holds nothing until a stack tells it what to load. */
 export async function startEngineServer(options: EngineServerOptions): Promise<EngineServer> {
   const runs = new Map<string, HeldRun>();
   const maxBytes = options.maxCheckpointBytes ?? DEFAULT_MAX_CHECKPOINT_BYTES;
   const device = options.device ? parseDevice(options.device) : undefined;
 
-  const runOf = (name: string): [HeldRun, string] => {
-    const pinned = /^(.*)@(\d+)$/.exec(name);
-    const runId = pinned ? pinned[1] : name;
-    const held = runs.get(runId);
-    const holding = [...runs.entries()].map(([id, r]) => `${id}@${r.version}`).join(', ') || 'nothing yet';
-    if (!held) throw modelNotFound(name, `this engine holds ${holding}; a Relax stack tells it what to load (${LOAD_VERSION_PATH})`);
-    if (pinned && Number(pinned[2]) !== held.version) throw modelNotFound(name, `this engine holds version ${held.version} of run ${runId}, not ${pinned[2]}`);
-    return [held, runId];
-  };
+  const runOf = (name: string): [HeldRun, string] => heldRun(runs, name);
 
   async function load(req: LoadVersionRequest): Promise<{ model: string; policy_version: number; sha256: string }> {
     const current = runs.get(req.model);
@@ -132,17 +151,7 @@ export async function startEngineServer(options: EngineServerOptions): Promise<E
       }
       if (policy.model.lora) throw new OpenAIError(400, `run ${req.model} trains LoRA adapters; this engine loads full-weight checkpoints only`, 'run_config', 'lora_not_supported');
     }
-    const bytes = await download(req.checkpoint_url, maxBytes, options.fetchTimeoutMs ?? 300_000);
-    const sha256 = createHash('sha256').update(bytes).digest('hex');
-    if (sha256 !== req.sha256) {
-      throw new OpenAIError(422, `the checkpoint from ${withoutQuery(req.checkpoint_url)} hashes to ${sha256}, not the sha256 ${req.sha256} it was sent with: nothing loaded`, 'sha256', 'sha256_mismatch');
-    }
-    let decoded: ReturnType<typeof decodeCheckpointWeights>;
-    try {
-      decoded = decodeCheckpointWeights(bytes, `checkpoint of ${req.model}@${req.policy_version}`);
-    } catch (err) {
-      throw new OpenAIError(422, (err as Error).message, 'checkpoint_url', 'invalid_checkpoint');
-    }
+    const { sha256, decoded } = await fetchCheckpoint(req, maxBytes, options.fetchTimeoutMs ?? 300_000);
     const mismatch = modelConfigDifference(decoded.model, policy.model);
     if (mismatch) throw new OpenAIError(422, `the checkpoint of ${req.model}@${req.policy_version} does not fit the run's model: ${mismatch}`, 'checkpoint_url', 'invalid_checkpoint');
     let engine = current?.configKey === configKey ? current.engine : undefined;

@@ -144,10 +144,7 @@ function authenticate(socket: net.Socket, v: ScramVerifier): Promise<Buffer | un
     let startup: Buffer | undefined;
     let user = '';
     let step: 'startup' | 'initial' | 'final' = 'startup';
-    let clientFirstBare = '';
-    let serverFirst = '';
-    let gs2Header = '';
-    let nonce = '';
+    const exchange = { clientFirstBare: '', serverFirst: '', nonce: '', gs2Header: '' };
     const timer = setTimeout(() => drop(), AUTH_TIMEOUT_MS);
     const done = (result: Buffer | undefined) => {
       clearTimeout(timer);
@@ -200,36 +197,19 @@ function authenticate(socket: net.Socket, v: ScramVerifier): Promise<Buffer | un
         buffer = buffer.subarray(1 + length);
         if (type !== 'p') return refuse('08P01', `expected a SASL response message, got "${type}"`);
         if (step === 'initial') {
-          const nul = body.indexOf(0);
-          const mechanism = body.subarray(0, nul).toString();
-          if (mechanism !== 'SCRAM-SHA-256') return refuse('28000', `password authentication failed for user "${user}": SASL mechanism ${mechanism} is not offered (SCRAM-SHA-256 is)`);
-          const clientFirst = body.subarray(nul + 5).toString();
-          const m = /^([ny]),([^,]*),(.*)$/.exec(clientFirst);
-          const clientNonce = m && /(?:^|,)r=([^,]+)/.exec(m[3])?.[1];
-          if (!m || !clientNonce) return refuse('08P01', 'malformed SCRAM client-first-message');
-          gs2Header = `${m[1]},${m[2]},`;
-          clientFirstBare = m[3];
-          nonce = clientNonce + randomBytes(18).toString('base64');
-          serverFirst = `r=${nonce},s=${v.salt.toString('base64')},i=${v.iterations}`;
-          socket.write(authMessage(11, Buffer.from(serverFirst)));
+          const first = parseClientFirst(body, user);
+          if ('refused' in first) return refuse(...first.refused);
+          exchange.gs2Header = first.gs2Header;
+          exchange.clientFirstBare = first.clientFirstBare;
+          exchange.nonce = first.clientNonce + randomBytes(18).toString('base64');
+          exchange.serverFirst = `r=${exchange.nonce},s=${v.salt.toString('base64')},i=${v.iterations}`;
+          socket.write(authMessage(11, Buffer.from(exchange.serverFirst)));
           step = 'final';
           continue;
         }
-        const clientFinal = body.toString();
-        const proofAt = clientFinal.lastIndexOf(',p=');
-        const withoutProof = clientFinal.slice(0, proofAt);
-        const attrs = Object.fromEntries(withoutProof.split(',').map((kv) => [kv.slice(0, 1), kv.slice(2)]));
-        const proof = Buffer.from(clientFinal.slice(proofAt + 3), 'base64');
-        const authMessageText = `${clientFirstBare},${serverFirst},${withoutProof}`;
-        const clientKey = xor(proof, hmac(v.storedKey, authMessageText));
-        const valid =
-          proofAt > 0 &&
-          attrs.r === nonce &&
-          attrs.c === Buffer.from(gs2Header).toString('base64') &&
-          proof.length === 32 &&
-          timingSafeEqual(createHash('sha256').update(clientKey).digest(), v.storedKey);
-        if (!valid) return refuse('28P01', `password authentication failed for user "${user}"`);
-        socket.write(authMessage(12, Buffer.from(`v=${hmac(v.serverKey, authMessageText).toString('base64')}`)));
+        const signature = verifyClientFinal(body, v, exchange);
+        if (signature === undefined) return refuse('28P01', `password authentication failed for user "${user}"`);
+        socket.write(authMessage(12, Buffer.from(`v=${signature}`)));
         return done(Buffer.concat([startup!, buffer]));
       }
     };
@@ -237,6 +217,36 @@ function authenticate(socket: net.Socket, v: ScramVerifier): Promise<Buffer | un
     socket.on('error', onEnd);
     socket.on('close', onEnd);
   });
+}
+
+/** A SASLInitialResponse body: its mechanism must be SCRAM-SHA-256; the client-first-message's GS2 header, bare part and nonce, or the refusal (SQLSTATE, message). */
+function parseClientFirst(body: Buffer, user: string): { refused: [string, string] } | { gs2Header: string; clientFirstBare: string; clientNonce: string } {
+  const nul = body.indexOf(0);
+  const mechanism = body.subarray(0, nul).toString();
+  if (mechanism !== 'SCRAM-SHA-256') return { refused: ['28000', `password authentication failed for user "${user}": SASL mechanism ${mechanism} is not offered (SCRAM-SHA-256 is)`] };
+  const clientFirst = body.subarray(nul + 5).toString();
+  const m = /^([ny]),([^,]*),(.*)$/.exec(clientFirst);
+  const clientNonce = m && /(?:^|,)r=([^,]+)/.exec(m[3])?.[1];
+  if (!m || !clientNonce) return { refused: ['08P01', 'malformed SCRAM client-first-message'] };
+  return { gs2Header: `${m[1]},${m[2]},`, clientFirstBare: m[3], clientNonce };
+}
+
+/** Checks a SCRAM client-final-message against the exchange so far: the server signature (base64) to send when its proof is valid, else undefined. */
+function verifyClientFinal(body: Buffer, v: ScramVerifier, exchange: { clientFirstBare: string; serverFirst: string; nonce: string; gs2Header: string }): string | undefined {
+  const clientFinal = body.toString();
+  const proofAt = clientFinal.lastIndexOf(',p=');
+  const withoutProof = clientFinal.slice(0, proofAt);
+  const attrs = Object.fromEntries(withoutProof.split(',').map((kv) => [kv.slice(0, 1), kv.slice(2)]));
+  const proof = Buffer.from(clientFinal.slice(proofAt + 3), 'base64');
+  const authMessageText = `${exchange.clientFirstBare},${exchange.serverFirst},${withoutProof}`;
+  const clientKey = xor(proof, hmac(v.storedKey, authMessageText));
+  const valid =
+    proofAt > 0 &&
+    attrs.r === exchange.nonce &&
+    attrs.c === Buffer.from(exchange.gs2Header).toString('base64') &&
+    proof.length === 32 &&
+    timingSafeEqual(createHash('sha256').update(clientKey).digest(), v.storedKey);
+  return valid ? hmac(v.serverKey, authMessageText).toString('base64') : undefined;
 }
 
 function startupParameters(message: Buffer): Record<string, string> {

@@ -1,9 +1,9 @@
 // The architecture rules as pure functions over a source file's text (test/architecture.test.ts runs
 // them over the tree and over made-up sources), read with @babel/parser: the layering table (and the
 // client reaching only store/ modules without heavy packages), the 400-line file limit (unless the
-// first comment says why), a first comment saying each file's job, the 80-line function limit in
-// workflows/ and activities/, and SQL statements only in store/ (sql: no string literal or template
-// outside store/ and test/ holds one); the env rule is in test/architecture-env-rule.ts. A violation
+// first comment says why), a first comment saying each file's job, and SQL statements only in store/ (sql: no string literal or template
+// outside store/ and test/ holds one); the env rule is in test/architecture-env-rule.ts, the length
+// rules (file-length, function-length, exception-cap) in test/architecture-length-rules.ts. A violation
 // reads `file:line: rule: detail`.
 import { builtinModules } from 'node:module';
 import path from 'node:path';
@@ -47,18 +47,15 @@ const WORKFLOW_VALUE_PACKAGES = ['@temporalio/workflow', '@temporalio/common'];
 const CLIENT_STORE_PACKAGES = ['pg'];
 // Layers whose string literals and templates may hold SQL statements: the data plane and the tests.
 const SQL_LAYERS: Layer[] = ['store', 'test'];
-const MAX_FILE_LINES = 400;
-const MAX_FUNCTION_LINES = 80;
-const FUNCTION_LIMIT_LAYERS: Layer[] = ['workflows', 'activities'];
 export const SKIPPED_DIRS = ['test/fixtures', 'test/histories'];
 
-export type Rule = 'parse' | 'layering' | 'file-length' | 'header-comment' | 'function-length' | 'sql' | 'env';
-export const RULES: Rule[] = ['parse', 'layering', 'file-length', 'header-comment', 'function-length', 'sql', 'env'];
+export type Rule = 'parse' | 'layering' | 'file-length' | 'header-comment' | 'function-length' | 'exception-cap' | 'sql' | 'env';
+export const RULES: Rule[] = ['parse', 'layering', 'file-length', 'header-comment', 'function-length', 'exception-cap', 'sql', 'env'];
 export interface Violation { file: string; line: number; rule: Rule; detail: string }
 export const format = (v: Violation): string => `${v.file}:${v.line}: ${v.rule}: ${v.detail}`;
 
 export interface AstNode { type: string; loc?: { start: { line: number }; end: { line: number } } | null; [key: string]: unknown }
-const isNode = (value: unknown): value is AstNode =>
+export const isNode = (value: unknown): value is AstNode =>
   typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';
 const NOT_CHILDREN = new Set(['loc', 'leadingComments', 'trailingComments', 'innerComments', 'extra', 'comments', 'tokens']);
 
@@ -183,7 +180,7 @@ function layeringViolations(file: string, ast: AstNode): Violation[] {
 
 // The file's first comment block (leading `//` lines, or a leading `/* */` block), markers removed
 // and whitespace collapsed; undefined when the first non-empty line is not a comment.
-function firstComment(source: string): { text: string | undefined; line: number; firstLine: string } {
+export function firstComment(source: string): { text: string | undefined; line: number; firstLine: string } {
   const lines = source.split(/\r?\n/);
   let i = lines[0]?.startsWith('#!') ? 1 : 0;
   while (i < lines.length && lines[i].trim() === '') i++;
@@ -204,18 +201,10 @@ function firstComment(source: string): { text: string | undefined; line: number;
   return { text: parts.join(' ').replace(/\s+/g, ' ').trim(), line, firstLine };
 }
 
-const lineCount = (source: string): number => {
+export const lineCount = (source: string): number => {
   const lines = source.split(/\r?\n/);
   return lines[lines.length - 1] === '' ? lines.length - 1 : lines.length;
 };
-
-function fileLengthViolations(file: string, source: string): Violation[] {
-  const lines = lineCount(source);
-  if (lines <= MAX_FILE_LINES) return [];
-  const { text } = firstComment(source);
-  if (text !== undefined && /over\s+400\s+lines/i.test(text)) return [];
-  return [{ file, line: 1, rule: 'file-length', detail: `${lines} lines (limit ${MAX_FILE_LINES}) and the first comment does not say why ("Over 400 lines because ...")` }];
-}
 
 const DIRECTIVE = /^(?:eslint|@ts-|tslint:|prettier-ignore|#region|istanbul|c8 )/;
 
@@ -229,51 +218,6 @@ function headerViolations(file: string, source: string): Violation[] {
     return [{ file, line, rule: 'header-comment', detail: "the first comment is empty or a tool directive; it must say the file's one job" }];
   }
   return [];
-}
-
-const FUNCTION_TYPES = new Set([
-  'FunctionDeclaration', 'FunctionExpression', 'ArrowFunctionExpression', 'ClassMethod', 'ClassPrivateMethod', 'ObjectMethod',
-]);
-
-function keyName(key: unknown): string | undefined {
-  if (!isNode(key)) return undefined;
-  if (key.type === 'Identifier') return key.name as string;
-  if (key.type === 'StringLiteral' || key.type === 'NumericLiteral') return String(key.value);
-  if (key.type === 'PrivateName') return `#${keyName(key.id)}`;
-  if (key.type === 'MemberExpression' && !key.computed) {
-    const object = keyName(key.object) ?? (isNode(key.object) && key.object.type === 'ThisExpression' ? 'this' : undefined);
-    return object ? `${object}.${keyName(key.property)}` : keyName(key.property);
-  }
-  return undefined;
-}
-
-function functionName(node: AstNode, parent: AstNode | null): string {
-  const own = keyName(node.id) ?? keyName(node.key);
-  if (own) return own;
-  if (parent) {
-    if (parent.type === 'VariableDeclarator') return keyName(parent.id) ?? '<anonymous>';
-    if (['ObjectProperty', 'ClassProperty', 'ClassPrivateProperty'].includes(parent.type)) return keyName(parent.key) ?? '<anonymous>';
-    if (parent.type === 'AssignmentExpression') return keyName(parent.left) ?? '<anonymous>';
-    if (parent.type === 'CallExpression' || parent.type === 'NewExpression') {
-      const callee = keyName(parent.callee);
-      if (callee) return `<anonymous at line ${lineOf(node)}, passed to ${callee}>`;
-    }
-  }
-  return `<anonymous at line ${lineOf(node)}>`;
-}
-
-function functionLengthViolations(file: string, ast: AstNode): Violation[] {
-  const layer = layerOf(file);
-  if (!layer || !FUNCTION_LIMIT_LAYERS.includes(layer)) return [];
-  const out: Violation[] = [];
-  walk(ast, (node, parent) => {
-    if (!FUNCTION_TYPES.has(node.type) || !node.loc) return;
-    const length = node.loc.end.line - node.loc.start.line + 1;
-    if (length > MAX_FUNCTION_LINES) {
-      out.push({ file, line: lineOf(node), rule: 'function-length', detail: `${functionName(node, parent)} spans ${length} lines (limit ${MAX_FUNCTION_LINES})` });
-    }
-  });
-  return out;
 }
 
 // A SQL statement, by its upper-case keywords (the sources write SQL in upper case, so prose such as
@@ -312,7 +256,7 @@ function sqlViolations(file: string, ast: AstNode): Violation[] {
 
 // Every rule on one file, given its repo-relative path (posix separators) and its text. Pure.
 export function checkSource(file: string, source: string): Violation[] {
-  const out = [...fileLengthViolations(file, source), ...headerViolations(file, source)];
+  const out = headerViolations(file, source);
   let ast: AstNode;
   try {
     ast = parse(source, { sourceType: 'module', plugins: ['typescript'], sourceFilename: file }) as unknown as AstNode;
@@ -320,7 +264,7 @@ export function checkSource(file: string, source: string): Violation[] {
     const loc = (err as { loc?: { line: number } }).loc;
     return [...out, { file, line: loc?.line ?? 1, rule: 'parse', detail: (err as Error).message }];
   }
-  return [...out, ...layeringViolations(file, ast), ...functionLengthViolations(file, ast), ...sqlViolations(file, ast)];
+  return [...out, ...layeringViolations(file, ast), ...sqlViolations(file, ast)];
 }
 
 const NODE_BUILTINS = new Set(builtinModules);

@@ -1,8 +1,8 @@
 // The architecture rules of docs/architecture.md (layering, file-length, header-comment,
-// function-length, sql: SQL statements only in store/, env: environment variables read only in
+// function-length, exception-cap: how many long files and functions may say why, sql: SQL statements only in store/, env: environment variables read only in
 // config/environment*.ts), checked by reading the TypeScript sources (not dist/): the rule engine
 // (test/architecture-rules.ts, test/architecture-env-rule.ts) on made-up sources, then on every source
-// file. Needs no services. Every violation is collected and reported in one failure, as
+// file (test/architecture-length-rules.ts for the length rules and their caps). Needs no services. Every violation is collected and reported in one failure, as
 // `file:line: rule: detail`.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -10,6 +10,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { envViolations } from './architecture-env-rule';
 import { checkSource, clientStoreViolations, format, LAYERS, RULES, SKIPPED_DIRS, type Rule } from './architecture-rules';
+import { exceptionCapViolations, lengthViolations } from './architecture-length-rules';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -31,7 +32,7 @@ function sourceFiles(root: string): string[] {
 }
 
 const rulesOf = (file: string, source: string, rule: Rule): string[] =>
-  [...checkSource(file, source), ...envViolations(file, source)].filter((v) => v.rule === rule).map(format);
+  [...checkSource(file, source), ...lengthViolations(file, source), ...envViolations(file, source)].filter((v) => v.rule === rule).map(format);
 
 test('the rule engine itself: layering', () => {
   assert.equal(rulesOf('store/x.ts', "// Fake.\nimport { y } from '../engines/y';\n", 'layering').length, 1);
@@ -85,9 +86,45 @@ test('the rule engine itself: file length, header comment, function length', () 
   const long = rulesOf('activities/a.ts', `// Fake.\n${fn('tooLong', 81)}${fn('justRight', 80)}`, 'function-length');
   assert.equal(long.length, 1);
   assert.match(long[0], /^activities\/a\.ts:2: function-length: tooLong spans 81 lines/);
-  assert.deepEqual(rulesOf('store/a.ts', `// Fake.\n${fn('elsewhere', 81)}`, 'function-length'), []);
+  assert.equal(rulesOf('store/a.ts', `// Fake.\n${fn('elsewhere', 81)}`, 'function-length').length, 1);
+  assert.equal(rulesOf('bench/a.ts', `// Fake.\n${fn('elsewhere', 81)}`, 'function-length').length, 1);
+  assert.deepEqual(rulesOf('test/a.test.ts', `// Fake.\n${fn('inATest', 200)}`, 'function-length'), []);
   const arrow = `// Fake.\nsetHandler(q, () => {\n${'  call();\n'.repeat(80)}});\n`;
   assert.match(rulesOf('workflows/w.ts', arrow, 'function-length')[0], /<anonymous at line 2, passed to setHandler> spans 82 lines/);
+});
+
+test('the rule engine itself: a long function says why, and the exceptions are capped', () => {
+  const fn = (name: string, lines: number): string => `export function ${name}() {\n${'  call();\n'.repeat(lines - 2)}}\n`;
+  const why = '// Over 80 lines because it is one table of cases, each a line.\n';
+  // Caught without a reason, or with a reason that is not directly above it or says nothing.
+  assert.equal(rulesOf('engines/e.ts', `// Fake.\n${fn('long', 81)}`, 'function-length').length, 1);
+  assert.equal(rulesOf('engines/e.ts', `// Fake.\n${why}\n${fn('long', 81)}`, 'function-length').length, 1);
+  assert.equal(rulesOf('engines/e.ts', `// Fake.\n// Over 80 lines because\n${fn('long', 81)}`, 'function-length').length, 1);
+  assert.equal(rulesOf('engines/e.ts', `// Fake.\n// Long: over 80 lines because of the table.\n${fn('long', 81)}`, 'function-length').length, 1);
+  // Accepted with the reason directly above (a line comment, several, or a block); nested code is not excused by it.
+  assert.deepEqual(rulesOf('engines/e.ts', `// Fake.\n${why}${fn('long', 81)}`, 'function-length'), []);
+  assert.deepEqual(rulesOf('engines/e.ts', `// Fake.\n// Over 80 lines because it is one table\n// of cases, each a line.\n${fn('long', 81)}`, 'function-length'), []);
+  assert.deepEqual(rulesOf('cli/c.ts', `// Fake.\n/**\n * Over 80 lines because it is one table.\n */\n${fn('long', 81)}`, 'function-length'), []);
+  const nested = `// Fake.\n${why}export function outer() {\n  const inner = () => {\n${'    call();\n'.repeat(81)}  };\n}\n`;
+  assert.match(rulesOf('engines/e.ts', nested, 'function-length').join('\n'), /inner spans 83 lines/);
+  // The caps: over either, one violation listing every exception it counts.
+  const sources = new Map([
+    ['engines/a.ts', `// Fake.\n${why}${fn('first', 81)}${why}${fn('second', 90)}`],
+    ['cli/b.ts', `// Fake.\n${why}${fn('third', 85)}${fn('short', 10)}`],
+    ['test/t.test.ts', `// Fake.\n${why}${fn('inATest', 85)}`],
+    ['store/big.ts', `// Over 400 lines because it is data.\n${'const x = 1;\n'.repeat(400)}`],
+    ['test/big.test.ts', `// Over 400 lines because it is a table.\n${'const x = 1;\n'.repeat(400)}`],
+    ['store/small.ts', '// Over 400 lines because nothing: it is short.\nconst x = 1;\n'],
+  ]);
+  assert.deepEqual(exceptionCapViolations(sources, { functions: 3, files: 2 }), []);
+  const over = exceptionCapViolations(sources, { functions: 2, files: 1 }).map(format);
+  assert.equal(over.length, 2);
+  assert.match(over[0], /^engines\/a\.ts:3: exception-cap: 3 functions carry "Over 80 lines because" \(cap MAX_LONG_FUNCTION_EXCEPTIONS = 2\)/);
+  assert.match(over[0], /engines\/a\.ts:3 first \(81 lines\): Over 80 lines because it is one table of cases/);
+  assert.match(over[0], /cli\/b\.ts:3 third \(85 lines\)/);
+  assert.doesNotMatch(over[0], /inATest|short/);
+  assert.match(over[1], /exception-cap: 2 files carry "Over 400 lines because" \(cap MAX_LONG_FILE_EXCEPTIONS = 1\)[\s\S]*store\/big\.ts \(401 lines\)[\s\S]*test\/big\.test\.ts/);
+  assert.doesNotMatch(over[1], /small/);
 });
 
 test('the rule engine itself: SQL only in store/ (and test/)', () => {
@@ -177,7 +214,7 @@ test('the sources follow the architecture rules (docs/architecture.md)', () => {
   const files = sourceFiles(ROOT);
   assert.ok(files.length > 0, `no sources found under ${ROOT}`);
   const sources = new Map(files.map((file) => [file, fs.readFileSync(path.join(ROOT, file), 'utf8')]));
-  const violations = [...files.flatMap((file) => [...checkSource(file, sources.get(file)!), ...envViolations(file, sources.get(file)!)]), ...clientStoreViolations(sources)];
+  const violations = [...files.flatMap((file) => [...checkSource(file, sources.get(file)!), ...lengthViolations(file, sources.get(file)!), ...envViolations(file, sources.get(file)!)]), ...clientStoreViolations(sources), ...exceptionCapViolations(sources)];
   violations.sort((a, b) => RULES.indexOf(a.rule) - RULES.indexOf(b.rule) || a.file.localeCompare(b.file) || a.line - b.line);
   const listing = violations.map(format).join('\n');
   assert.equal(violations.length, 0, `${violations.length} architecture violation(s) in ${files.length} files:\n${listing}`);

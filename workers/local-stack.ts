@@ -7,17 +7,17 @@
 import { withoutTemporalConnectionEnv } from '../config/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
-import { spawn, type ChildProcess } from 'node:child_process';
 import type { Role } from '../config/task-queues';
 import { openStore } from '../store/db';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
-import { PACKAGE_ROOT, relaxEnvironment } from '../config/environment';
+import { relaxEnvironment } from '../config/environment';
 import { freePort } from './ports';
 import { describePortOwner, portIsFree } from './port-owner';
-import { formatDelay, RestartBackoff, SUPERVISED_ENV } from './supervisor';
-import { forwardLines, startTemporalServer, type TemporalServer, type TemporalServerOptions } from './temporal-server';
+import { SUPERVISED_ENV } from './supervisor';
+import { launchWorker, stopChild, supervisor, workerMethods, type ManagedWorker, type WorkerFleet } from './stack-workers';
+import { startTemporalServer, type TemporalServer, type TemporalServerOptions } from './temporal-server';
 
-export const RELAX_BIN = path.join(PACKAGE_ROOT, 'bin', 'relax.js');
+export { RELAX_BIN, ROLLOUT_DRAIN_GRACE_MS } from './stack-workers';
 
 export interface LocalStackOptions {
   home: string;
@@ -114,25 +114,6 @@ export interface WorkerRestart {
   starting: number[];
 }
 
-/** How long a stopping rollout worker lets its running activities finish (shutdownGraceTime): a drained engine's in-flight rollout completes, not retried elsewhere. */
-export const ROLLOUT_DRAIN_GRACE_MS = 120_000;
-
-interface ManagedWorker {
-  role: Role;
-  index: number;
-  child: ChildProcess;
-  ready: Promise<void>;
-  identity?: string;
-  initial: boolean;
-  startedAt: Date;
-  engineUrl?: string;
-  metricsUrls?: string[];
-  /** Asked to drain: its exit is expected, not restarted. */
-  draining?: boolean;
-}
-
-const asStackWorker = (w: ManagedWorker): StackWorker => ({ role: w.role, index: w.index, pid: w.child.pid!, initial: w.initial, startedAt: w.startedAt, ...(w.identity ? { identity: w.identity } : {}), ...(w.engineUrl ? { engineUrl: w.engineUrl } : {}), ...(w.metricsUrls ? { metricsUrls: w.metricsUrls } : {}) });
-
 /** Thrown before anything starts when a port the stack needs is held by another process. */
 export class PortInUseError extends Error {}
 
@@ -143,6 +124,65 @@ export async function checkPortsFree(ports: Array<{ port: number; flag: string }
       throw new PortInUseError(`${flag} ${port}: ${describePortOwner(port)}. fix: stop that process, or pass another ${flag}`);
     }
   }
+}
+
+/**
+ * Starts the Temporal dev server and supervises it: one that exits is restarted with backoff (when its
+ * port is free again); `slot` holds the one running now (undefined while it is being restarted).
+ */
+async function startSupervisedTemporal(
+  opts: LocalStackOptions,
+  notice: (line: string) => void,
+  stopping: () => boolean,
+  changed: () => void,
+  slot: { get: () => TemporalServer | undefined; set: (server: TemporalServer | undefined) => void },
+): Promise<TemporalServer> {
+  const temporalOptions: TemporalServerOptions = {
+    dbFilename: path.join(opts.home, 'temporal.db'),
+    port: opts.temporalPort,
+    uiPort: opts.uiPort || undefined,
+    metricsPort: opts.temporalMetricsPort || (await freePort()),
+    onOutput: (line) => opts.log(`[temporal] ${line}`),
+  };
+  const first = await startTemporalServer(temporalOptions);
+  slot.set(first);
+  const superviseTemporal = supervisor(notice, stopping, async () => {
+    const port = temporalOptions.port;
+    if (!(await portIsFree(port))) throw new Error(describePortOwner(port));
+    const server = await startTemporalServer(temporalOptions);
+    if (stopping()) return void (await server.stop());
+    slot.set(server);
+    changed();
+    notice(`[relax] Temporal dev server restarted on ${server.address} (pid ${server.pid})`);
+    watchTemporal(server);
+  });
+  const watchTemporal = (server: TemporalServer) => {
+    const startedAt = Date.now();
+    void server.exited.then(({ code, signal, tail }) => {
+      if (stopping()) return;
+      if (slot.get() === server) slot.set(undefined);
+      changed();
+      const crashed = signal === null && code !== 0 && tail.length > 0;
+      notice(`[relax] Temporal dev server (pid ${server.pid}) exited (${signal ?? `code ${code}`})${crashed ? `; last output:\n${tail.slice(-5).join('\n')}` : ''}`);
+      superviseTemporal(Date.now() - startedAt, `Temporal dev server on ${server.address}`);
+    });
+  };
+  watchTemporal(first);
+  return first;
+}
+
+/** The stack's database: DATABASE_URL, else embedded PGlite under the data directory (stopped by `cleanups`); checked by opening it once. */
+async function openStackDatabase(opts: LocalStackOptions, cleanups: Array<() => Promise<void>>): Promise<{ databaseUrl: string; embedded: boolean }> {
+  let databaseUrl = opts.databaseUrl;
+  let embedded: EmbeddedPostgres | undefined;
+  if (!databaseUrl) {
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(opts.home, 'pglite'), port: opts.dbPort || (await freePort()) });
+    cleanups.push(() => embedded!.stop());
+    databaseUrl = embedded.url;
+  }
+  const pool = await openStore({ url: databaseUrl, maxConnections: 1 });
+  await pool.end();
+  return { databaseUrl, embedded: embedded !== undefined };
 }
 
 export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
@@ -169,111 +209,18 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
   const changed = () => opts.onChildrenChanged?.(childPids());
 
   try {
-    const temporalOptions: TemporalServerOptions = {
-      dbFilename: path.join(opts.home, 'temporal.db'),
-      port: opts.temporalPort,
-      uiPort: opts.uiPort || undefined,
-      metricsPort: opts.temporalMetricsPort || (await freePort()),
-      onOutput: (line) => opts.log(`[temporal] ${line}`),
-    };
-    temporal = await startTemporalServer(temporalOptions);
-    const superviseTemporal = supervisor(notice, () => stopping, async () => {
-      const port = temporalOptions.port;
-      if (!(await portIsFree(port))) throw new Error(describePortOwner(port));
-      const server = await startTemporalServer(temporalOptions);
-      if (stopping) return void (await server.stop());
-      temporal = server;
-      changed();
-      notice(`[relax] Temporal dev server restarted on ${temporal.address} (pid ${temporal.pid})`);
-      watchTemporal(temporal);
-    });
-    const watchTemporal = (server: TemporalServer) => {
-      const startedAt = Date.now();
-      void server.exited.then(({ code, signal, tail }) => {
-        if (stopping) return;
-        if (temporal === server) temporal = undefined;
-        changed();
-        const crashed = signal === null && code !== 0 && tail.length > 0;
-        notice(`[relax] Temporal dev server (pid ${server.pid}) exited (${signal ?? `code ${code}`})${crashed ? `; last output:\n${tail.slice(-5).join('\n')}` : ''}`);
-        superviseTemporal(Date.now() - startedAt, `Temporal dev server on ${server.address}`);
-      });
-    };
-    watchTemporal(temporal);
+    temporal = await startSupervisedTemporal(opts, notice, () => stopping, changed, { get: () => temporal, set: (server) => { temporal = server; } });
     cleanups.push(() => temporal?.stop() ?? Promise.resolve());
 
-    let databaseUrl = opts.databaseUrl;
-    let embedded: EmbeddedPostgres | undefined;
-    if (!databaseUrl) {
-      embedded = await startEmbeddedPostgres({ dataDir: path.join(opts.home, 'pglite'), port: opts.dbPort || (await freePort()) });
-      cleanups.push(() => embedded!.stop());
-      databaseUrl = embedded.url;
-    }
-    const pool = await openStore({ url: databaseUrl, maxConnections: 1 });
-    await pool.end();
+    const { databaseUrl, embedded } = await openStackDatabase(opts, cleanups);
 
     const env = { ...withoutTemporalConnectionEnv(process.env), TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl, [SUPERVISED_ENV]: '1' };
-    const backoffs = new Map<string, ReturnType<typeof supervisor>>();
-
-    const launch = (role: Role, index: number, initial: boolean, engineUrl?: string): ManagedWorker => {
-      const args = [RELAX_BIN, 'worker', '--role', role];
-      if (role !== 'control') args.push('--device', opts.device);
-      const cpus = opts.cpuAffinity?.[role];
-      // An IPC channel: the worker exits when it closes (this process died). taskset execs node in
-      // place, so the child's pid is the worker's and the channel reaches it.
-      const stdio: Array<'ignore' | 'pipe' | 'ipc'> = ['ignore', 'pipe', 'pipe', 'ipc'];
-      const roleEnv = role === 'rollout' ? { ...env, RELAX_WORKER_SHUTDOWN_GRACE_MS: String(ROLLOUT_DRAIN_GRACE_MS), ...(engineUrl ? { RELAX_ENGINE_URL: engineUrl } : {}) } : env;
-      const child = cpus
-        ? spawn('taskset', ['-c', cpus, process.execPath, ...args], { env: roleEnv, stdio })
-        : spawn(process.execPath, args, { env: roleEnv, stdio });
-      const startedAt = Date.now();
-      const tag = `[${role}#${index}]`;
-      let markReady: () => void;
-      let markFailed: (e: Error) => void;
-      const ready = new Promise<void>((resolve, reject) => {
-        markReady = resolve;
-        markFailed = reject;
-      });
-      const managed: ManagedWorker = { role, index, child, ready, initial, startedAt: new Date(), ...(engineUrl ? { engineUrl } : {}) };
-      forwardLines(child, (line) => {
-        const readyLine = /^relax worker ready: (\S+)/.exec(line);
-        if (readyLine) {
-          managed.identity = readyLine[1];
-          const urls = [...line.matchAll(/\b(?:metrics|sdk-metrics) (http:\/\/\S+)/g)].map((m) => m[1]);
-          if (urls.length) managed.metricsUrls = urls;
-          markReady();
-        }
-        opts.log(`${tag} ${line}`);
-      });
-      child.once('exit', (code, signal) => {
-        markFailed(new Error(`${tag} exited (${signal ?? code}) before it was ready`));
-        if (stopping || managed.draining) return;
-        notice(`[relax] ${tag} (pid ${child.pid}) exited (${signal ?? `code ${code}`})`);
-        changed();
-        let restart = backoffs.get(tag);
-        if (!restart) {
-          restart = supervisor(notice, () => stopping, async () => {
-            const slot = workers.findIndex((w) => w.role === role && w.index === index);
-            // Gone, draining, or already running again (the health manager's restartWorkers relaunched it).
-            const current = workers[slot];
-            if (slot < 0 || current.draining || (current.child.exitCode === null && current.child.signalCode === null)) return;
-            const replacement = launch(role, index, initial, engineUrl);
-            if (slot >= 0) workers[slot] = replacement;
-            changed();
-            // Not awaiting ready: a replacement that dies early comes back through its own exit.
-            replacement.ready.catch(() => undefined);
-          });
-          backoffs.set(tag, restart);
-        }
-        restart(Date.now() - startedAt, tag);
-      });
-      return managed;
-    };
-
+    const fleet: WorkerFleet = { opts, notice, env, workers, stopping: () => stopping, changed, backoffs: new Map() };
     cleanups.push(async () => {
       await Promise.all(workers.map((w) => stopChild(w.child)));
     });
     for (const [role, count] of Object.entries(opts.workers) as Array<[Role, number]>) {
-      for (let i = 0; i < count; i++) workers.push(launch(role, i, true));
+      for (let i = 0; i < count; i++) workers.push(launchWorker(fleet, role, i, true));
     }
     changed();
     await Promise.all(workers.map((w) => w.ready));
@@ -284,100 +231,17 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       uiUrl: temporal.uiUrl,
       temporalMetricsUrl: temporal.metricsUrl,
       databaseUrl,
-      embeddedDatabase: embedded !== undefined,
-      workerPids: (role) => workers.filter((w) => !role || w.role === role).map((w) => w.child.pid!),
+      embeddedDatabase: embedded,
       temporalPid: () => temporal?.pid,
       childPids,
-      workers: (role) =>
-        workers.filter((w) => (!role || w.role === role) && !w.draining && w.child.exitCode === null && w.child.signalCode === null && w.child.pid).map(asStackWorker),
-      addWorkers: async (role, count, options = {}) => {
-        if (stopping) throw new Error('the stack is stopping');
-        const next = Math.max(-1, ...workers.filter((w) => w.role === role).map((w) => w.index)) + 1;
-        const added = Array.from({ length: count }, (_, k) => launch(role, next + k, false, options.engineUrls?.[k]));
-        workers.push(...added);
-        changed();
-        try {
-          await Promise.all(added.map((w) => w.ready));
-        } catch (err) {
-          // All or none: a worker that died before it was ready takes the others of the batch down
-          // too, so a retried scale-out does not leave extra workers behind.
-          for (const w of added) w.draining = true;
-          await Promise.all(added.map((w) => stopChild(w.child, 5_000)));
-          workers.splice(0, workers.length, ...workers.filter((w) => !added.includes(w)));
-          changed();
-          throw err;
-        }
-        return added.map(asStackWorker);
-      },
-      drainWorker: async (pid, timeoutMs) => {
-        const w = workers.find((x) => x.child.pid === pid);
-        if (!w) return;
-        w.draining = true;
-        await stopChild(w.child, timeoutMs);
-        const slot = workers.indexOf(w);
-        if (slot >= 0) workers.splice(slot, 1);
-        changed();
-      },
       home: opts.home,
-      slots: (role) =>
-        workers
-          .filter((w) => w.role === role && !w.draining)
-          .map((w) => ({ index: w.index, pid: w.child.pid!, alive: w.child.exitCode === null && w.child.signalCode === null, ...(w.identity ? { identity: w.identity } : {}), startedAt: w.startedAt })),
-      restartWorkers: async (role, notPolling, graceMs = 30_000) => {
-        const done: WorkerRestart = { relaunched: [], killed: [], starting: [] };
-        for (const [slot, w] of workers.entries()) {
-          if (w.role !== role || w.draining || stopping) continue;
-          const exited = w.child.exitCode !== null || w.child.signalCode !== null;
-          if (exited) {
-            const replacement = launch(role, w.index, w.initial, w.engineUrl);
-            workers[slot] = replacement;
-            replacement.ready.catch(() => undefined);
-            done.relaunched.push(replacement.child.pid!);
-          } else if (!w.identity) done.starting.push(w.child.pid!);
-          else if (notPolling.includes(w.identity) && Date.now() - w.startedAt.getTime() > graceMs) {
-            w.child.kill('SIGKILL');
-            done.killed.push(w.child.pid!);
-          }
-        }
-        if (done.relaunched.length) changed();
-        return done;
-      },
+      ...workerMethods(fleet),
       stop: stopAll,
     };
   } catch (err) {
     await stopAll();
     throw err;
   }
-}
-
-async function stopChild(child: ChildProcess, graceMs = 15_000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  child.kill('SIGTERM');
-  const killer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-  await exited;
-  clearTimeout(killer);
-}
-
-/**
- * One supervised slot: restart(upForMs, what) waits the backoff delay (logged) and runs `start`; a
- * start that throws is retried with the next delay. A process that dies later calls restart again.
- */
-function supervisor(notice: (line: string) => void, stopping: () => boolean, start: () => Promise<void>) {
-  const backoff = new RestartBackoff();
-  const restart = (upForMs: number, what: string): void => {
-    const { delayMs, restart: n } = backoff.next(upForMs);
-    notice(`[relax] restarting ${what} in ${formatDelay(delayMs)} (restart ${n})`);
-    setTimeout(() => {
-      if (stopping()) return;
-      start().catch((err) => {
-        if (stopping()) return;
-        notice(`[relax] ${what} failed to start: ${(err as Error).message.split('\n')[0]}`);
-        restart(0, what);
-      });
-    }, delayMs);
-  };
-  return restart;
 }
 
 /**

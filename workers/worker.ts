@@ -100,64 +100,18 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
 
   const release = runReleaseSettings(); // a bad RELAX_RUN_* value fails here, before anything starts
   const deployment = workerDeploymentSettings();
-  const label = deviceLabel(opts.device);
-  const instanceId = `${os.hostname()}:${label}:${process.pid}:${randomUUID().slice(0, 8)}`;
-  const identity = `${opts.role}/${instanceId}`;
-  const instanceQueue = instanceTaskQueue(opts.role, instanceId);
+  const { label, identity, instanceQueue } = workerNames(opts);
 
-  let pool;
-  try {
-    pool = await openStore({ url: opts.databaseUrl });
-  } catch (err) {
-    throw new Error(`${(err as Error).message}\n  fix: start the database or point DATABASE_URL at one (now ${redactUrl(opts.databaseUrl)})`);
-  }
-  let connection: NativeConnection;
-  let security: TemporalConnectionOptions;
-  try {
-    security = temporalConnectionOptions();
-    connection = await NativeConnection.connect({ address: opts.temporalAddress, ...sdkConnectionOptions(security) });
-  } catch (err) {
-    await pool.end();
-    if (err instanceof TemporalConnectionConfigError) throw err;
-    throw new Error(`cannot reach Temporal at ${opts.temporalAddress} (${security!.summary}): ${(err as Error).message}\n  fix: run \`relax dev\` or set TEMPORAL_ADDRESS; for TLS check TEMPORAL_TLS_CA / TEMPORAL_TLS_SERVER_NAME (docs/security.md)`);
-  }
+  const { pool, connection, security } = await connectWorker(opts);
 
   // Roles that run the tfjs trainer load the fastest backend for their device now: left alone, tfjs
   // would fall back to its pure-JS backend, tens of times slower.
   let tfjsBackend: string | undefined;
   if (opts.role === 'train' || opts.role === 'reference') tfjsBackend = (await loadTfjsBackend(opts.device)).backend;
 
-  let external: Awaited<ReturnType<typeof externalEngineSetup>>;
-  try {
-    external = await externalEngineSetup(opts.role);
-  } catch (err) {
-    await connection.close().catch(() => undefined);
-    await pool.end();
-    throw err;
-  }
-  let unhealthy: string | undefined;
-  let stopPolling = () => undefined as void;
-  const ctx: WorkerContext = {
-    pool,
-    role: opts.role,
-    device: label,
-    identity,
-    instanceQueue,
-    ...(external
-      ? {
-          externalEngine: {
-            ...external,
-            unhealthy: async (reason: string) => {
-              if (unhealthy !== undefined) return;
-              unhealthy = reason;
-              console.error(`[${identity}] the external engine ${external!.url} is marked failed and this worker takes no more work: ${reason}`);
-              await markRolloutEngineFailed(pool!, identity, reason).catch((err: Error) => console.error(`[${identity}] could not record the failure: ${err.message}`));
-              stopPolling();
-            },
-          },
-        }
-      : {}),
-  };
+  const external = await externalEngineOrClose(opts.role, connection, pool);
+  const health: EngineHealth = { stopPolling: () => undefined };
+  const ctx = workerContext(opts.role, pool, label, identity, instanceQueue, external, health);
   const activities = activitiesForRole(opts.role, ctx);
   const tracing = startTracing({ role: opts.role, identity });
   const metrics = metricsEnabled() ? await startWorkerMetrics({ role: opts.role, ...workerMetricsPort() }) : undefined;
@@ -174,37 +128,19 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     shutdownGraceTime: opts.shutdownGraceMs ?? 5_000,
   };
 
-  const workers: Worker[] = [];
-  let versioned: { deploymentName: string; buildId: string } | undefined;
-  if (opts.role === 'control') {
-    await checkSearchAttributes(opts, security);
-    const workflowBundle = (!tracing && opts.workflowBundle) || (await bundleWorkflows({ tracing: !!tracing }));
-    const workerDeploymentOptions = deploymentOptions(deployment, workflowBundle);
-    versioned = workerDeploymentOptions?.version;
-    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle, ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}), ...(tracing ? { sinks: tracing.sinks } : {}) }));
-  } else {
-    const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER, ...rolloutConcurrency() } : {};
-    workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
-    workers.push(await Worker.create({ ...common, ...polling, taskQueue: instanceQueue }));
-  }
+  const { workers, versioned } = await createRoleWorkers(opts, common, security, deployment, tracing, instanceQueue);
 
-  const done = Promise.all(workers.map((w) => w.run())).then(
-    () => undefined,
-    (err) => {
-      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
-      throw err;
-    },
-  );
+  const done = runWorkers(workers);
   // An engine marked failed: stop taking the shared queue's work. The instance queue still answers,
   // so a scale-out's weight sync pinned to this worker gets the reason instead of a timeout.
-  stopPolling = () => {
+  health.stopPolling = () => {
     for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
   if (versioned && deployment.promote) {
     // New runs start on this build once it is current; runs pinned to an older build finish there.
     const promoted = promoteBuild(connection, { namespace: opts.namespace, ...versioned, identity });
     await Promise.race([promoted, done]).catch(async (err) => {
-      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+      shutdownRunning(workers);
       await done.catch(() => undefined);
       await Promise.allSettled([reaper.stop(), workflowStates.close(), metrics?.close(), tracing?.shutdown(), connection.close(), pool!.end()]);
       throw err;
@@ -226,16 +162,139 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     tfjsBackend,
     ...(versioned ? { build: versioned } : {}),
     done: closed,
-    shutdown: () => {
-      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
-    },
+    shutdown: () => shutdownRunning(workers),
     ...(metrics ? { metricsUrl: metrics.url } : {}),
     ...(tracing ? { tracesUrl: tracing.settings.endpoint } : {}),
-    unhealthy: () => unhealthy,
+    unhealthy: () => health.reason,
   };
   exitWithSupervisor(running);
   return running;
 }
+
+/** Opens the worker's database pool and its Temporal connection, each failure with its fix. */
+async function connectWorker(opts: WorkerOptions): Promise<{ pool: Pool; connection: NativeConnection; security: TemporalConnectionOptions }> {
+  let pool;
+  try {
+    pool = await openStore({ url: opts.databaseUrl });
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\n  fix: start the database or point DATABASE_URL at one (now ${redactUrl(opts.databaseUrl)})`);
+  }
+  let connection: NativeConnection;
+  let security: TemporalConnectionOptions;
+  try {
+    security = temporalConnectionOptions();
+    connection = await NativeConnection.connect({ address: opts.temporalAddress, ...sdkConnectionOptions(security) });
+  } catch (err) {
+    await pool.end();
+    if (err instanceof TemporalConnectionConfigError) throw err;
+    throw new Error(`cannot reach Temporal at ${opts.temporalAddress} (${security!.summary}): ${(err as Error).message}\n  fix: run \`relax dev\` or set TEMPORAL_ADDRESS; for TLS check TEMPORAL_TLS_CA / TEMPORAL_TLS_SERVER_NAME (docs/security.md)`);
+  }
+  return { pool, connection, security };
+}
+
+/** Why this worker's external engine was marked failed (once set, it takes no more shared work), and how to stop its shared-queue polling. */
+interface EngineHealth {
+  reason?: string;
+  stopPolling: () => void;
+}
+
+/** The activities' view of this worker; an external engine's `unhealthy` records the failure once and stops the shared-queue polling. */
+function workerContext(
+  role: Role,
+  pool: Pool,
+  label: string,
+  identity: string,
+  instanceQueue: string,
+  external: Awaited<ReturnType<typeof externalEngineSetup>>,
+  health: EngineHealth,
+): WorkerContext {
+  return {
+    pool,
+    role,
+    device: label,
+    identity,
+    instanceQueue,
+    ...(external
+      ? {
+          externalEngine: {
+            ...external,
+            unhealthy: async (reason: string) => {
+              if (health.reason !== undefined) return;
+              health.reason = reason;
+              console.error(`[${identity}] the external engine ${external!.url} is marked failed and this worker takes no more work: ${reason}`);
+              await markRolloutEngineFailed(pool!, identity, reason).catch((err: Error) => console.error(`[${identity}] could not record the failure: ${err.message}`));
+              health.stopPolling();
+            },
+          },
+        }
+      : {}),
+  };
+}
+
+/**
+ * The SDK workers of a role: the control worker polls the control queue with the workflow bundle (a
+ * worker-deployment build when versioned); other roles poll their shared queue and their instance queue.
+ */
+async function createRoleWorkers(
+  opts: WorkerOptions,
+  common: Omit<Parameters<typeof Worker.create>[0], 'taskQueue'>,
+  security: TemporalConnectionOptions,
+  deployment: ReturnType<typeof workerDeploymentSettings>,
+  tracing: ReturnType<typeof startTracing>,
+  instanceQueue: string,
+): Promise<{ workers: Worker[]; versioned?: { deploymentName: string; buildId: string } }> {
+  const workers: Worker[] = [];
+  let versioned: { deploymentName: string; buildId: string } | undefined;
+  if (opts.role === 'control') {
+    await checkSearchAttributes(opts, security);
+    const workflowBundle = (!tracing && opts.workflowBundle) || (await bundleWorkflows({ tracing: !!tracing }));
+    const workerDeploymentOptions = deploymentOptions(deployment, workflowBundle);
+    versioned = workerDeploymentOptions?.version;
+    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle, ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}), ...(tracing ? { sinks: tracing.sinks } : {}) }));
+  } else {
+    const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER, ...rolloutConcurrency() } : {};
+    workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
+    workers.push(await Worker.create({ ...common, ...polling, taskQueue: instanceQueue }));
+  }
+  return { workers, versioned };
+}
+
+type Pool = Awaited<ReturnType<typeof openStore>>;
+
+/** This process's names: its device label, its Temporal identity (role/host:device:pid:random) and its instance queue. */
+function workerNames(opts: WorkerOptions): { label: string; identity: string; instanceQueue: string } {
+  const label = deviceLabel(opts.device);
+  const instanceId = `${os.hostname()}:${label}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const identity = `${opts.role}/${instanceId}`;
+  const instanceQueue = instanceTaskQueue(opts.role, instanceId);
+  return { label, identity, instanceQueue };
+}
+
+/** externalEngineSetup; when it fails, the Temporal connection and the pool are closed first. */
+async function externalEngineOrClose(role: Role, connection: NativeConnection, pool: Pool): Promise<Awaited<ReturnType<typeof externalEngineSetup>>> {
+  try {
+    return await externalEngineSetup(role);
+  } catch (err) {
+    await connection.close().catch(() => undefined);
+    await pool.end();
+    throw err;
+  }
+}
+
+/** Runs the SDK workers until they all stop; when one fails, the others are shut down and the failure is returned. */
+function runWorkers(workers: Worker[]): Promise<void> {
+  return Promise.all(workers.map((w) => w.run())).then(
+    () => undefined,
+    (err) => {
+      shutdownRunning(workers);
+      throw err;
+    },
+  );
+}
+
+const shutdownRunning = (workers: Worker[]): void => {
+  for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+};
 
 /** A control worker registers the runs' search attributes if they are missing, and says how when it cannot. */
 async function checkSearchAttributes(opts: WorkerOptions, security: TemporalConnectionOptions): Promise<void> {

@@ -36,6 +36,21 @@ function strings(value: unknown, key: string, source: string): string[] {
   return value as string[];
 }
 
+/** The BPE vocabulary (token -> id) and the added tokens (control and user-defined ones) of a GGUF token list. */
+function vocabulary(tokens: string[], types: number[], source: string): { vocab: Record<string, number>; addedTokens: Array<Record<string, unknown>> } {
+  const vocab: Record<string, number> = {};
+  const addedTokens: Array<Record<string, unknown>> = [];
+  tokens.forEach((token, id) => {
+    if (Object.hasOwn(vocab, token)) throw new Error(`${source}: token ${JSON.stringify(token)} appears twice in tokenizer.ggml.tokens (ids ${vocab[token]} and ${id})`);
+    vocab[token] = id;
+    const type = types[id];
+    if (type === TOKEN_TYPE.CONTROL || type === TOKEN_TYPE.USER_DEFINED) {
+      addedTokens.push({ id, content: token, single_word: false, lstrip: false, rstrip: false, normalized: false, special: type === TOKEN_TYPE.CONTROL });
+    }
+  });
+  return { vocab, addedTokens };
+}
+
 /** Builds the Hugging Face tokenizer files from GGUF metadata; `source` names the file in errors. */
 export function ggufTokenizerFiles(metadata: Record<string, unknown>, source: string): GgufTokenizerFiles {
   const model = metadata['tokenizer.ggml.model'];
@@ -50,16 +65,7 @@ export function ggufTokenizerFiles(metadata: Record<string, unknown>, source: st
   const tokens = strings(metadata['tokenizer.ggml.tokens'], 'tokenizer.ggml.tokens', source);
   const merges = strings(metadata['tokenizer.ggml.merges'], 'tokenizer.ggml.merges', source);
   const types = (metadata['tokenizer.ggml.token_type'] as number[] | undefined) ?? [];
-  const vocab: Record<string, number> = {};
-  const addedTokens: Array<Record<string, unknown>> = [];
-  tokens.forEach((token, id) => {
-    if (Object.hasOwn(vocab, token)) throw new Error(`${source}: token ${JSON.stringify(token)} appears twice in tokenizer.ggml.tokens (ids ${vocab[token]} and ${id})`);
-    vocab[token] = id;
-    const type = types[id];
-    if (type === TOKEN_TYPE.CONTROL || type === TOKEN_TYPE.USER_DEFINED) {
-      addedTokens.push({ id, content: token, single_word: false, lstrip: false, rstrip: false, normalized: false, special: type === TOKEN_TYPE.CONTROL });
-    }
-  });
+  const { vocab, addedTokens } = vocabulary(tokens, types, source);
   const tokenAt = (key: string): string | undefined => {
     const id = metadata[key];
     if (id === undefined) return undefined;
