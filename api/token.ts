@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { bearerMatches, checkedToken, type BearerToken } from '../config/bearer-token';
+import { bearerMatches, checkedToken, type BearerToken } from '../security/bearer-token';
 import { apiTokenFromEnv } from '../config/environment';
 
 export { bearerMatches };

@@ -2,7 +2,7 @@
 // mode on one local stack, the rollout (and reference) worker pinned to one core and the train
 // worker to another. Prints both wall times, the speedup, the ideal speedup from the measured stage
 // times, the efficiency (speedup / ideal) and the trainer's idle fraction in each mode.
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

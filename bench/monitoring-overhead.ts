@@ -11,7 +11,7 @@ import { Pool } from 'pg';
 import { NoCapacityProviderError, RelaxClient } from '../client';
 import type { RunConfig } from '../config/run-config';
 import { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { appliedStepIntervalsMs } from '../store/step-records';
 import { startLocalCapacity } from '../workers/local-capacity';
 import { startEphemeralStack } from '../workers/local-stack';

@@ -4,7 +4,7 @@
 // accuracy curve (and the zoom tool-use rate); with --json the last line holds, per task,
 // initial_accuracy, final_accuracy and steps (zoom: tool_use_rate too). `--set tasks=vision,zoom`
 // picks tasks, `--set steps=N` shortens every run.
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

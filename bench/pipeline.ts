@@ -6,7 +6,7 @@
 // Both sides are measured warm by default, as a deployment's long-lived workers are: a short
 // warm-up run (`--set warmup_run=N` steps, default 2; 0 measures cold processes) first goes through the
 // same code on each side (the bench's process; the stack's workers), untimed.
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

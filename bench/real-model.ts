@@ -11,7 +11,7 @@
 // the run, a busy machine), loss_aggregation (algorithm.loss_aggregation, e.g. dapo), level (only
 // the dataset's problems of this difficulty, train and eval: 1 is one-digit addition and
 // subtraction, the simple arithmetic task of the learning check).
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

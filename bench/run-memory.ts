@@ -15,7 +15,7 @@ import path from 'node:path';
 import { RelaxClient } from '../client';
 import { relaxEnvironment } from '../config/environment';
 import type { RunConfigInput } from '../config/run-config';
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { resolveModelSource } from '../engines/model-sources';
 import { realModelRecipe } from '../config/recipes';
 import { startEphemeralStack } from '../workers/local-stack';

@@ -15,7 +15,7 @@ import path from 'node:path';
 import { Pool } from 'pg';
 import { RelaxClient } from '../client';
 import { relaxEnvironment } from '../config/environment';
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { generateAndTrainSpans } from '../store/spans';
 import { appliedStepTimes } from '../store/step-records';
 import { startEphemeralStack } from '../workers/local-stack';

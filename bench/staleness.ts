@@ -3,7 +3,7 @@
 // and with an off-policy correction, all from the same warm start and seeds. The rollout side here
 // is much faster than the trainer, so the rollout runs as far ahead as the bound allows and nearly
 // every consumed sample is exactly max_staleness versions old (the run's staleness metrics say so).
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

@@ -5,7 +5,7 @@ import type { Command } from 'commander';
 import { startControlApi, type ControlApi } from '../api/server';
 import { resolveApiToken } from '../api/token';
 import { RelaxClient, resolveAddresses } from '../client';
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { relaxEnvironment } from '../config/environment';
 import { startLocalCapacity, type LocalCapacity } from '../workers/local-capacity';
 import type { LocalStack } from '../workers/local-stack';

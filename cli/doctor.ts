@@ -7,7 +7,7 @@ import { createPool, redactUrl, serverVersion } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
 import path from 'node:path';
 import { engineThreadsSetting, findTemporalBinary, relaxEnvironment } from '../config/environment';
-import { sdkConnectionOptions, temporalConnectionOptions } from '../config/temporal-connection';
+import { sdkConnectionOptions, temporalConnectionOptions } from '../security/temporal-connection';
 import { describeHfWeights, readHfModelConfig } from '../engines/hf-checkpoint';
 import { resolveModelSource } from '../engines/model-sources';
 import { HfTokenizer } from '../engines/tokenizers/hf';

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Option, type Command } from 'commander';
 import { Pool } from 'pg';
-import { PLAINTEXT_TEMPORAL } from '../config/temporal-connection';
+import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { RelaxClient } from '../client';
 import { parseRunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';

@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
-import { bearerMatches } from '../config/bearer-token';
+import { bearerMatches } from '../security/bearer-token';
 import { ortThreads } from '../engines/backends';
 import { decodeCheckpointWeights } from '../engines/checkpoint';
 import { parseDevice } from '../engines/device';

@@ -11,7 +11,7 @@ import { parse } from '@babel/parser';
 
 export type Layer =
   | 'activities' | 'api' | 'bench' | 'cli' | 'client' | 'config' | 'engines' | 'envs'
-  | 'rollout' | 'serving' | 'store' | 'test' | 'training' | 'workers' | 'workflows';
+  | 'rollout' | 'security' | 'serving' | 'store' | 'telemetry' | 'test' | 'training' | 'workers' | 'workflows';
 
 // The layering table; docs/architecture.md describes it (compare the two when either changes).
 // Each layer may import its own folder and the layers listed here, nothing else. On top of this:
@@ -24,17 +24,19 @@ const ALLOWED_IMPORTS: Record<Layer, Layer[]> = {
   engines: ['config'],
   envs: ['engines', 'config'],
   store: [],
+  security: ['config'],
+  telemetry: ['config'],
   rollout: ['engines', 'envs', 'store', 'config'],
-  serving: ['rollout', 'engines', 'envs', 'config'],
+  serving: ['rollout', 'engines', 'envs', 'security', 'config'],
   training: ['rollout', 'engines', 'envs', 'store', 'config'],
   activities: ['training', 'serving', 'rollout', 'engines', 'envs', 'store', 'config'],
   workflows: ['activities', 'config'],
-  workers: ['activities', 'workflows', 'training', 'serving', 'rollout', 'engines', 'envs', 'store', 'config'],
-  client: ['workflows', 'store', 'config'],
-  api: ['client', 'config'],
-  cli: ['activities', 'api', 'bench', 'client', 'config', 'engines', 'envs', 'rollout', 'serving', 'store', 'training', 'workers', 'workflows'],
-  bench: ['activities', 'client', 'config', 'engines', 'envs', 'rollout', 'store', 'training', 'workers', 'workflows'],
-  test: ['activities', 'api', 'bench', 'cli', 'client', 'config', 'engines', 'envs', 'rollout', 'serving', 'store', 'training', 'workers', 'workflows'],
+  workers: ['activities', 'workflows', 'training', 'serving', 'rollout', 'engines', 'envs', 'store', 'security', 'telemetry', 'config'],
+  client: ['workflows', 'store', 'security', 'telemetry', 'config'],
+  api: ['client', 'security', 'config'],
+  cli: ['activities', 'api', 'bench', 'client', 'config', 'engines', 'envs', 'rollout', 'security', 'serving', 'store', 'telemetry', 'training', 'workers', 'workflows'],
+  bench: ['activities', 'client', 'config', 'engines', 'envs', 'rollout', 'security', 'store', 'telemetry', 'training', 'workers', 'workflows'],
+  test: ['activities', 'api', 'bench', 'cli', 'client', 'config', 'engines', 'envs', 'rollout', 'security', 'serving', 'store', 'telemetry', 'training', 'workers', 'workflows'],
 };
 export const LAYERS = Object.keys(ALLOWED_IMPORTS) as Layer[];
 // Per importing layer: the target layers it may import only type-only, and the modules exempt from that.

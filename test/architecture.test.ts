@@ -177,7 +177,7 @@ test('the rule engine itself: environment variables read only in config/environm
     assert.deepEqual(rulesOf('config/environment-workers.ts', `// Fake.\n${line}\n`, 'env'), [], line);
     assert.deepEqual(rulesOf('test/t.test.ts', `// Fake.\n${line}\n`, 'env'), [], line);
   }
-  assert.equal(rulesOf('config/tracing.ts', '// Fake.\nconst a = process.env.OTEL_X;\n', 'env').length, 1);
+  assert.equal(rulesOf('telemetry/tracing.ts', '// Fake.\nconst a = process.env.OTEL_X;\n', 'env').length, 1);
   const allowed = [
     "process.env.TF_CPP_MIN_LOG_LEVEL ??= '2';",
     "process.env.RELAX_X = 'off';",

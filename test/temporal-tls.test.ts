@@ -14,7 +14,7 @@ import { after, before, test } from 'node:test';
 import { Connection } from '@temporalio/client';
 import { RelaxClient } from '../client';
 import { roleTaskQueue } from '../config/task-queues';
-import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError } from '../config/temporal-connection';
+import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError } from '../security/temporal-connection';
 import { freshDatabase, sharedTemporalAddress, spawnRelax, waitFor, type TestDatabase } from './helpers';
 
 const SERVER_NAME = 'relax-test-server';

@@ -12,7 +12,7 @@ import { createCapacityActivities, type CapacityProvider, type HealthCheckOption
 import { ROLES, type Role } from '../config/task-queues';
 import { probeEngine } from '../rollout/engine-probe';
 import { CAPACITY_TASK_QUEUE, roleTaskQueue } from '../config/task-queues';
-import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
+import { sdkConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
 import { openStore } from '../store/db';
 import { listRolloutEngines, markRolloutEngineFailed, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
 import { recentStageBusySeconds } from '../store/spans';

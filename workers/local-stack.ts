@@ -4,7 +4,7 @@
 // dead worker or Temporal server with backoff (workers/supervisor.ts), and its children exit when it
 // does, even by SIGKILL (an IPC channel to each worker; a watchdog for the temporal binary).
 // Stopping it stops everything; starting it again resumes the workflows that were running.
-import { withoutTemporalConnectionEnv } from '../config/temporal-connection';
+import { withoutTemporalConnectionEnv } from '../security/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Role } from '../config/task-queues';

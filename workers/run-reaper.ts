@@ -7,7 +7,7 @@
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
-import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
+import { sdkConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
 import { runWorkflowIds } from '../store/runs';
 import type { Queryable } from '../store/transfer-queue';
 import { runState, type RunRegistry } from '../training/run-state';

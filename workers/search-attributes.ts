@@ -5,7 +5,7 @@
 import { Connection } from '@temporalio/client';
 import { encodeSearchAttributeIndexedValueType } from '@temporalio/common/lib/search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
-import { sdkConnectionOptions, type TemporalConnectionOptions } from '../config/temporal-connection';
+import { sdkConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
 
 const INDEXED_TYPE = { Keyword: 'KEYWORD', Int: 'INT', Double: 'DOUBLE' } as const;
 

@@ -18,8 +18,8 @@ import { checkpointServerSettings, engineTokenFromEnv, externalEngineUrl, rollou
 import { deploymentOptions, promoteBuild } from './deployment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
-import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../config/temporal-connection';
-import { startTracing, tracingWorkflowModules } from '../config/tracing';
+import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../security/temporal-connection';
+import { startTracing, tracingWorkflowModules } from '../telemetry/tracing';
 
 export interface WorkerOptions {
   role: Role;

@@ -12,9 +12,9 @@ import type { WorkflowClientInterceptor } from '@temporalio/client';
 import type { OpenTelemetrySinks } from '@temporalio/interceptors-opentelemetry';
 import type { ActivityInterceptorsFactory, InjectedSinks } from '@temporalio/worker';
 import type { WorkflowInfo } from '@temporalio/workflow';
-import { otlpTracesProtocol, tracingSettings, type TracingSettings } from './environment-services';
+import { otlpTracesProtocol, tracingSettings, type TracingSettings } from '../config/environment-services';
 
-export { tracingSettings, type TracingSettings } from './environment-services';
+export { tracingSettings, type TracingSettings } from '../config/environment-services';
 
 /** One process's tracing pipeline (a tracer provider, a batch span processor, the OTLP exporter). */
 export interface Tracing {

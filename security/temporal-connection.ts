@@ -3,7 +3,7 @@
 // config/environment-services.ts reads them and builds the options, re-exported here).
 // Every connection to Temporal (the client, every worker, `relax doctor`) takes its options here.
 // Nothing here ever returns or prints the API key except as the `apiKey` option itself.
-import { TEMPORAL_CONNECTION_ENV, type TemporalConnectionOptions, type TemporalTlsOptions } from './environment-services';
+import { TEMPORAL_CONNECTION_ENV, type TemporalConnectionOptions, type TemporalTlsOptions } from '../config/environment-services';
 
 export {
   TEMPORAL_CONNECTION_ENV,
@@ -11,7 +11,7 @@ export {
   TemporalConnectionConfigError,
   type TemporalConnectionOptions,
   type TemporalTlsOptions,
-} from './environment-services';
+} from '../config/environment-services';
 
 /** The local dev server `relax dev` starts listens in plaintext on loopback. */
 export const PLAINTEXT_TEMPORAL: TemporalConnectionOptions = { tls: false, summary: 'plaintext' };

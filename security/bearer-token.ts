@@ -4,7 +4,7 @@
 import { timingSafeEqual } from 'node:crypto';
 
 // Read from the environment (and the length check) in config/environment-services.ts.
-export { checkedToken, MIN_TOKEN_CHARS, tokenFromEnv, type BearerToken } from './environment-services';
+export { checkedToken, MIN_TOKEN_CHARS, tokenFromEnv, type BearerToken } from '../config/environment-services';
 
 /** True when the Authorization header carries exactly this bearer token. */
 export function bearerMatches(header: string | undefined, token: string): boolean {
