@@ -11,7 +11,8 @@
 //
 // Also here: expandPlaceholders (a prompt's `<image>` / `<audio>` token repeated once per embedding)
 // and embeddingIndex (the gather index that puts the media embeddings at those positions).
-import { gptBlock, gptBlockParameters, LAYER_NORM_EPS, type MediaInputs, type ModelConfig, type ParameterSpec, type TensorOps } from './model';
+import { gptBlock, gptBlockParameters, LAYER_NORM_EPS } from './gpt-block';
+import type { MediaInputs, ModelConfig, ParameterSpec, TensorOps } from './model';
 
 /** Kernel width of both audio convolutions (Whisper's). */
 export const AUDIO_KERNEL = 3;

@@ -9,7 +9,8 @@ import type { Environment, Observation, StepResult } from './interaction';
 import { describeStop, SandboxCallError, sandboxModule, SandboxStopped, type ModuleRef, type SandboxModule, type SandboxThread } from './sandbox';
 import { sandboxLoadTimeoutMs } from './sandbox-protocol';
 import type { Task, TaskPrompt } from './task';
-import { UserModuleError, type ScoredSample, type UserModuleErrorCode } from './user-modules';
+import { UserModuleError, type UserModuleErrorCode } from './user-module-error';
+import type { ScoredSample } from './user-modules';
 
 /** A proxy's call with an explicit timeout: fn[SANDBOX_CALL](input, timeoutMs), env[SANDBOX_CALL](method, arg, timeoutMs). */
 export const SANDBOX_CALL = Symbol.for('relax.sandboxCall');

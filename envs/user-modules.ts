@@ -28,6 +28,9 @@ import { rewardTarget, sandboxedExport, SANDBOX_CALL, scoreSandboxed, taskReward
 import { stopSandboxes } from './sandbox';
 import { sandboxEnabled } from './sandbox-protocol';
 import type { Task, TaskPrompt } from './task';
+import { UserModuleError, type UserModuleErrorCode } from './user-module-error';
+
+export { UserModuleError, type UserModuleErrorCode } from './user-module-error';
 
 /**
  * The input of a sample-scope reward function. `response` is the decoded response with special
@@ -70,21 +73,6 @@ export type LoadedReward =
 export interface ScoredSample {
   reward: number | null;
   error: string | null;
-}
-
-export type UserModuleErrorCode = 'not_found' | 'load_failed' | 'missing_export' | 'not_a_function';
-
-/** A user module (reward, env, generate or task) that cannot be used, with a message that says how to fix it. */
-export class UserModuleError extends Error {
-  constructor(
-    message: string,
-    readonly code: UserModuleErrorCode,
-    readonly module: string,
-    readonly cwd: string,
-  ) {
-    super(message);
-    this.name = 'UserModuleError';
-  }
 }
 
 const MAX_ERROR_CHARS = 1000;

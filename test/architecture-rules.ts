@@ -51,8 +51,8 @@ const CLIENT_STORE_PACKAGES = ['pg'];
 const SQL_LAYERS: Layer[] = ['store', 'test'];
 export const SKIPPED_DIRS = ['test/fixtures', 'test/histories'];
 
-export type Rule = 'parse' | 'layering' | 'file-length' | 'header-comment' | 'function-length' | 'exception-cap' | 'sql' | 'env';
-export const RULES: Rule[] = ['parse', 'layering', 'file-length', 'header-comment', 'function-length', 'exception-cap', 'sql', 'env'];
+export type Rule = 'parse' | 'layering' | 'file-length' | 'header-comment' | 'function-length' | 'exception-cap' | 'sql' | 'env' | 'packages' | 'cycles';
+export const RULES: Rule[] = ['parse', 'layering', 'file-length', 'header-comment', 'function-length', 'exception-cap', 'sql', 'env', 'packages', 'cycles'];
 export interface Violation { file: string; line: number; rule: Rule; detail: string }
 export const format = (v: Violation): string => `${v.file}:${v.line}: ${v.rule}: ${v.detail}`;
 
@@ -80,7 +80,7 @@ export const layerOf = (file: string): Layer | undefined => {
 };
 
 // One module reference in a file: what it names, where, and whether it is erased at compile time.
-interface ImportRef { specifier: string; line: number; typeOnly: boolean; kind: string }
+export interface ImportRef { specifier: string; line: number; typeOnly: boolean; kind: string }
 
 function stringArgument(node: unknown): string | undefined {
   if (!isNode(node)) return undefined;
@@ -97,7 +97,7 @@ const everySpecifier = (node: AstNode, kindKey: 'importKind' | 'exportKind'): bo
   return specifiers.length > 0 && specifiers.every((s) => s[kindKey] === 'type');
 };
 
-function collectImports(ast: AstNode): ImportRef[] {
+export function collectImports(ast: AstNode): ImportRef[] {
   const refs: ImportRef[] = [];
   const add = (specifier: string | undefined, node: AstNode, typeOnly: boolean, kind: string): void => {
     if (specifier !== undefined) refs.push({ specifier, line: lineOf(node), typeOnly, kind });
@@ -135,10 +135,10 @@ function collectImports(ast: AstNode): ImportRef[] {
   return refs;
 }
 
-const isRelative = (specifier: string): boolean =>
+export const isRelative = (specifier: string): boolean =>
   specifier === '.' || specifier === '..' || specifier.startsWith('./') || specifier.startsWith('../');
 const stripExtension = (p: string): string => p.replace(/\.(?:[cm]?js|[cm]?ts)$/, '');
-const packageName = (specifier: string): string =>
+export const packageName = (specifier: string): string =>
   specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/');
 
 function layeringViolations(file: string, ast: AstNode): Violation[] {
@@ -270,10 +270,10 @@ export function checkSource(file: string, source: string): Violation[] {
 }
 
 const NODE_BUILTINS = new Set(builtinModules);
-const isBuiltin = (specifier: string): boolean => specifier.startsWith('node:') || NODE_BUILTINS.has(specifier.split('/')[0]);
+export const isBuiltin = (specifier: string): boolean => specifier.startsWith('node:') || NODE_BUILTINS.has(specifier.split('/')[0]);
 
 // The repo-relative file a relative specifier of `from` names, among `sources` (x.ts or x/index.ts).
-function resolveSource(from: string, specifier: string, sources: ReadonlyMap<string, string>): string | undefined {
+export function resolveSource(from: string, specifier: string, sources: ReadonlyMap<string, string>): string | undefined {
   const base = stripExtension(path.posix.normalize(path.posix.join(path.posix.dirname(from), specifier)));
   return [`${base}.ts`, `${base}/index.ts`].find((candidate) => sources.has(candidate));
 }

@@ -1,9 +1,10 @@
-// The architecture rules of docs/architecture.md (layering, file-length, header-comment,
-// function-length, exception-cap: how many long files and functions may say why, sql: SQL statements only in store/, env: environment variables read only in
-// config/environment*.ts), checked by reading the TypeScript sources (not dist/): the rule engine
-// (test/architecture-rules.ts, test/architecture-env-rule.ts) on made-up sources, then on every source
-// file (test/architecture-length-rules.ts for the length rules and their caps). Needs no services. Every violation is collected and reported in one failure, as
-// `file:line: rule: detail`.
+// The architecture rules of docs/architecture.md, checked by reading the TypeScript sources (not
+// dist/): layering, file-length, header-comment, function-length, exception-cap (how many long
+// files and functions may say why), sql (statements only in store/), env (variables read only in
+// config/environment*.ts), packages (npm packages per folder, runtime dependencies only) and cycles
+// (no value-import cycle). The rule engine (test/architecture-rules.ts, -length-rules.ts,
+// -env-rule.ts, -graph-rules.ts) on made-up sources, then on every source file. Needs no services.
+// Every violation is collected and reported in one failure, as `file:line: rule: detail`.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -11,6 +12,7 @@ import { test } from 'node:test';
 import { envViolations } from './architecture-env-rule';
 import { checkSource, clientStoreViolations, format, LAYERS, RULES, SKIPPED_DIRS, type Rule } from './architecture-rules';
 import { exceptionCapViolations, lengthViolations } from './architecture-length-rules';
+import { cycleViolations, packageViolations } from './architecture-graph-rules';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
@@ -214,8 +216,27 @@ test('the sources follow the architecture rules (docs/architecture.md)', () => {
   const files = sourceFiles(ROOT);
   assert.ok(files.length > 0, `no sources found under ${ROOT}`);
   const sources = new Map(files.map((file) => [file, fs.readFileSync(path.join(ROOT, file), 'utf8')]));
-  const violations = [...files.flatMap((file) => [...checkSource(file, sources.get(file)!), ...lengthViolations(file, sources.get(file)!), ...envViolations(file, sources.get(file)!)]), ...clientStoreViolations(sources), ...exceptionCapViolations(sources)];
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies?: Record<string, string>; optionalDependencies?: Record<string, string> };
+  const runtime = new Set([...Object.keys(pkg.dependencies ?? {}), ...Object.keys(pkg.optionalDependencies ?? {})]);
+  const perFile = (file: string, source: string) => [...checkSource(file, source), ...lengthViolations(file, source), ...envViolations(file, source), ...packageViolations(file, source, runtime)];
+  const violations = [...files.flatMap((file) => perFile(file, sources.get(file)!)), ...clientStoreViolations(sources), ...exceptionCapViolations(sources), ...cycleViolations(sources)];
   violations.sort((a, b) => RULES.indexOf(a.rule) - RULES.indexOf(b.rule) || a.file.localeCompare(b.file) || a.line - b.line);
   const listing = violations.map(format).join('\n');
   assert.equal(violations.length, 0, `${violations.length} architecture violation(s) in ${files.length} files:\n${listing}`);
+});
+
+test('the rule engine itself: npm packages per folder, and no value-import cycles', () => {
+  const runtime = new Set(['pg', 'zod', '@tensorflow/tfjs']);
+  const pkgs = (file: string, source: string) => packageViolations(file, `// Fake.\n${source}\n`, runtime).map(format);
+  assert.deepEqual(pkgs('store/s.ts', "import { Pool } from 'pg';\nimport fs from 'node:fs';\nimport { x } from './x';"), []);
+  assert.match(pkgs('store/s.ts', "import { z } from 'zod';")[0], /^store\/s\.ts:2: packages: store\/ may not import 'zod'/);
+  assert.match(pkgs('workflows/w.ts', "import type { Pool } from 'pg';")[0], /workflows\/ may not import 'pg'/);
+  assert.equal(pkgs('engines/e.ts', "const ort = require('onnxruntime-node');").length, 1, 'a runtime require is an import: onnxruntime-node is allowed in engines/ but not a dependency here');
+  assert.deepEqual(pkgs('engines/e.ts', "import * as tf from '@tensorflow/tfjs';\nimport type { Data } from '@tensorflow/tfjs/dist/x';"), []);
+  assert.deepEqual(pkgs('test/t.test.ts', "import fc from 'fast-check';"), []);
+  const cycle = (files: Record<string, string>) => cycleViolations(new Map(Object.entries(files).map(([f, s]) => [f, `// Fake.\n${s}\n`]))).map(format);
+  assert.deepEqual(cycle({ 'engines/a.ts': "import { b } from './b';", 'engines/b.ts': "import type { A } from './a';" }), []);
+  const found = cycle({ 'engines/a.ts': "import { b } from './b';", 'engines/b.ts': "import { c } from './c';", 'engines/c.ts': "export { a } from './a';", 'engines/d.ts': "import { a } from './a';" });
+  assert.equal(found.length, 1);
+  assert.match(found[0], /^engines\/a\.ts:2: cycles: value imports go round engines\/a\.ts <-> engines\/b\.ts <-> engines\/c\.ts/);
 });
