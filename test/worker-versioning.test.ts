@@ -14,13 +14,18 @@ const RUN: RunConfigInput = {
   rollout: { prompts_per_step: 4, max_new_tokens: 4 },
   train: { steps: 6, eval_every: 100 },
 };
-const DEPLOYMENT = uniqueId('relax-versioning');
+// The default deployment: the suites share one Temporal server and one control task queue, and a
+// task queue follows the deployment that last made a version of it current. Under another name,
+// this test's build B would stay the queue's current version after it (no worker polls it), and
+// the next suite's control worker, promoting build wf-... of "relax" that is already that
+// deployment's current version, would change nothing: its runs would wait for build B.
+const DEPLOYMENT = 'relax';
 let stack: WorkerStack;
 let buildB: TestProcess | undefined;
 
 before(async () => {
   // The train and rollout workers are unversioned; only the control worker (the workflows) has builds.
-  stack = await startWorkerStack(['train', 'rollout'], { RELAX_DEPLOYMENT_NAME: DEPLOYMENT }, 'relax-versioning-');
+  stack = await startWorkerStack(['train', 'rollout'], {}, 'relax-versioning-');
 });
 
 after(async () => {
@@ -38,7 +43,7 @@ async function taskBuilds(workflowId: string): Promise<string[]> {
 }
 
 test('a run started on build A finishes on build A after build B becomes current; a new run runs on build B', async () => {
-  const env = { TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS as string, DATABASE_URL: stack.db.url, RELAX_HOME: stack.home, RELAX_DEPLOYMENT_NAME: DEPLOYMENT };
+  const env = { TEMPORAL_ADDRESS: process.env.TEMPORAL_ADDRESS as string, DATABASE_URL: stack.db.url, RELAX_HOME: stack.home };
   const buildA = await startWorkerProcess('control', { ...env, RELAX_BUILD_ID: 'build-a' } as typeof env);
   stack.workers.push(buildA);
   assert.match(buildA.output.join('\n'), new RegExp(`as build build-a of deployment ${DEPLOYMENT}`));
