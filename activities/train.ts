@@ -443,6 +443,7 @@ export async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promis
  * input always gets the same verdict, so a retry skips or trains as the first attempt did.
  */
 async function trainStepActivity(ctx: WorkerContext, input: TrainStepInput): Promise<TrainStepResult> {
+  // Builds before the step spine (2026-12-06) judge the rollout themselves and send no slices.
   if (!input.rollout) return trainStep(ctx, input);
   const { runId, step, fromVersion } = input;
   const rollout = mergeRolloutStats(input.rollout);
@@ -463,6 +464,8 @@ export function createTrainActivities(ctx: WorkerContext) {
     // Heartbeats for the whole step: building a trainer (its weights copied to the trainer thread) and
     // publishing take seconds on a real model, like the update itself.
     trainStep: (input: TrainStepInput) => failuresMapped(() => withHeartbeats(() => oneStepAtATime(input.runId, () => trainStepActivity(ctx, input)))),
+    // Train workers are unversioned: runs pinned to builds before the step spine still schedule it.
+    skipStep: (input: SkipStepInput) => failuresMapped(() => skipStep(ctx, input)),
   };
 }
 

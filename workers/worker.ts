@@ -136,16 +136,6 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   health.stopPolling = () => {
     for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
   };
-  if (versioned && deployment.promote) {
-    // New runs start on this build once it is current; runs pinned to an older build finish there.
-    const promoted = promoteBuild(connection, { namespace: opts.namespace, ...versioned, identity });
-    await Promise.race([promoted, done]).catch(async (err) => {
-      shutdownRunning(workers);
-      await done.catch(() => undefined);
-      await Promise.allSettled([reaper.stop(), workflowStates.close(), metrics?.close(), tracing?.shutdown(), connection.close(), pool!.end()]);
-      throw err;
-    });
-  }
   const closed = done.finally(async () => {
     await reaper.stop();
     await workflowStates.close();
@@ -155,6 +145,15 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     await connection.close().catch(() => undefined);
     await pool.end().catch(() => undefined);
   });
+  if (versioned && deployment.promote) {
+    // New runs start on this build once it is current; runs pinned to an older build finish there.
+    const promoted = promoteBuild(connection, { namespace: opts.namespace, ...versioned, identity });
+    await Promise.race([promoted, done]).catch(async (err) => {
+      shutdownRunning(workers);
+      await closed.catch(() => undefined);
+      throw err;
+    });
+  }
   const running: RunningWorker = {
     identity,
     instanceQueue,
