@@ -7,7 +7,7 @@ import path from 'node:path';
 import { before, test } from 'node:test';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
-import { bundleWorkflows } from '../workers/worker';
+import { bundleWorkflows } from '../workers/workflow-bundle';
 
 // Compiled to dist/test/; the recorded JSON stays in the source tree.
 

@@ -15,7 +15,7 @@ import { after, before, test } from 'node:test';
 import { historyFromJSON, type History } from '@temporalio/common/lib/proto-utils';
 import { Worker } from '@temporalio/worker';
 import { RelaxClient } from '../client';
-import { bundleWorkflows } from '../workers/worker';
+import { bundleWorkflows } from '../workers/workflow-bundle';
 import { sharedTemporalAddress, startWorkerProcess, startWorkerStack, uniqueId, waitFor, type TestProcess, type WorkerStack } from './helpers';
 
 interface OtlpValue { stringValue?: string; intValue?: string | number; boolValue?: boolean }

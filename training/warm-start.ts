@@ -4,7 +4,8 @@
 // workflow's warmStart activity (activities/train.ts) calls loadOrTrainWarmStart with it. The
 // recipes themselves are data in config/recipes.ts; the calculator's warm start trains here too.
 import { createHash } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import type { SftInitConfig } from '../config/init-config';
 import { ADD2_SFT_INIT, CALCULATOR_GRPO } from '../config/recipes';
@@ -103,10 +104,64 @@ export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, ca
   }
   let running = training.get(root);
   if (!running) {
-    running = trainWarmStart(config, sft, task, model, root, log).finally(() => training.delete(root));
+    running = underLock(root, model, log, () => trainWarmStart(config, sft, task, model, root, log)).finally(() => training.delete(root));
     training.set(root, running);
   }
   return running;
+}
+
+/**
+ * Trains under `${root}.lock` (a file created exclusively, naming this host and process), so two
+ * processes that need the same warm start at once (two runs, two test lanes) train it once: the
+ * second waits for the first and reads the cache. A lock whose process has gone (on this host) or
+ * that is over two hours old is taken over.
+ */
+async function underLock(root: string, model: ModelConfig, log: (line: string) => void, train: () => Promise<WarmStart>): Promise<WarmStart> {
+  const lock = `${root}.lock`;
+  await mkdir(path.dirname(lock), { recursive: true });
+  let told = false;
+  for (;;) {
+    const held = await writeFile(lock, JSON.stringify({ host: os.hostname(), pid: process.pid }), { flag: 'wx', mode: 0o600 }).then(
+      () => false,
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EEXIST') return true;
+        throw err;
+      },
+    );
+    if (!held) {
+      try {
+        return (await cachedWarmStart(root, model)) ?? (await train());
+      } finally {
+        await rm(lock, { force: true });
+      }
+    }
+    const found = await cachedWarmStart(root, model);
+    if (found) return found;
+    if (await staleLock(lock)) {
+      await rm(lock, { force: true });
+      continue;
+    }
+    if (!told) log(`[sft] warm start: another process is training it (${lock}); waiting for it`);
+    told = true;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
+async function staleLock(lock: string): Promise<boolean> {
+  try {
+    const [text, info] = await Promise.all([readFile(lock, 'utf8'), stat(lock)]);
+    if (Date.now() - info.mtimeMs > 2 * 3600_000) return true;
+    const holder = JSON.parse(text) as { host?: string; pid?: number };
+    if (holder.host !== os.hostname() || typeof holder.pid !== 'number') return false;
+    try {
+      process.kill(holder.pid, 0);
+      return false;
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'ESRCH';
+    }
+  } catch {
+    return false; // released (or still being written) meanwhile: look again
+  }
 }
 
 async function trainWarmStart(config: RunConfig, sft: SftRecipe, task: Task, model: ModelConfig, root: string, log: (line: string) => void): Promise<WarmStart> {

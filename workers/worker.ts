@@ -2,7 +2,7 @@
 // queue, so work can go to any worker of the role or be pinned to this one.
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
+import { NativeConnection, Worker, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { activitiesForRole } from '../activities';
 import type { WorkerContext } from '../activities/context';
 import { DEVICE_ROLES, instanceTaskQueue, roleTaskQueue, type Role } from '../config/task-queues';
@@ -19,7 +19,8 @@ import { deploymentOptions, promoteBuild } from './deployment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../security/temporal-connection';
-import { startTracing, tracingWorkflowModules } from '../telemetry/tracing';
+import { startTracing } from '../telemetry/tracing';
+import { bundleWorkflows } from './workflow-bundle';
 
 export interface WorkerOptions {
   role: Role;
@@ -75,22 +76,6 @@ async function externalEngineSetup(role: Role): Promise<{ url: string; token?: s
  * A worker polls again as soon as it has a task, and its activities still run concurrently.
  */
 const ROLLOUT_POLLER = { type: 'simple-maximum', maximum: 1 } as const;
-
-export const workflowsPath = require.resolve('../workflows');
-
-/** The workflows' bundle; `tracing`: with the OpenTelemetry workflow interceptors (config/tracing.ts). */
-export function bundleWorkflows(opts: { tracing?: boolean } = {}): Promise<WorkflowBundleWithSourceMap> {
-  return bundleWorkflowCode({ workflowsPath, logger: quietBundlerLogger, ...(opts.tracing ? { workflowInterceptorModules: tracingWorkflowModules() } : {}) });
-}
-
-const quietBundlerLogger = {
-  log: () => undefined,
-  trace: () => undefined,
-  debug: () => undefined,
-  info: () => undefined,
-  warn: (message: string) => console.warn(`[bundler] ${message}`),
-  error: (message: string) => console.error(`[bundler] ${message}`),
-};
 
 export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   if (opts.role === 'control' && opts.device.kind !== 'cpu') {
