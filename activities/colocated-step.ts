@@ -19,7 +19,7 @@ import { attachReferenceLogprobs, rolloutStats, rolloutStatsFromMetrics, rollout
 import { failuresMapped, spanned, withHeartbeats, type WorkerContext } from './context';
 import { referenceOf } from './reference';
 import { asRolloutFailure, measured, RunPolicies } from './rollout';
-import { heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainStep, type FreshBatchSource, type StepHooks, type TrainStepInput, type TrainStepResult } from './train';
+import { claimBatch, heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainOnBatch, type Claim, type Pipelining, type TrainStepInput, type TrainStepResult } from './train';
 
 /** What the step's rollout produced, for the workflow's progress (the samples stay in Postgres). */
 export interface ColocatedRollout extends RolloutStats {
@@ -50,45 +50,43 @@ async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainSte
 }
 
 /** The step's batch made here: generated, checked against the failure budget, held in memory and recorded in the transfer queue meanwhile. */
-function freshBatch(ctx: WorkerContext, input: TrainStepInput, iteration: number, report: (r: ColocatedRollout) => void): FreshBatchSource {
-  return async (run) => {
-    const { runId, step, fromVersion } = input;
-    const c = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
-    const started = Date.now();
-    // A version an earlier attempt published before it died (its set unrecorded) is adopted, not trained again.
-    const [samples, publishedBefore] = await Promise.all([generateHere(ctx, run, input, iteration), getCheckpoint(ctx.pool, runId, fromVersion + 1)]);
-    const rollout = { ...rolloutStats(samples), busyMs: Date.now() - started };
-    report(rollout);
-    const rolloutMetrics = { ...rolloutStatsMetrics(rollout), rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
-    // Over the budget (the run fails) or skipped, the samples are written for their errors to be read.
-    const budget = c.train.failure_budget;
-    const write = () => insertSamples(ctx.pool, runId, samples, { engine: ctx.identity });
-    let verdict: 'train' | 'skip';
-    try {
-      verdict = stepVerdict(rollout, budget, step);
-    } catch (err) {
-      await write();
-      throw err;
+async function freshBatch(ctx: WorkerContext, run: RunContext, input: TrainStepInput, iteration: number, report: (r: ColocatedRollout) => void): Promise<Claim> {
+  const { runId, step, fromVersion } = input;
+  const c = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
+  const started = Date.now();
+  // A version an earlier attempt published before it died (its set unrecorded) is adopted, not trained again.
+  const [samples, publishedBefore] = await Promise.all([generateHere(ctx, run, input, iteration), getCheckpoint(ctx.pool, runId, fromVersion + 1)]);
+  const rollout = { ...rolloutStats(samples), busyMs: Date.now() - started };
+  report(rollout);
+  const rolloutMetrics = { ...rolloutStatsMetrics(rollout), rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
+  // Over the budget (the run fails) or skipped, the samples are written for their errors to be read.
+  const budget = c.train.failure_budget;
+  const write = () => insertSamples(ctx.pool, runId, samples, { engine: ctx.identity });
+  let verdict: 'train' | 'skip';
+  try {
+    verdict = stepVerdict(rollout, budget, step);
+  } catch (err) {
+    await write();
+    throw err;
+  }
+  if (verdict === 'skip') {
+    await write();
+    return { done: await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics }) };
+  }
+  // The same rules as the transfer queue (float32 numbers, key order), applied in memory.
+  const request = { size: rollout.samples, iteration, requireRefLogprobs: c.algorithm.kl_coef > 0, fromVersion };
+  const buffer = new InMemorySampleBuffer();
+  await buffer.put(samples);
+  const batch = (await buffer.claim(step, request)) ?? [];
+  // The samples written and recorded as the step's set in one transaction, with the advantages.
+  const record = async (advantages: number[]) => {
+    const trained = batch.map((b, i) => ({ iteration: b.iteration, groupIndex: b.groupIndex, sampleIndex: b.sampleIndex, advantage: advantages[i] }));
+    const recorded = await recordGeneratedStep(ctx.pool, runId, step, samples, trained, { engine: ctx.identity });
+    if (recorded.reused && !sameKeys(recorded.keys, batch)) {
+      throw ApplicationFailure.create({ message: `step ${step} of run ${runId}: the transfer queue recorded another sample set (${recorded.keys.length} samples) than the ${batch.length} generated for it; retrying the step trains on the recorded set`, type: 'NoSamples' satisfies RetryableFailureType });
     }
-    if (verdict === 'skip') {
-      await write();
-      return { done: await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics }) };
-    }
-    // The same rules as the transfer queue (float32 numbers, key order), applied in memory.
-    const request = { size: rollout.samples, iteration, requireRefLogprobs: c.algorithm.kl_coef > 0, fromVersion };
-    const buffer = new InMemorySampleBuffer();
-    await buffer.put(samples);
-    const batch = (await buffer.claim(step, request)) ?? [];
-    // The samples written and recorded as the step's set in one transaction, with the advantages.
-    const record = async (advantages: number[]) => {
-      const trained = batch.map((b, i) => ({ iteration: b.iteration, groupIndex: b.groupIndex, sampleIndex: b.sampleIndex, advantage: advantages[i] }));
-      const recorded = await recordGeneratedStep(ctx.pool, runId, step, samples, trained, { engine: ctx.identity });
-      if (recorded.reused && !sameKeys(recorded.keys, batch)) {
-        throw ApplicationFailure.create({ message: `step ${step} of run ${runId}: the transfer queue recorded another sample set (${recorded.keys.length} samples) than the ${batch.length} generated for it; retrying the step trains on the recorded set`, type: 'NoSamples' satisfies RetryableFailureType });
-      }
-    };
-    return { samples: batch, record, rolloutMetrics, publishedBefore };
   };
+  return { samples: batch, record, rolloutMetrics, publishedBefore };
 }
 
 function sameKeys(a: ReadonlyArray<{ iteration: number; groupIndex: number; sampleIndex: number }>, b: readonly TrainSample[]): boolean {
@@ -167,18 +165,21 @@ async function colocatedStep(ctx: WorkerContext, input: ColocatedStepInput): Pro
     const started = after.fromHere && before ? early.then((s) => ({ ...s, startedAt: new Date(), previousEnd: new Date(before.updatedAt) })) : early;
     const stepInput: TrainStepInput = { ...input, fromVersion, iteration };
     let rollout: ColocatedRollout | undefined;
-    const hooks: StepHooks = {
+    const pipelining: Pipelining = {
       updated: (version) => {
         mine.updatedAt = Date.now();
         mine.updated.resolve(version);
       },
-      started,
       // Trained from the step before's weights in this process: published only if that step completes here.
       beforePublish: async () => {
         if (after.fromHere) await before?.done.promise;
       },
     };
-    const result = await trainStep(ctx, stepInput, freshBatch(ctx, stepInput, iteration, (r) => (rollout = r)), hooks);
+    // A step with no record yet generates its batch here; one with a record (a retry after its set
+    // was recorded) claims the recorded set like any train step, or finds it done.
+    const start = await started;
+    const claim = start.recorded ? await claimBatch(ctx, start.run, { ...stepInput, iteration }, start.recorded) : await freshBatch(ctx, start.run, stepInput, iteration, (r) => (rollout = r));
+    const result = 'done' in claim ? claim.done : await trainOnBatch(ctx, stepInput, start, claim, pipelining);
     mine.updatedAt ||= Date.now();
     mine.updated.resolve(result.policyVersion);
     mine.done.resolve();

@@ -14,15 +14,15 @@ import type { Role } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { readMetrics } from '../store/metrics';
 import { ADD2_GRPO } from '../config/recipes';
-import { loadOrTrainWarmStart, type SftRecipe } from '../training/warm-start';
+import { ADD2_SFT, loadOrTrainWarmStart } from '../training/warm-start';
+import { relaxEnvironment } from '../config/environment';
 import { checkCheckpointRegistry, freshDatabase, sharedTemporalAddress, spawnRelax, uniqueId, type TestDatabase, type TestProcess } from './helpers';
 
-// 80 steps: +18 points here; at 60 the rise is only just 10 points, too close to the threshold.
-const STEPS = 80;
+// From the quickstart's warm start (ADD2_SFT, about 56% held-out, in the shared cache: the suites
+// and lanes that start from it train it once), 30 steps are enough for a clear rise.
+const STEPS = 30;
 const PROMPTS_PER_STEP = 64;
-const EVAL_EVERY = 20;
-// The warm start stops at 30% or more (not at the band's lower edge), so GRPO starts with signal in most groups.
-const SFT: SftRecipe = { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.2, 0.6], target: 0.3 };
+const EVAL_EVERY = 10;
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
@@ -30,7 +30,7 @@ test('GRPO from an SFT warm start, through the trainingRun workflow on real work
   const started = performance.now();
   const seconds = () => ((performance.now() - started) / 1000).toFixed(1);
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-grpo-learning-'));
-  const cache = path.join(tmp, 'warm');
+  const cache = relaxEnvironment().warmStartCache;
   const home = path.join(tmp, 'home');
   fs.mkdirSync(home);
   const workers: TestProcess[] = [];
@@ -47,10 +47,10 @@ test('GRPO from an SFT warm start, through the trainingRun workflow on real work
     assert.equal(parsed.algorithm.kl_coef, 0, 'no KL term: the stack below has no reference worker');
 
     await loadTfjsBackend({ kind: 'cpu' });
-    const warm = await loadOrTrainWarmStart(parsed, SFT, cache);
-    assert.ok(warm.accuracy >= 0.2 && warm.accuracy <= 0.6, `warm start accuracy ${warm.accuracy} outside [0.2, 0.6]`);
+    const warm = await loadOrTrainWarmStart(parsed, ADD2_SFT, cache);
+    assert.ok(warm.accuracy >= ADD2_SFT.band[0] && warm.accuracy <= ADD2_SFT.band[1], `warm start accuracy ${warm.accuracy} outside ${JSON.stringify(ADD2_SFT.band)}`);
     // The cache returns the identical checkpoint the second time.
-    const again = await loadOrTrainWarmStart(parsed, SFT, cache);
+    const again = await loadOrTrainWarmStart(parsed, ADD2_SFT, cache);
     assert.equal(again.cached, true);
     assert.equal(again.dir, warm.dir);
     for (const [name, w] of Object.entries(warm.weights)) assert.deepEqual(again.weights[name], w, `cached ${name}`);
@@ -100,7 +100,7 @@ test('GRPO from an SFT warm start, through the trainingRun workflow on real work
     const firstTen = mean(rewards.slice(0, 10));
     const lastTen = mean(rewards.slice(-10));
 
-    // Exactly once: steps 1..60 each applied once, step s producing version s from all 64 x 8
+    // Exactly once: steps 1..STEPS each applied once, step s producing version s from all 64 x 8
     // samples of iteration s - 1; every published version registered once with intact files.
     const { rows: steps } = await db.pool.query<{ step: number; status: string; policy_version: number; sample_count: number }>(
       'SELECT step, status, policy_version, sample_count FROM train_steps WHERE run_id = $1 ORDER BY step',
