@@ -1,7 +1,10 @@
 // A node:test reporter that prints each test file's wall time, slowest first, when the run ends.
 // Files run one at a time (--test-concurrency=1), so a file's time is from the previous file's
 // last event to its own last one (the runner enqueues every file up front, so first events say
-// nothing).
+// nothing). With RELAX_TEST_DURATIONS set, each row is also appended to that file as a JSON line
+// (scripts/test.js prints the ten slowest suites of the whole run from it at the end).
+import { appendFileSync } from 'node:fs';
+
 export default async function* fileDurations(source) {
   const lastEventAt = new Map();
   const counts = new Map();
@@ -24,6 +27,10 @@ export default async function* fileDurations(source) {
     previous = at;
   }
   rows.sort((a, b) => b.seconds - a.seconds);
+  if (process.env.RELAX_TEST_DURATIONS) {
+    const lane = process.env.RELAX_TEST_LANE ?? '';
+    appendFileSync(process.env.RELAX_TEST_DURATIONS, rows.map((r) => `${JSON.stringify({ lane, file: r.file.replace(/^.*\/dist\//, 'dist/'), seconds: r.seconds })}\n`).join(''));
+  }
   yield `# file durations (wall, slowest first; total ${((previous - start) / 1000).toFixed(0)} s)\n`;
   for (const r of rows) yield `#   ${r.seconds.toFixed(1).padStart(7)} s  ${String(r.tests).padStart(3)} tests${r.failed ? ` (${r.failed} failed)` : ''}  ${r.file.replace(/^.*\/dist\//, 'dist/')}\n`;
 }

@@ -20,8 +20,11 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
  * suites that spend most of their time waiting (slow-reward sleeps, cooldowns, timers, workers
  * killed and restarted, webhooks). They run beside the main lane on a Temporal server of their own
  * (the task queue names are the same in every stack). Their output is printed when the main lane ends.
+ * The images learning run follows the audio one there: it balances the lanes (about 20 minutes each).
  */
-const SIDE_LANE = ['multimodal-audio-run', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+const SIDE_LANE = ['multimodal-audio-run', 'multimodal-run', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+/** The PostgreSQL pass has no learning suites: its side lane also takes the chaos suite (about 90 s), to balance it. */
+const DATABASE_SIDE_LANE = [...SIDE_LANE, 'chaos'];
 /** Suites that assert on timing under a load of their own: run alone, after both lanes. */
 const LAST_SUITES = ['long-train-step'];
 
@@ -87,26 +90,28 @@ async function main() {
   const ownCache = !process.env.RELAX_WARM_START_CACHE;
   const warmStartCache = process.env.RELAX_WARM_START_CACHE || fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-warm-starts-'));
   // `out`: a file descriptor for the runner's output (default: this process's stdout).
+  // Every file's wall time, from every lane and pass of this invocation, for the summary at the end.
+  const durations = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-durations-')), 'durations.jsonl');
   const run = (testFiles, env = {}, out = 'inherit') => {
     // TAP for the closing lines CI reads, and each file's wall time (slowest first) at the end, to
     // keep the CI budget in view.
     const reporters = ['--test-reporter=tap', '--test-reporter-destination=stdout', `--test-reporter=${path.join(root, 'scripts', 'test-file-durations.mjs')}`, '--test-reporter-destination=stdout'];
     const args = ['--test', '--test-concurrency=1', '--test-timeout=900000', ...reporters, ...testFiles];
-    const runner = spawn(process.execPath, args, { cwd: root, stdio: ['inherit', out, out], env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, ...env } });
+    const runner = spawn(process.execPath, args, { cwd: root, stdio: ['inherit', out, out], env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, RELAX_TEST_DURATIONS: durations, RELAX_TEST_LANE: 'main', ...env } });
     return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
   };
   let code;
   if (whole) {
     // The whole run (or the database pass): the side lane beside the main one, then LAST_SUITES alone.
     const suites = files.length ? files : allSuites();
-    const side = SIDE_LANE.flatMap((name) => suites.filter((f) => suiteName(f) === name));
+    const side = (args.includes('--database-suites') ? DATABASE_SIDE_LANE : SIDE_LANE).flatMap((name) => suites.filter((f) => suiteName(f) === name));
     const last = suites.filter((f) => LAST_SUITES.includes(suiteName(f)));
     const main = suites.filter((f) => !side.includes(f) && !last.includes(f));
     const sideServer = side.length ? await startTemporalServer({ port: await freePort(), startTimeoutMs: 120_000 }) : undefined;
     const sideLog = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-side-')), 'side-lane.tap');
     const sideOut = fs.openSync(sideLog, 'w');
     if (sideServer) console.log(`[test] side lane (${side.map(suiteName).join(', ')}) beside the main lane, on its own Temporal server at ${sideServer.address}; its output follows the main lane's`);
-    const sideDone = sideServer ? run(side, { TEMPORAL_ADDRESS: sideServer.address }, sideOut) : Promise.resolve(0);
+    const sideDone = sideServer ? run(side, { TEMPORAL_ADDRESS: sideServer.address, RELAX_TEST_LANE: 'side' }, sideOut) : Promise.resolve(0);
     const mainCode = await run(main);
     const sideCode = await sideDone;
     fs.closeSync(sideOut);
@@ -116,19 +121,30 @@ async function main() {
       await sideServer.stop();
     }
     fs.rmSync(path.dirname(sideLog), { recursive: true, force: true });
-    const lastCode = last.length ? await run(last) : 0;
+    const lastCode = last.length ? await run(last, { RELAX_TEST_LANE: 'last' }) : 0;
     code = mainCode || sideCode || lastCode;
   } else {
     code = await run(files);
   }
   if (!files.length && process.env.RELAX_TFJS_BACKEND !== 'wasm') {
     console.log('[test] the engine suites again on the wasm backend (RELAX_TFJS_BACKEND=wasm)');
-    const wasmCode = await run(WASM_SUITES.map((f) => path.join('dist', 'test', `${f}.test.js`)), { RELAX_TFJS_BACKEND: 'wasm' });
+    const wasmCode = await run(WASM_SUITES.map((f) => path.join('dist', 'test', `${f}.test.js`)), { RELAX_TFJS_BACKEND: 'wasm', RELAX_TEST_LANE: 'wasm' });
     code = code || wasmCode;
   }
+  printSlowest(durations);
+  fs.rmSync(path.dirname(durations), { recursive: true, force: true });
   await server.stop();
   if (ownCache) fs.rmSync(warmStartCache, { recursive: true, force: true });
   process.exit(code);
+}
+
+/** The ten slowest suites of the whole invocation, every lane together, to keep the CI budget in view. */
+function printSlowest(file) {
+  if (!fs.existsSync(file)) return;
+  const rows = fs.readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  rows.sort((a, b) => b.seconds - a.seconds);
+  console.log(`[test] the ten slowest suites of this run (of ${rows.length}, every lane):`);
+  for (const r of rows.slice(0, 10)) console.log(`[test]   ${r.seconds.toFixed(1).padStart(7)} s  ${r.lane.padEnd(4)}  ${r.file}`);
 }
 
 main().catch((err) => {

@@ -17,6 +17,7 @@ after(async () => {
 });
 
 test('GRPO through the workflow on audio: held-out accuracy rises clearly from a warm start below 60%', async () => {
-  // Measured in process: 0.53 -> 0.82 in 40 steps.
-  await stack.shortRun('audio', 40, 0.15);
+  // Measured through the workflow (relax bench multimodal --set tasks=audio --set steps=40), from a
+  // 49.5% warm start: 0.65 at step 10, 0.86 at 20, 0.95 at 40. The bench runs the 40; CI the first 20.
+  await stack.shortRun('audio', 20, 0.15);
 });
