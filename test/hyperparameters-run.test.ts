@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
@@ -32,7 +33,7 @@ let stack: WorkerStack;
 before(async () => {
   stack = await startWorkerStack(['control', 'rollout', 'train'], {}, 'relax-hyperparameters-run-');
   await loadTfjsBackend({ kind: 'cpu' });
-  const warm = await loadOrTrainWarmStart(parseRunConfig(RUN), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, stack.home);
+  const warm = await loadOrTrainWarmStart(parseRunConfig(RUN), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, relaxEnvironment().warmStartCache);
   RUN = { ...RUN, checkpoint: { init_from: warm.dir } };
 });
 

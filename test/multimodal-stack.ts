@@ -78,6 +78,7 @@ export class MultimodalStack {
     assert.equal(result.steps, steps);
     const initial = result.initialAccuracy ?? 0;
     const final = result.evalAccuracy ?? 0;
+    console.log(`[${task}] held-out accuracy ${initial} -> ${final} in ${steps} steps (warm start: ${warm.sftSteps} SFT steps)`);
     assert.ok(final >= initial + minRise, `${task}: held-out accuracy rose clearly: ${initial} -> ${final}`);
     return { id, checkpoints, result };
   }

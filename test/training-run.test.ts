@@ -8,6 +8,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
 import { loadOrTrainWarmStart } from '../training/warm-start';
@@ -40,7 +41,7 @@ before(async () => {
   // Target 10% held-out (greedy): sampled at temperature 1 this warm start is right ~3x as often as
   // one stopped at 5% (measured 9-22 of 192 samples against 5-8), so the agent test's 192 episodes
   // are never all wrong by chance.
-  const warm = await loadOrTrainWarmStart(parseRunConfig(SMALL_RUN), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6], target: 0.1 }, home);
+  const warm = await loadOrTrainWarmStart(parseRunConfig(SMALL_RUN), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6], target: 0.1 }, relaxEnvironment().warmStartCache);
   SMALL_RUN = { ...SMALL_RUN, checkpoint: { init_from: warm.dir, every: 2, keep_last: 1 } };
   // The agent test's rollout.agent.command needs the workers' permission (envs/module-policy.ts).
   const env = { TEMPORAL_ADDRESS: sharedTemporalAddress(), DATABASE_URL: db.url, RELAX_HOME: home, RELAX_ALLOW_AGENT_COMMANDS: '1' };
