@@ -11,7 +11,11 @@
 // next run to reuse, and raises its mmap threshold after the first large free. Its RSS then steps
 // up over its first 3-10 runs and moves in a band of tens of MB, whatever it holds (measured: the
 // rollout worker at 277 MB after run 2 and 349-464 MB later). `relax dev` keeps glibc's default:
-// with the fixed threshold, rollout generates 15-25% slower (docs/results.md).
+// with the fixed threshold, rollout generates 15-25% slower (docs/results.md). They also run with at
+// most two malloc arenas (MALLOC_ARENA_MAX): on PostgreSQL the rollout worker's RSS otherwise climbed
+// ~1 MB a run over its first ~8 runs before it levelled off (194 -> 215 MB; its V8 heap stayed at
+// 49-50 MB throughout, printed with the table), and one CI run failed on it (171 -> 191 MB).
+// With two arenas the same run went 201 -> 211 MB.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, test } from 'node:test';
@@ -38,7 +42,7 @@ const RELEASED_SLOT: Partial<Record<Role, string>> = { rollout: 'rollout.policy'
 let stack: WorkerStack;
 
 before(async () => {
-  stack = await startWorkerStack(ROLES, { RELAX_RUN_RELEASE_CHECK_S: '0.5', MALLOC_MMAP_THRESHOLD_: '131072' }, 'relax-memory-');
+  stack = await startWorkerStack(ROLES, { RELAX_RUN_RELEASE_CHECK_S: '0.5', MALLOC_MMAP_THRESHOLD_: '131072', MALLOC_ARENA_MAX: '2' }, 'relax-memory-');
 });
 
 after(async () => {
@@ -63,8 +67,18 @@ async function settledRss(): Promise<Record<string, number>> {
 
 const workerOf = (role: Role) => stack.workers[ROLES.indexOf(role)];
 
+/** The rollout worker's V8 heap in use and its external memory (MB), from its metrics endpoint (diagnostics). */
+async function heapMb(role: Role): Promise<string> {
+  const url = workerOf(role).output.map((l) => / metrics (http:\/\/\S+)/.exec(l)?.[1]).find(Boolean);
+  if (!url) return '?';
+  const text = await (await fetch(url)).text();
+  const read = (name: string) => Number(new RegExp(`^relax_worker_${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(text)?.[1] ?? NaN) / 1048576;
+  return `${read('nodejs_heap_size_used_bytes').toFixed(0)}/${read('nodejs_external_memory_bytes').toFixed(0)}`;
+}
+
 test(`${RUNS} runs on one stack: each worker releases every run when its workflow closes, and its RSS stays flat`, { skip: process.platform !== 'linux' && 'reads /proc' }, async () => {
   const rss: Array<Record<string, number>> = [];
+  const heaps: string[] = [];
   for (let i = 1; i <= RUNS; i++) {
     const id = uniqueId(`memory-${i}`);
     const result = (await stack.temporal.client.workflow.execute('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [RUN] })) as { steps: number };
@@ -74,8 +88,9 @@ test(`${RUNS} runs on one stack: each worker releases every run when its workflo
       assert.ok(line.includes('run.context'), `the ${role} worker released the run's context too: ${line}`);
     }
     rss.push(await settledRss());
+    heaps.push(await heapMb('rollout'));
   }
-  const table = ROLES.map((r) => `${r}: ${rss.map((x) => x[r].toFixed(0)).join(' ')}`).join('\n');
+  const table = `${ROLES.map((r) => `${r}: ${rss.map((x) => x[r].toFixed(0)).join(' ')}`).join('\n')}\nrollout heap used/external (MB): ${heaps.join(' ')}`;
   for (const role of ROLES) {
     const second = rss[1][role];
     const last = rss[RUNS - 1][role];
