@@ -15,17 +15,16 @@ const { startTemporalServer } = require(path.join(root, 'dist', 'workers', 'temp
 const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
 
 /**
- * The side lane, in this order: notifications first (its milestone test trains the quickstart's SFT
- * warm start into the shared cache, ~100 s in one process, before the main lane's grpo-learning,
- * web-ui and warm-start-run read it: training/warm-start.ts makes a second process wait for the
- * first), the audio learning run (its SFT warm start computes in one process
- * for minutes, while the main lane's multi-process suites leave a core idle much of the time), then
- * suites that spend most of their time waiting (slow-reward sleeps, cooldowns, timers, workers
- * killed and restarted, webhooks). They run beside the main lane on a Temporal server of their own
- * (the task queue names are the same in every stack). Their output is printed when the main lane ends.
- * The images learning run follows the audio one there: it balances the lanes (about 20 minutes each).
+ * The side lane: the learning runs that train an SFT warm start in one process for minutes (grpo-
+ * learning trains the quickstart's into the shared cache, which notifications, web-ui and
+ * warm-start-run then read; the audio and images runs), while the main lane's multi-process suites
+ * leave a core idle much of the time, and suites that spend most of their time waiting (slow-reward
+ * sleeps, cooldowns, timers, workers killed and restarted, webhooks). node's test runner runs a
+ * lane's files in name order, whatever the order given. They run beside the main lane on a Temporal
+ * server of their own (the task queue names are the same in every stack). Their output is printed
+ * when the main lane ends. The split balances the lanes (about 22 minutes each here).
  */
-const SIDE_LANE = ['notifications', 'multimodal-audio-run', 'multimodal-run', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'notifications', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+const SIDE_LANE = ['grpo-learning', 'multimodal-audio-run', 'multimodal-run', 'notifications', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
 /** The PostgreSQL pass has no learning suites: its side lane also takes the chaos suite (about 90 s), to balance it. */
 const DATABASE_SIDE_LANE = [...SIDE_LANE, 'chaos'];
 /** Suites that assert on timing under a load of their own: run alone, after both lanes. */
