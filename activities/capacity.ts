@@ -7,6 +7,9 @@ import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { Webhook } from '../config/notify-config';
 import type { EngineKind, RolloutEngineRecord } from '../store/rollout-engines';
 import { postToWebhooks } from './notify';
+import type { HealthAction, HealthReport, RoleHealth, RolloutObservation } from './reports';
+
+export type { HealthAction, HealthReport, RoleHealth, RolloutObservation } from './reports';
 
 /** An engine as the scaling workflow sees it (dates as ISO strings: workflow payloads are JSON). */
 export interface EngineSummary {
@@ -19,58 +22,6 @@ export interface EngineSummary {
   state: RolloutEngineRecord['state'];
   initial: boolean;
   createdAt: string;
-}
-
-/** What the autoscaler sees at one moment (workflows/autoscaler.ts). */
-export interface RolloutObservation {
-  at: string;
-  /** Rollout tasks waiting for a worker (Temporal's approximate backlog of the rollout queue). */
-  backlog: number;
-  /** How long the oldest of them has waited, seconds. */
-  backlogAgeSecs: number;
-  /** Engines the provider runs (not removed). */
-  engines: number;
-  /** Workers polling the rollout queue (any host). */
-  pollers: number;
-  /** Share of the window the engines spent generating (stage spans), when any ran. */
-  rolloutBusy: number | null;
-  /** Share of the window the trainer was not training (waiting for samples), when it trained at all. */
-  trainerWait: number | null;
-}
-
-/** One role's workers as the health manager sees them. */
-export interface RoleHealth {
-  role: string;
-  /** Worker slots of the role (alive or not). */
-  slots: number;
-  /** Alive and ready. */
-  up: number;
-  /** Slots whose process is gone (pid), or is starting again. */
-  down: number[];
-  /** Ready for over hung_after_secs but not among the queue's pollers (identities). */
-  hung: string[];
-}
-
-/** What the health manager's check found (workflows/health-manager.ts). */
-export interface HealthReport {
-  at: string;
-  roles: RoleHealth[];
-  /** External engines that are active: whether they answer their probe. */
-  engines: Array<{ engineId: string; url: string; ok: boolean; problem?: string }>;
-  /** Running runs with at least two applied steps: time since the last one, the median step time. */
-  runs: Array<{ runId: string; lastStepSecsAgo: number; medianStepSecs: number; stalled: boolean }>;
-  disk: { path: string; freeMb: number; low: boolean } | null;
-}
-
-/** One thing the health manager did or saw, with why (recorded, and sent to its webhooks). */
-export interface HealthAction {
-  at: string;
-  /** restart_workers, workers_recovered, stop_routing, run_stalled, run_recovered, disk_low */
-  action: string;
-  /** The role, engine or run it is about. */
-  target?: string;
-  reason: string;
-  detail?: Record<string, unknown>;
 }
 
 export interface HealthCheckOptions {

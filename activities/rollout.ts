@@ -4,6 +4,7 @@
 // (rollout/policy-engine.ts), switched to the versions the trainer publishes. Errors a retry cannot
 // fix leave as non-retryable failures of a stable type (activities/context.ts asActivityFailure).
 import { ApplicationFailure } from '@temporalio/activity';
+import { backOff } from 'exponential-backoff';
 import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
 import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
@@ -15,6 +16,7 @@ import { rolloutSlice, type RolloutSlice } from '../rollout/producers';
 import { agentEndpoints } from '../serving/agent-endpoint';
 import { CheckpointPrunedError, latestCheckpoint } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
+import { tensorboardScalars } from './run-tensorboard';
 import { runningRunIds } from '../store/runs';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
@@ -22,6 +24,9 @@ import { runState, whenLoaded, type RunSlot } from '../training/run-state';
 import { transferQueueBuffer } from '../training/sample-buffer';
 import { rolloutStats, type RolloutStats } from '../training/step';
 import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type EngineFigures, type ExternalEngineHandle, type WorkerContext } from './context';
+import type { LoadedVersion } from './reports';
+
+export type { LoadedVersion } from './reports';
 
 export interface GenerateActivityInput extends RolloutSlice {
   runId: string;
@@ -185,16 +190,36 @@ async function evaluate(ctx: WorkerContext, { runId, policyVersion, step }: { ru
   const policy = await policyAt(ctx, run, policyVersion);
   const { accuracy, metrics } = await evaluateGreedy(policy.engine, run.task, run.task.heldOut(), run.config.rollout.max_new_tokens);
   const evalMetrics = Object.fromEntries(Object.entries(metrics ?? {}).map(([k, v]) => [`eval_${k}`, v]));
-  if (step !== undefined) await recordMetrics(ctx.pool, runId, step, { ...evalMetrics, eval_accuracy: accuracy });
+  if (step !== undefined) {
+    await recordMetrics(ctx.pool, runId, step, { ...evalMetrics, eval_accuracy: accuracy });
+    tensorboardScalars(run, step, { ...evalMetrics, eval_accuracy: accuracy });
+  }
   return { accuracy };
 }
 
-/** What a weight sync loaded: each running run's newest published version, or why it could not. */
-export interface LoadedVersion {
-  runId: string;
-  policyVersion: number;
-  sha256?: string;
-  error?: string;
+const isPruned = (err: unknown) => err instanceof CheckpointPrunedError || (err instanceof ApplicationFailure && err.type === 'PrunedPolicyVersion');
+
+/**
+ * The newest published version of `runId` loaded on this engine, or why it could not load. A version
+ * is pruned by retention once newer ones are published: the newest is taken again (3 tries in all).
+ */
+async function loadNewestVersion(ctx: WorkerContext, runId: string): Promise<LoadedVersion | undefined> {
+  const attempt: { tried?: LoadedVersion } = {};
+  try {
+    return await backOff(async () => {
+      attempt.tried = undefined;
+      const newest = await latestCheckpoint(ctx.pool, runId);
+      if (!newest) return undefined;
+      attempt.tried = { runId, policyVersion: newest.policyVersion };
+      const run = await runContext(ctx, runId);
+      await (ctx.externalEngine ? externalAt(ctx, ctx.externalEngine, run, newest.policyVersion) : (await policies.of(ctx, run)).atVersion(newest.policyVersion));
+      return { ...attempt.tried, sha256: newest.sha256 };
+    }, { numOfAttempts: 3, startingDelay: 0, retry: isPruned });
+  } catch (err) {
+    // An external engine that cannot confirm fails the weight sync (and is marked failed); so does the registry's own failure.
+    if (!attempt.tried || (err instanceof ApplicationFailure && err.type === 'EngineUnhealthy')) throw err;
+    return { ...attempt.tried, error: shortened((err as Error).message, 300) };
+  }
 }
 
 /**
@@ -204,26 +229,10 @@ export interface LoadedVersion {
  * load is reported, not thrown: the engine still loads versions on demand per generate activity.
  */
 async function loadLatestVersions(ctx: WorkerContext): Promise<LoadedVersion[]> {
-  const running = await runningRunIds(ctx.pool);
   const loaded: LoadedVersion[] = [];
-  for (const runId of running) {
-    let last: LoadedVersion | undefined;
-    // A version is pruned by retention once newer ones are published: take the newest again.
-    for (let attempt = 0; attempt < 3 && !last?.sha256; attempt++) {
-      const newest = await latestCheckpoint(ctx.pool, runId);
-      if (!newest) break;
-      try {
-        const run = await runContext(ctx, runId);
-        await (ctx.externalEngine ? externalAt(ctx, ctx.externalEngine, run, newest.policyVersion) : (await policies.of(ctx, run)).atVersion(newest.policyVersion));
-        last = { runId, policyVersion: newest.policyVersion, sha256: newest.sha256 };
-      } catch (err) {
-        // An external engine that cannot confirm fails the weight sync (and is marked failed).
-        if (err instanceof ApplicationFailure && err.type === 'EngineUnhealthy') throw err;
-        last = { runId, policyVersion: newest.policyVersion, error: shortened((err as Error).message, 300) };
-        if (!(err instanceof CheckpointPrunedError || (err instanceof ApplicationFailure && err.type === 'PrunedPolicyVersion'))) break;
-      }
-    }
-    if (last) loaded.push(last);
+  for (const runId of await runningRunIds(ctx.pool)) {
+    const version = await loadNewestVersion(ctx, runId);
+    if (version) loaded.push(version);
   }
   return loaded;
 }

@@ -16,6 +16,7 @@ import { getCheckpoint, type CheckpointRecord } from '../store/checkpoint-regist
 import { CheckpointOverwriteError, loadCheckpoint } from '../engines/checkpoint';
 import type { PolicyWeights } from '../engines/model';
 import { recordMetrics } from '../store/metrics';
+import { tensorboardScalars } from './run-tensorboard';
 import { previousSpanEnd, recordSpan } from '../store/spans';
 import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, type TrainStep } from '../store/transfer-queue';
 import { checkTrainerFitsMemory, trainerOptions } from '../training/options';
@@ -32,6 +33,9 @@ import { protectedVersions } from '../config/placement';
 import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
 import { FAILURE_MESSAGE_MAX_CHARS, failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { warmStart, type WarmStartInput } from './warm-start';
+import { componentLog } from '../telemetry/log';
+
+const trainLog = componentLog('train');
 
 export interface PolicyVersionInfo {
   policyVersion: number;
@@ -124,7 +128,7 @@ export async function heldTrainerWeights(runId: string, version: number): Promis
 }
 
 function dropTrainer(runId: string): void {
-  trainers.get(runId)?.trainer.dispose().catch((err: Error) => console.warn(`[train] run ${runId}: disposing its trainer failed: ${err.message}`));
+  trainers.get(runId)?.trainer.dispose().catch((err: Error) => trainLog.warn({ run: runId, err }, 'disposing its trainer failed'));
   trainers.delete(runId);
 }
 
@@ -150,7 +154,7 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
   const [weights, optimizerState] = await failuresMapped(() => Promise.all([loadPolicyWeights(ctx.pool, run, version), loadOptimizerState(run, version)]));
   const trainer = await RemoteTrainer.create(trainerOptions(run.config, run.model, await withBaseWeights(run.policy, weights)), parseDevice(ctx.device));
   if (optimizerState) await trainer.importOptimizerState(optimizerState);
-  else if (version > 0) console.warn(`[train] run ${run.runId}: no optimizer state for version ${version}; continuing with fresh AdamW moments`);
+  else if (version > 0) trainLog.warn({ run: run.runId }, `no optimizer state for version ${version}; continuing with fresh AdamW moments`);
   trainers.set(run.runId, { trainer, version });
   return trainer;
 }
@@ -273,7 +277,7 @@ async function publishVersion(ctx: WorkerContext, run: RunContext, state: Traine
     if (!(err instanceof CheckpointOverwriteError)) throw err;
     const theirs = await withHeartbeats(() => registeredBySameStep(ctx, run.runId, version, step));
     if (!theirs) throw err;
-    console.warn(`[train] run ${run.runId}: version ${version} was published by a concurrent attempt of step ${step}; adopting it`);
+    trainLog.warn({ run: run.runId }, `version ${version} was published by a concurrent attempt of step ${step}; adopting it`);
     dropTrainer(run.runId);
     return theirs;
   }
@@ -313,6 +317,7 @@ async function recordStep(ctx: WorkerContext, run: RunContext, step: number, ver
     pruneConsumed(ctx.pool, run.runId, { keepLastSteps: c.train.keep_consumed_steps }),
     prunePolicyVersions(ctx.pool, { runId: run.runId, checkpointRoot: run.checkpointRoot, latest: version, every: c.checkpoint.every, keepLast: c.checkpoint.keep_last, protect: protectedVersions(c) }),
   ]);
+  tensorboardScalars(run, step, metrics);
 }
 
 /** The step's update was not finite: skip it (train.on_non_finite "skip") or fail the run, applying nothing. */
@@ -322,9 +327,10 @@ async function onNonFinite(ctx: WorkerContext, run: RunContext, input: TrainStep
   }
   // The sample set stays consumed (recorded), no version is published, the run goes on.
   const reason = `step ${input.step}: ${err.message}`;
-  console.warn(`[train] run ${run.runId}: skipping ${reason} (train.on_non_finite = "skip")`);
+  trainLog.warn({ run: run.runId }, `skipping ${reason} (train.on_non_finite = "skip")`);
   await markStepSkipped(ctx.pool, run.runId, input.step, reason);
   await recordMetrics(ctx.pool, run.runId, input.step, { ...metrics, skipped_non_finite: 1 });
+  tensorboardScalars(run, input.step, { ...metrics, skipped_non_finite: 1 });
   return reason;
 }
 
@@ -440,10 +446,11 @@ export interface SkipStepInput {
  */
 export async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promise<TrainStepResult> {
   const { runId, step, fromVersion, reason } = input;
-  await runContext(ctx, runId);
+  const run = await runContext(ctx, runId);
   const metrics = { ...input.rolloutMetrics, skipped_all_failed: 1 };
-  console.warn(`[train] run ${runId}: skipping step ${step}: ${reason}`);
+  trainLog.warn({ run: runId }, `skipping step ${step}: ${reason}`);
   await Promise.all([recordMetrics(ctx.pool, runId, step, metrics), recordStageEvent(ctx, runId, 'step_skipped', { step, fromVersion, reason })]);
+  tensorboardScalars(run, step, metrics);
   return { step, policyVersion: fromVersion, sha256: '', path: '', samples: 0, metrics, alreadyApplied: false, skipped: reason, worker: ctx.identity };
 }
 

@@ -9,6 +9,9 @@ import type { NonRetryableFailureType } from '../config/failure-types';
 import { shortened } from '../config/json-limits';
 import { loadOrTrainWarmStart, sftRecipeOf, WarmStartBandError } from '../training/warm-start';
 import { FAILURE_MESSAGE_MAX_CHARS, recordStageEvent, runContext, withHeartbeats, type WorkerContext } from './context';
+import { componentLog } from '../telemetry/log';
+
+const warmStartLog = componentLog('warm-start');
 
 export interface WarmStartInput {
   runId: string;
@@ -42,7 +45,7 @@ export async function warmStart(ctx: WorkerContext, { runId }: WarmStartInput): 
   const run = await runContext(ctx, runId);
   const sft = run.config.init?.sft;
   if (!sft) throw invalidConfig(`init.sft: run ${runId} has no init.sft, so there is no warm start to make; set init.sft (or "recipe": "add2") or do not call warmStart`);
-  const log = (line: string) => console.log(`[train] run ${runId}: ${line}`);
+  const log = (line: string) => warmStartLog.info({ run: runId }, line);
   let warm;
   try {
     warm = await withHeartbeats(() => loadOrTrainWarmStart(run.config, sftRecipeOf(sft), warmStartCacheRoot(), log));

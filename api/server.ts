@@ -1,11 +1,12 @@
 // The control API (docs/control-api.md): runs (list, get, start, pause, resume, stop, cancel,
 // hyperparameters, metrics) and rollout capacity (Relax's scale-out / scale-in contract, engines),
 // over the typed client. fastify with zod schemas; the OpenAPI document is generated from them and
-// served at GET /openapi.json. Loopback by default; every mutation needs the bearer token (401
+// served at GET /openapi.json, and browsable with Swagger UI at GET /docs. Loopback by default; every mutation needs the bearer token (401
 // otherwise); reads do not. Errors are `{ error: { type, message } }` with 400, 401, 404, 409 or 503.
 import { HealthConfigError } from '../config/health';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { RelaxClient } from '../client';
 import { NoCapacityProviderError, ScalingConflictError, UnknownOperationError } from '../client/scaling';
@@ -17,6 +18,7 @@ import { registerMetricsRoutes } from './metrics-routes';
 import { registerRolloutRoutes } from './rollout-routes';
 import { registerRunRoutes } from './run-routes';
 import { bearerMatches } from './token';
+import { fastifyLogging } from '../telemetry/http-log';
 
 export { ApiError } from './errors';
 
@@ -53,7 +55,7 @@ function errorReply(err: unknown): { status: number; type: string; message: stri
 }
 
 export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false, bodyLimit: 1024 * 1024 }).withTypeProvider<ZodTypeProvider>();
+  const app = Fastify({ ...fastifyLogging('api'), bodyLimit: 1024 * 1024 }).withTypeProvider<ZodTypeProvider>();
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   await app.register(swagger, {
@@ -63,6 +65,9 @@ export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyI
     },
     transform: jsonSchemaTransform,
   });
+  // Swagger UI at /docs (its document at /docs/json is the same as /openapi.json), read-only: "Try
+  // it out" offers GET requests only, and mutations need the bearer token anyway.
+  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { supportedSubmitMethods: ['get'], deepLinking: true } });
 
   app.addHook('onRequest', async (request, reply) => {
     if (READ_METHODS.has(request.method)) return;
@@ -86,7 +91,7 @@ export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyI
   registerRunRoutes(app, opts.client);
   registerRolloutRoutes(app, opts.client);
   registerMetricsRoutes(app, opts.client);
-  registerDashboardRoutes(app);
+  registerDashboardRoutes(app, opts.client);
   return app;
 }
 

@@ -94,7 +94,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const database = await chaosDatabase();
   const env = { ...process.env, RELAX_HOME: home, TEMPORAL_ADDRESS: '', DATABASE_URL: database.url ?? '' };
   const args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--db-port', String(dbPort), '--api-port', '0',
-    '--rollout-workers', String(WORKERS.rollout), '--train-workers', String(WORKERS.train), '--reference-workers', String(WORKERS.reference)];
+    '--rollout-workers', String(WORKERS.rollout), '--train-workers', String(WORKERS.train), '--reference-workers', String(WORKERS.reference), '--verbose']; // --verbose: the workers' ready lines, which DevProcess counts
   const logFile = path.join(home, 'dev.log');
   const seen = new Map<string, ProcessInfo>();
   const remember = (ps: ProcessInfo[]) => ps.forEach((p) => seen.set(`${p.pid}:${p.startTime}`, p));

@@ -14,6 +14,8 @@ export const DEFAULT_API_PORT = 7380;
 
 export interface StackControl {
   api?: ControlApi;
+  /** Where the API's bearer token comes from (a file or variable), for relax dev's summary. */
+  tokenSource?: string;
   capacity: LocalCapacity;
   stop(): Promise<void>;
 }
@@ -23,12 +25,13 @@ export async function startStackControl(stack: LocalStack, home: string, api: { 
   const capacity = await startLocalCapacity({ stack, security: PLAINTEXT_TEMPORAL });
   let client: RelaxClient | undefined;
   let server: ControlApi | undefined;
+  let tokenSource: string | undefined;
   try {
     if (api.port !== null) {
       const token = resolveApiToken(home);
       client = await RelaxClient.connect({ address: stack.temporalAddress, security: PLAINTEXT_TEMPORAL, databaseUrl: stack.databaseUrl });
       server = await startControlApi({ client, token: token.token, host: api.host, port: api.port, version: api.version });
-      console.log(`  API:       ${server.url}  (mutations need the bearer token in ${token.source}; GET /openapi.json)`);
+      tokenSource = token.source;
     }
   } catch (err) {
     await client?.close();
@@ -36,7 +39,7 @@ export async function startStackControl(stack: LocalStack, home: string, api: { 
     throw err;
   }
   return {
-    ...(server ? { api: server } : {}),
+    ...(server ? { api: server, tokenSource } : {}),
     capacity,
     async stop() {
       await server?.close().catch(() => undefined);

@@ -7,10 +7,11 @@ import { createPool, redactUrl, serverVersion } from '../store/db';
 import { LATEST_SCHEMA_VERSION, schemaVersion } from '../store/migrations';
 import path from 'node:path';
 import { engineThreadsSetting, findTemporalBinary, relaxEnvironment } from '../config/environment';
-import { sdkConnectionOptions, temporalConnectionOptions } from '../security/temporal-connection';
+import { clientConnectionOptions, sdkConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
 import { describeHfWeights, readHfModelConfig } from '../engines/hf-checkpoint';
 import { resolveModelSource } from '../engines/model-sources';
 import { HfTokenizer } from '../engines/tokenizers/hf';
+import { plainTable } from './table';
 
 export interface Check {
   name: string;
@@ -20,9 +21,9 @@ export interface Check {
 }
 
 /** Connects to Temporal and describes the namespace: address, security, namespace, server version. */
-async function probeTemporalServer(opts: { temporalAddress: string; namespace: string; env?: NodeJS.ProcessEnv }): Promise<string> {
+async function probeTemporalServer(opts: { temporalAddress: string; namespace: string; env?: NodeJS.ProcessEnv; profileSecurity?: TemporalConnectionOptions }): Promise<string> {
   // Which security is in use is part of the answer, success or not; never the API key itself.
-  const security = temporalConnectionOptions(opts.env ?? process.env);
+  const security = clientConnectionOptions(opts.env ?? process.env, opts.profileSecurity); // a temporal CLI profile's TLS / API key, as the client uses them
   let connection: Connection;
   try {
     connection = await Connection.connect({ address: opts.temporalAddress, connectTimeout: 3_000, ...sdkConnectionOptions(security) });
@@ -65,7 +66,7 @@ async function probeModel(from: string): Promise<string> {
   return `${dir}: ${info.architecture}, ${weights.parameterCount.toLocaleString('en-US')} parameters (${Object.entries(weights.dtypes).map(([t, n]) => `${n} ${t}`).join(', ')}), ${c.nLayers} layers, d_model ${c.dModel}, ${c.nHeads}/${c.nKvHeads ?? c.nHeads} heads, vocabulary ${tokenizer.vocabSize}, eos ${JSON.stringify(tokenizer.decode([tokenizer.eosId]))}${info.chatTemplate ? ', chat template' : ', no chat template'}`;
 }
 
-export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device; model?: string; env?: NodeJS.ProcessEnv }): Promise<Check[]> {
+export async function runChecks(opts: { temporalAddress: string; namespace: string; databaseUrl?: string; device: Device; model?: string; env?: NodeJS.ProcessEnv; profileSecurity?: TemporalConnectionOptions }): Promise<Check[]> {
   const checks: Check[] = [];
   const check = async (name: string, fn: () => Promise<string>, fix: string) => {
     try {
@@ -140,8 +141,7 @@ export async function runChecks(opts: { temporalAddress: string; namespace: stri
 }
 
 export function formatChecks(checks: Check[]): string {
-  const w = Math.max(...checks.map((c) => c.name.length));
-  const lines = checks.map((c) => `${c.ok ? 'ok  ' : 'FAIL'}  ${c.name.padEnd(w)}  ${c.detail}`);
+  const table = plainTable(checks.map((c) => [c.ok ? 'ok' : 'FAIL', c.name, c.detail]));
   const fixes = checks.filter((c) => !c.ok).map((c) => `  fix ${c.name}: ${c.fix}`);
-  return [...lines, ...(fixes.length ? ['', ...fixes] : [])].join('\n');
+  return [table, ...(fixes.length ? ['', ...fixes] : [])].join('\n');
 }

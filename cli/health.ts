@@ -3,13 +3,14 @@
 import type { Command } from 'commander';
 import { RelaxClient } from '../client';
 import type { HealthStatus } from '../workflows/health-manager';
+import { plainTable } from './table';
 
 export function formatHealth(status: HealthStatus & { execution: string }, actions = 10): string {
   const r = status.lastReport;
   const lines = [`health manager: ${status.execution.toLowerCase()}, every ${status.config.interval_secs} s; ${status.open.length ? `open: ${status.open.join(', ')}` : 'no open problem'}`];
   if (r) {
-    lines.push(`checked ${r.at}`, 'ROLE       WORKERS  UP  DOWN/STARTING  NOT POLLING');
-    for (const x of r.roles) lines.push(`${x.role.padEnd(10)} ${String(x.slots).padEnd(8)} ${String(x.up).padEnd(3)} ${(x.down.join(',') || '-').padEnd(14)} ${x.hung.join(',') || '-'}`);
+    const roles = r.roles.map((x) => [x.role, String(x.slots), String(x.up), x.down.join(',') || '-', x.hung.join(',') || '-']);
+    lines.push(`checked ${r.at}`, plainTable(roles, ['ROLE', 'WORKERS', 'UP', 'DOWN/STARTING', 'NOT POLLING']));
     for (const e of r.engines) lines.push(`engine ${e.engineId} ${e.url}: ${e.ok ? 'answers' : `DOES NOT ANSWER (${e.problem})`}`);
     for (const run of r.runs) lines.push(`run ${run.runId}: last step ${run.lastStepSecsAgo.toFixed(0)} s ago, median step ${run.medianStepSecs.toFixed(1)} s${run.stalled ? '  STALLED' : ''}`);
     if (r.disk) lines.push(`disk: ${r.disk.freeMb} MiB free in ${r.disk.path}${r.disk.low ? '  LOW' : ''}`);

@@ -4,6 +4,8 @@ import path from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { describeError, resolveAddresses } from '../client';
 import { RunConfigError } from '../config/run-config';
+import { ConfigInputError } from '../config/config-file';
+import { PreflightError } from '../config/preflight';
 import { parseDevice } from '../engines/device';
 import { relaxEnvironment } from '../config/environment';
 import { describeBenches, loadBench } from '../bench';
@@ -20,6 +22,7 @@ import { registerScheduleCommands } from './schedule';
 import { registerApiCommand } from './api';
 import { registerDevCommand, registerWorkerCommand } from './stack-commands';
 import { registerQuickstartCommand } from './quickstart';
+import { registerTensorboardCommand } from './tensorboard';
 
 export function buildProgram(): Command {
   const program = new Command('relax')
@@ -42,6 +45,7 @@ export function buildProgram(): Command {
   registerHealthCommand(program);
   addTemporalFlags(program, [...new Set([...TEMPORAL_COMMANDS, ...RUN_COMMANDS, 'schedule'])]);
   registerTraceCommand(program);
+  registerTensorboardCommand(program);
   registerBenchCommand(program);
   return program;
 }
@@ -144,7 +148,8 @@ export function packageVersion(): string {
 
 /**
  * Runs the command line. Exit codes: 0 done (help and --version too), 2 a usage error (unknown
- * option, missing argument, bad value, an invalid run config refused before sending), 1 a runtime
+ * option, missing argument, bad value, an unreadable or invalid run config, or one naming a task, model
+ * or dataset that is not there: refused before sending), 1 a runtime
  * failure (its message is the cause chain of a failed run), 130 detached with Ctrl-C.
  */
 export async function main(argv: string[] = process.argv): Promise<void> {
@@ -157,7 +162,10 @@ export async function main(argv: string[] = process.argv): Promise<void> {
     } else if (err instanceof RunConfigError) {
       console.error(`relax: invalid run config:\n${err.problems.map((p) => `  - ${p}`).join('\n')}`);
       process.exitCode = 2;
-    } else if (err instanceof UsageError) {
+    } else if (err instanceof PreflightError) {
+      console.error(`relax: no workflow was started; the run config names what is not there:\n${err.problems.map((p) => `  - ${p.field}: ${p.message}`).join('\n')}`);
+      process.exitCode = 2;
+    } else if (err instanceof UsageError || err instanceof ConfigInputError) {
       console.error(`relax: ${err.message}`);
       process.exitCode = 2;
     } else {

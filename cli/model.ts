@@ -14,7 +14,7 @@ export function registerModelCommands(program: Command): void {
   const model = program.command('model').description('pretrained models: import GGUF files or named models as Hugging Face directories');
   model
     .command('import <source>')
-    .description(`import a model: a .gguf file, a Hugging Face model directory, or a name (${Object.keys(MODEL_SHORTCUTS).join(', ')}); prints the directory, parameter count and dtypes`)
+    .description(`import a model: a .gguf file, a Hugging Face model directory, a name (${Object.keys(MODEL_SHORTCUTS).join(', ')}), or a Hub id org/name[@revision] (from the Hub cache, HF_HUB_CACHE / HF_HOME, or downloaded); prints the directory, parameter count and dtypes`)
     .option('--out <dir>', 'also copy the resulting Hugging Face directory here')
     .option('--data-dir <dir>', 'project data directory (imports are cached under <dir>/models)', relaxEnvironment().home)
     .action(async (source: string, o: { out?: string; dataDir: string }) => {

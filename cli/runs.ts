@@ -1,12 +1,13 @@
 // The `relax` commands about training runs: train, status, watch, list, logs, set, stop, pause,
 // resume, cancel and terminate. Each connects through the typed client (client/index.ts), prints
-// for a person by default (`--json` for programs), and names the real cause when a run failed.
-import fs from 'node:fs';
+// for a person by default (`--output json` for programs), and names the real cause when a run failed.
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { listQuery, RelaxClient, RunDatabase, resolveAddresses, runState, type RunDescription, type RunEventRecord, type RunSummary } from '../client';
 import type { HyperparameterUpdate } from '../config/hyperparameters';
 import type { TrainingProgress } from '../workflows/definitions';
 import { formatDuration, progressLine, renderCurves, watchRun } from './watch';
+import { CONFIG_FLAG_HELP, NO_PREFLIGHT_HELP, oldInlineJsonError, oldInlineJsonOption, outputOption, OVERRIDES_HELP, runConfigFromArgs, wantsJson } from './config-args';
+import { plainTable } from './table';
 
 /** A bad command line (not a runtime failure): main() prints it and exits 2. */
 export class UsageError extends Error {
@@ -15,17 +16,6 @@ export class UsageError extends Error {
 
 /** The run commands that open a Temporal connection (they get the --tls... flags). */
 export const RUN_COMMANDS = ['train', 'status', 'watch', 'list', 'logs', 'set', 'stop', 'pause', 'resume', 'cancel', 'terminate'];
-
-export function readJsonConfig(file: string | undefined, inline: string | undefined): unknown {
-  if (file && inline) throw new UsageError('give either --config <file> or --json <object>, not both');
-  if (!file && !inline) return {};
-  const text = file ? fs.readFileSync(file, 'utf8') : (inline as string);
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw new UsageError(`${file ?? '--json'}: not valid JSON (${(err as Error).message})`);
-  }
-}
 
 async function withClient<T>(fn: (client: RelaxClient) => Promise<T>): Promise<T> {
   const client = await RelaxClient.connect();
@@ -99,9 +89,7 @@ export function formatRunTable(runs: RunSummary[]): string {
     r.workflowStatus,
     r.startTime.toISOString().replace(/\.\d+Z$/, 'Z'),
   ]);
-  const header = ['RUN', 'STATUS', 'STEP', 'ACCURACY', 'TASK', 'TEMPORAL', 'STARTED'];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  return [header, ...rows].map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
+  return plainTable(rows, ['RUN', 'STATUS', 'STEP', 'ACCURACY', 'TASK', 'TEMPORAL', 'STARTED']);
 }
 
 export function formatEvent(e: RunEventRecord): string {
@@ -129,9 +117,10 @@ function keywordOption(field: 'task') {
 
 const STATUSES = ['starting', 'warming_up', 'running', 'paused', 'stopping', 'cancelling', 'completed', 'stopped', 'cancelled', 'continued', 'failed', 'terminated', 'timed_out'];
 
-async function follow(client: RelaxClient, runId: string): Promise<void> {
-  const tty = process.stdout.isTTY === true;
-  const result = await watchRun(client.client.workflow.getHandle(runId), { bar: tty, lines: tty ? undefined : (l) => console.log(l), detachOnInterrupt: true, result: () => client.result(runId) });
+async function follow(client: RelaxClient, runId: string, json = false): Promise<void> {
+  // JSON output: no bar, no lines; only the result object.
+  const tty = process.stdout.isTTY === true && !json;
+  const result = await watchRun(client.client.workflow.getHandle(runId), { bar: tty, lines: tty || json ? undefined : (l) => console.log(l), detachOnInterrupt: true, result: () => client.result(runId) });
   if (tty) console.log(renderCurves(result));
   console.log(JSON.stringify({ run_id: result.runId, steps: result.steps, policy_version: result.policyVersion, eval_accuracy: result.evalAccuracy, stopped: result.stopped, ...(result.cancelled ? { cancelled: true } : {}) }));
 }
@@ -139,17 +128,23 @@ async function follow(client: RelaxClient, runId: string): Promise<void> {
 export function registerRunCommands(program: Command): void {
   program
     .command('train')
-    .description('start a training run on a running stack (one JSON config) and follow it (Ctrl-C detaches; the run goes on)')
-    .option('--config <file>', 'run config JSON file')
-    .option('--json <object>', 'run config as inline JSON')
+    .description('start a training run on a running stack and follow it (Ctrl-C detaches; the run goes on): relax train --config run.yaml train.steps=3')
+    .argument('[overrides...]', OVERRIDES_HELP)
+    .option('--config <file>', CONFIG_FLAG_HELP)
     .option('--id <workflowId>', 'workflow id (default: run_id, else generated)')
     .option('--detach', 'print the workflow id and return at once')
-    .action((o: { config?: string; json?: string; id?: string; detach?: boolean }) => {
-      const config = readJsonConfig(o.config, o.json) as object;
+    .addOption(outputOption())
+    .addOption(oldInlineJsonOption())
+    .option('--no-preflight', NO_PREFLIGHT_HELP)
+    .action(async (overrides: string[], o: { config?: string; json?: string | boolean; id?: string; detach?: boolean; output: string; preflight: boolean }) => {
+      if (typeof o.json === 'string') throw oldInlineJsonError('train');
+      const json = wantsJson(o);
+      const config = await runConfigFromArgs(o.config, overrides, { preflight: o.preflight });
       return withClient(async (client) => {
         const handle = await client.start(config, { workflowId: o.id });
-        console.log(`started training run ${handle.runId}`);
-        if (!o.detach) await follow(client, handle.runId);
+        if (json && o.detach) console.log(JSON.stringify({ run_id: handle.runId }));
+        else if (!json) console.log(`started training run ${handle.runId}`);
+        if (!o.detach) await follow(client, handle.runId, json);
       });
     });
 
@@ -166,11 +161,12 @@ export function registerRunCommands(program: Command): void {
   program
     .command('status <runId>')
     .description("a training run's state: step, version, reward, accuracy, ETA; how it ended and why")
-    .option('--json', 'print the whole description as JSON')
-    .action((runId: string, o: { json?: boolean }) =>
+    .addOption(outputOption())
+    .option('--json', 'the same as --output json: the whole description as JSON')
+    .action((runId: string, o: { json?: boolean; output: string }) =>
       withClient(async (client) => {
         const d = await client.describe(runId);
-        console.log(o.json ? JSON.stringify(d, null, 2) : formatDescription(d));
+        console.log(wantsJson(o) ? JSON.stringify(d, null, 2) : formatDescription(d));
       }),
     );
 
@@ -180,11 +176,12 @@ export function registerRunCommands(program: Command): void {
     .addOption(new Option('--status <status>', 'only runs with this status').choices(STATUSES))
     .option('--task <task>', 'only runs of this task', keywordOption('task'))
     .option('--limit <n>', 'at most this many runs', limitOption, 20)
-    .option('--json', 'print JSON')
-    .action((o: { status?: string; task?: string; limit: number; json?: boolean }) =>
+    .addOption(outputOption())
+    .option('--json', 'the same as --output json')
+    .action((o: { status?: string; task?: string; limit: number; json?: boolean; output: string }) =>
       withClient(async (client) => {
         const runs = await client.list({ status: o.status, task: o.task, limit: o.limit });
-        console.log(o.json ? JSON.stringify(runs, null, 2) : formatRunTable(runs));
+        console.log(wantsJson(o) ? JSON.stringify(runs, null, 2) : formatRunTable(runs));
       }),
     );
 
@@ -209,7 +206,7 @@ function registerRunRecordCommands(program: Command): void {
         if (!names.length) throw new Error(`run ${runId} has no metrics in this database${o.names ? ` named ${o.names}` : ''}: check the run id (relax list) and DATABASE_URL`);
         if (o.json) console.log(JSON.stringify(series));
         else if (o.csv) console.log(metricsCsv(series, names));
-        else for (const n of names) console.log(`${n.padEnd(28)} ${String(series[n].at(-1)![1]).padEnd(24)} step ${series[n].at(-1)![0]} (${series[n].length} points)`);
+        else console.log(plainTable(names.map((n) => [n, String(series[n].at(-1)![1]), `step ${series[n].at(-1)![0]} (${series[n].length} points)`])));
       } finally {
         await db.close();
       }
@@ -295,6 +292,7 @@ function registerRunControlCommands(program: Command): void {
 }
 
 /** Series as CSV: a header `step,<names...>`, then one row per step with a value for each series (empty where it has none). */
+// Hand-written: no CSV library is a dependency, and only the header's names need quoting (the cells are numbers).
 export function metricsCsv(series: Record<string, Array<[number, number]>>, names: string[]): string {
   const steps = [...new Set(names.flatMap((n) => series[n].map(([step]) => step)))].sort((a, b) => a - b);
   const byName = names.map((n) => new Map(series[n]));

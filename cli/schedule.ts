@@ -1,10 +1,10 @@
 // `relax schedule create|list|describe|pause|unpause|trigger|delete`: scheduled retraining over
 // Temporal Schedules (client/schedules.ts, docs/schedules.md). Bad options are usage errors
-// (commander's InvalidArgumentError); an invalid run config is reported field by field.
-import fs from 'node:fs';
+// (exit 2); the run config is read, overridden and preflighted as relax train's (cli/config-args.ts).
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { RelaxClient } from '../client';
-import type { RunConfigInput } from '../config/run-config';
+import { UsageError } from './runs';
+import { CONFIG_FLAG_HELP, NO_PREFLIGHT_HELP, oldInlineJsonError, oldInlineJsonOption, outputOption, OVERRIDES_HELP, runConfigFromArgs, wantsJson } from './config-args';
 import {
   createSchedule,
   deleteSchedule,
@@ -31,28 +31,14 @@ function durationOption(option: string) {
   };
 }
 
-function readConfig(file: string | undefined, inline: string | undefined): RunConfigInput {
-  if ((file === undefined) === (inline === undefined)) throw new InvalidArgumentError('give the run config with exactly one of --config <file> or --json <object>');
-  let text: string;
-  try {
-    text = file !== undefined ? fs.readFileSync(file, 'utf8') : (inline as string);
-  } catch (err) {
-    throw new InvalidArgumentError(`--config: cannot read ${file}: ${(err as Error).message}`);
-  }
-  try {
-    return JSON.parse(text) as RunConfigInput;
-  } catch (err) {
-    throw new InvalidArgumentError(`${file ?? '--json'}: not valid JSON (${(err as Error).message})`);
-  }
-}
-
 /** Runs `fn` with a connected client; a ScheduleOptionError becomes a usage error. */
 async function withClient<T>(fn: (client: RelaxClient) => Promise<T>): Promise<T> {
   const client = await RelaxClient.connect();
   try {
     return await fn(client);
   } catch (err) {
-    if (err instanceof ScheduleOptionError) throw new InvalidArgumentError(err.message);
+    // A UsageError, not commander's InvalidArgumentError: thrown from an action, commander would not print that one.
+    if (err instanceof ScheduleOptionError) throw new UsageError(err.message);
     throw err;
   } finally {
     await client.close();
@@ -68,14 +54,15 @@ function printDescription(d: ScheduleDescriptionView): void {
   if (d.nextRuns.length) console.log(`  next:      ${d.nextRuns.join(', ')}`);
 }
 
-export function registerScheduleCommands(program: Command): void {
-  const schedule = program.command('schedule').description('scheduled retraining: Temporal Schedules that start training runs (docs/schedules.md)');
-
+/** `relax schedule create <name> --config run.yaml [key=value ...]`: preflighted like `relax train`. */
+function registerScheduleCreate(schedule: Command): void {
   schedule
     .command('create <name>')
     .description('create a schedule that starts a training run with one config on a cron or an interval')
-    .option('--config <file>', 'run config JSON file')
-    .option('--json <object>', 'run config as inline JSON')
+    .argument('[overrides...]', OVERRIDES_HELP)
+    .option('--config <file>', CONFIG_FLAG_HELP)
+    .addOption(oldInlineJsonOption())
+    .option('--no-preflight', NO_PREFLIGHT_HELP)
     .option('--cron <expr>', 'cron expression, e.g. "0 6 * * *" (UTC) or "@daily"')
     .option('--every <duration>', 'interval, e.g. "6h", "30m", "10s"', durationOption('--every'))
     .addOption(new Option('--overlap <policy>', 'what a tick does while the previous run still runs').choices(OVERLAP_POLICIES).default('skip'))
@@ -83,23 +70,31 @@ export function registerScheduleCommands(program: Command): void {
     .option('--pause-on-failure', 'pause the schedule when a run fails')
     .option('--paused', 'create it paused')
     .option('--note <text>', 'a note shown with its state')
-    .action(async (name: string, o: { config?: string; json?: string; cron?: string; every?: string; overlap: OverlapPolicy; catchupWindow?: string; pauseOnFailure?: boolean; paused?: boolean; note?: string }) => {
-      if ((o.cron === undefined) === (o.every === undefined)) throw new InvalidArgumentError('give exactly one of --cron <expr> or --every <duration>');
-      const config = readConfig(o.config, o.json);
+    .action(async (name: string, overrides: string[], o: { config?: string; json?: string | boolean; cron?: string; every?: string; overlap: OverlapPolicy; catchupWindow?: string; pauseOnFailure?: boolean; paused?: boolean; note?: string; preflight: boolean }) => {
+      if (o.json !== undefined) throw oldInlineJsonError('schedule create');
+      if (o.config === undefined) throw new UsageError('give the run config with --config <file> (YAML or JSON) or --config \'{...}\' (inline JSON)');
+      if ((o.cron === undefined) === (o.every === undefined)) throw new UsageError('give exactly one of --cron <expr> or --every <duration>');
+      const config = await runConfigFromArgs(o.config, overrides, { preflight: o.preflight });
       await withClient(async (client) => {
         await createSchedule(client.client, { name, config, cron: o.cron, every: o.every, overlap: o.overlap, catchupWindow: o.catchupWindow, pauseOnFailure: o.pauseOnFailure, paused: o.paused, note: o.note });
         console.log(`created schedule ${name}${o.paused ? ' (paused)' : ''}: ${o.cron !== undefined ? `cron "${o.cron}"` : `every ${o.every}`}, overlap ${o.overlap}; its runs are named ${name}-<scheduled time>`);
       });
     });
+}
+
+export function registerScheduleCommands(program: Command): void {
+  const schedule = program.command('schedule').description('scheduled retraining: Temporal Schedules that start training runs (docs/schedules.md)');
+  registerScheduleCreate(schedule);
 
   schedule
     .command('list')
     .description('the schedules in the namespace')
-    .option('--json', 'print JSON')
-    .action(async (o: { json?: boolean }) => {
+    .addOption(outputOption())
+    .option('--json', 'the same as --output json')
+    .action(async (o: { json?: boolean; output: string }) => {
       const schedules = await withClient((client) => listSchedules(client.client));
-      if (o.json) return console.log(JSON.stringify(schedules, null, 2));
-      if (schedules.length === 0) return console.log('no schedules (create one with `relax schedule create <name> --every 6h --config run.json`)');
+      if (wantsJson(o)) return console.log(JSON.stringify(schedules, null, 2));
+      if (schedules.length === 0) return console.log('no schedules (create one with `relax schedule create <name> --every 6h --config run.yaml`)');
       for (const s of schedules) {
         console.log(`${s.name}  ${s.paused ? 'PAUSED' : 'active'}  ${s.spec}  ${s.workflowType ?? ''}  next ${s.nextRuns[0] ?? '-'}  last ${s.recentRuns.at(-1)?.workflowId ?? '-'}`);
       }
@@ -108,10 +103,11 @@ export function registerScheduleCommands(program: Command): void {
   schedule
     .command('describe <name>')
     .description("a schedule's spec, policies, state, recent and next runs")
-    .option('--json', 'print JSON (with the run config)')
-    .action(async (name: string, o: { json?: boolean }) => {
+    .addOption(outputOption())
+    .option('--json', 'the same as --output json (JSON with the run config)')
+    .action(async (name: string, o: { json?: boolean; output: string }) => {
       const d = await withClient((client) => describeSchedule(client.client, name));
-      if (o.json) console.log(JSON.stringify(d, null, 2));
+      if (wantsJson(o)) console.log(JSON.stringify(d, null, 2));
       else printDescription(d);
     });
 

@@ -3,17 +3,19 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { DefaultLogger, Runtime, type LogLevel } from '@temporalio/worker';
+import { Runtime } from '@temporalio/worker';
 import { readStackFile, resolveAddresses, stackFilePath } from '../client';
 import { ROLES, type Role } from '../config/task-queues';
 import { parseDevice } from '../engines/device';
-import { relaxEnvironment, sdkLogLevel, sdkMetricsPort, workerShutdownGrace } from '../config/environment';
+import { PACKAGE_ROOT, relaxEnvironment, sdkLogLevel, sdkMetricsPort, workerShutdownGrace } from '../config/environment';
 import { checkPortsFree, startLocalStack, type LocalStack } from '../workers/local-stack';
 import { freePort } from '../workers/ports';
 import { startWorker } from '../workers/worker';
 import { metricsEnabled } from '../workers/worker-metrics';
 import { redactUrl } from '../store/db';
+import { defaultLevel, temporalLogger } from '../telemetry/log';
 import { writeStackFile } from './stack-file';
+import { consoleLine, openDevLogs, type EchoMode } from './dev-logs';
 import { DEFAULT_API_PORT, startStackControl } from './api';
 
 export function intOption(name: string, min = 0) {
@@ -42,16 +44,39 @@ function stopOnSignal(stop: () => Promise<void>): Promise<void> {
   });
 }
 
-export function printStack(stack: LocalStack): void {
+/** What relax dev adds to the stack's summary: its control API (with its docs and the dashboard) and where the logs go. */
+export interface DevSummary {
+  /** The control API's base URL; undefined with --no-api. */
+  apiUrl?: string;
+  tokenSource?: string;
+  logDir: string;
+  echo: EchoMode;
+}
+
+const ECHOED: Record<EchoMode, string> = {
+  quiet: 'nothing of it is echoed here (--quiet)',
+  default: "workers' warnings and errors are echoed here; --verbose echoes everything",
+  verbose: 'everything is echoed here too (--verbose)',
+};
+
+export function printStack(stack: LocalStack, dev?: DevSummary): void {
   console.log('Relax local stack is up');
   console.log(`  Temporal:  ${stack.temporalAddress} (pid ${stack.temporalPid() ?? '?'})`);
   console.log(`  Web UI:    ${stack.uiUrl ?? '(headless)'}`);
+  if (dev?.apiUrl) {
+    console.log(`  Dashboard: ${dev.apiUrl}/dashboard`);
+    console.log(`  API:       ${dev.apiUrl}  (docs ${dev.apiUrl}/docs; mutations need the bearer token in ${dev.tokenSource})`);
+  } else if (dev) console.log('  API:       (off: --no-api; no dashboard either)');
   // The password stays in stack.json (mode 0600), where the other commands read it.
   console.log(`  Database:  ${redactUrl(stack.databaseUrl)}${stack.embeddedDatabase ? '  (embedded PGlite)' : ''}`);
   console.log(`  Workers:   ${ROLES.map((r) => `${r} x${stack.workerPids(r).length}`).join(', ')}`);
   // Each worker's Prometheus endpoints (its own, the Temporal SDK's); stack.json keeps them current.
   if (stack.temporalMetricsUrl) console.log(`  Metrics:   temporal ${stack.temporalMetricsUrl}`);
   for (const w of stack.workers()) if (w.metricsUrls?.length) console.log(`  Metrics:   ${w.role}#${w.index} ${w.metricsUrls.join(' ')}`);
+  if (!dev) return;
+  console.log(`  Logs:      ${dev.logDir}${path.sep}  (every process's full output, one file each; ${ECHOED[dev.echo]})`);
+  const example = path.relative(process.cwd(), path.join(PACKAGE_ROOT, 'examples', 'add2-grpo.yaml'));
+  console.log(`Start a run: relax train --config ${example}${dev.apiUrl ? `  (or POST ${dev.apiUrl}/runs)` : ''}; follow it with relax watch <run-id>`);
 }
 
 /** `relax dev`: the whole local stack in the foreground until Ctrl-C; packageVersion is the version the control API reports. */
@@ -68,12 +93,16 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
     .option('--train-workers <n>', 'train worker processes', intOption('--train-workers'), 1)
     .option('--reference-workers <n>', 'reference worker processes', intOption('--reference-workers'), 1)
     .option('--device <device>', 'device of the accelerator workers: cpu or cuda:N', 'cpu')
-    .option('--quiet', 'do not echo the output of the stack processes')
+    .option('--quiet', 'echo nothing of the stack processes (their full output is still in <data-dir>/logs/)')
+    .option('--verbose', 'echo every line of the stack processes (the Temporal server\'s too); by default only the workers\' warnings and errors')
     .option('--api-port <port>', 'control API port (0 = any free port)', intOption('--api-port'), DEFAULT_API_PORT)
     .option('--api-host <host>', 'control API listen address', '127.0.0.1')
     .option('--no-api', 'do not serve the control API (rollout capacity is still managed)')
     .action(async (o) => {
       parseDevice(o.device);
+      // This process's own lines (its API, its capacity worker's SDK) at warn unless RELAX_LOG_LEVEL says otherwise.
+      defaultLevel('warn');
+      Runtime.install({ logger: temporalLogger(sdkLogLevel()) });
       const home = path.resolve(o.dataDir);
       const running = readStackFile(home);
       if (running && isAlive(running.pid)) {
@@ -81,6 +110,8 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
       }
       if (o.api) await checkPortsFree([{ port: o.apiPort, flag: '--api-port' }]);
       let up: LocalStack | undefined;
+      const echo: EchoMode = o.quiet ? 'quiet' : o.verbose ? 'verbose' : 'default';
+      const logs = openDevLogs(path.join(home, 'logs'));
       const stack = await startLocalStack({
         home,
         temporalPort: o.temporalPort,
@@ -90,9 +121,16 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
         databaseUrl: relaxEnvironment().databaseUrl,
         workers: { control: 1, rollout: o.rolloutWorkers, train: o.trainWorkers, reference: o.referenceWorkers },
         device: o.device,
-        log: o.quiet ? () => undefined : (line) => console.log(line),
+        log: (line) => {
+          logs.write(line);
+          const shown = consoleLine(line, echo);
+          if (shown !== undefined) console.log(shown);
+        },
         // Restarts and their backoff are relax dev's own lines: printed even with --quiet.
-        notice: (line) => console.log(line),
+        notice: (line) => {
+          logs.write(line);
+          console.log(line);
+        },
         onChildrenChanged: () => {
           try {
             if (up) writeStackFile(home, up);
@@ -103,16 +141,17 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
       });
       up = stack;
       writeStackFile(home, stack);
-      printStack(stack);
       const control = await startStackControl(stack, home, { host: o.apiHost, port: o.api ? o.apiPort : null, version: packageVersion() }).catch(async (err: Error) => {
         await stack.stop();
         throw err;
       });
-      console.log('Press Ctrl-C to stop.');
+      printStack(stack, { ...(control.api ? { apiUrl: control.api.url, tokenSource: control.tokenSource } : {}), logDir: logs.dir, echo });
+      console.log(`Press Ctrl-C to stop (or kill -TERM ${process.pid}); running workflows resume when relax dev starts again.`);
       await stopOnSignal(async () => {
         await control.stop();
         await stack.stop();
         fs.rmSync(stackFilePath(home), { force: true });
+        await logs.close();
       });
       console.log('[relax] stopped');
     });
@@ -128,13 +167,14 @@ export function registerWorkerCommand(program: Command): void {
     .action(async (o: { role: Role; device: string }) => {
       const addresses = resolveAddresses();
       if (!addresses.databaseUrl) throw new Error('DATABASE_URL is not set: point it at PostgreSQL, or start `relax dev` (it serves one)');
-      // The SDK logs every state change at INFO; a worker of a busy stack should print what matters.
+      // The SDK logs every state change at INFO; a worker of a busy stack should print what matters:
+      // its lines go through Relax's logger (telemetry/log.ts) at WARN by default, repeats collapsed.
       // The Temporal SDK's own metrics (task slots, poll latencies, schedule-to-start...) on a
       // loopback Prometheus endpoint of their own (RELAX_SDK_METRICS_PORT, default a free port).
       // RELAX_METRICS=off: none (nor the worker's own endpoint).
       const sdkPort = !metricsEnabled() ? undefined : (sdkMetricsPort() ?? (await freePort()));
       Runtime.install({
-        logger: new DefaultLogger(sdkLogLevel() as LogLevel),
+        logger: temporalLogger(sdkLogLevel()),
         // Prometheus' conventions (promtool checks them): counters end in _total, durations in seconds.
         ...(sdkPort !== undefined ? { telemetryOptions: { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkPort}`, countersTotalSuffix: true, unitSuffix: true, useSecondsForDurations: true } } } } : {}),
       });

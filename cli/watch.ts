@@ -5,13 +5,9 @@ import { plot } from 'asciichart';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TrainingProgress, TrainingResult } from '../workflows/definitions';
 import { RunFailedError } from '../client';
+import { formatDuration } from '../workflows/duration';
 
-export function formatDuration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
-}
+export { formatDuration };
 
 /** The newest held-out evaluation: lastEvalStep/lastAccuracy, or (older workflows) the last point of the curve. */
 function lastEval(p: TrainingProgress): [number, number] | undefined {
@@ -41,6 +37,25 @@ export function progressLine(p: TrainingProgress, etaSeconds?: number): string {
   if (etaSeconds !== undefined && p.step < p.totalSteps) parts.push(`ETA ${formatDuration(etaSeconds)}`);
   parts.push(p.status);
   return parts.join(' · ');
+}
+
+/**
+ * The progress bar's line. Its ETA is the `remaining` token, with units ("1m20s"): cli-progress fills
+ * its own `{eta}` token (bare seconds of its own estimate) over a payload field of that name.
+ */
+export const BAR_FORMAT = 'train [{bar}] step {value}/{total} | reward {reward} | held-out {accuracy} | v{version} | {sps} samples/s | ETA {remaining} | {status}';
+
+/** The bar's tokens for one progress snapshot; `etaSeconds` from the workflow or this watcher's pace. */
+export function barPayload(p: TrainingProgress, etaSeconds: number | undefined): Record<string, string | number> {
+  const e = lastEval(p);
+  return {
+    reward: p.lastReward === undefined ? '-' : p.lastReward.toFixed(3),
+    accuracy: e === undefined ? '-' : `${(e[1] * 100).toFixed(1)}%`,
+    version: p.policyVersion,
+    sps: p.samplesPerSecond === undefined ? '-' : p.samplesPerSecond.toFixed(0),
+    remaining: etaSeconds === undefined ? '-' : p.step >= p.totalSteps ? '0s' : formatDuration(etaSeconds),
+    status: p.status,
+  };
 }
 
 export interface WatchOptions {
@@ -81,18 +96,7 @@ export async function watchRun(handle: WorkflowHandle, opts: WatchOptions): Prom
     process.exit(130);
   };
   if (opts.detachOnInterrupt) process.once('SIGINT', onInterrupt);
-  const payload = (p: TrainingProgress) => {
-    const e = lastEval(p);
-    const eta = pace.eta(p);
-    return {
-      reward: p.lastReward === undefined ? '-' : p.lastReward.toFixed(3),
-      accuracy: e === undefined ? '-' : `${(e[1] * 100).toFixed(1)}%`,
-      version: p.policyVersion,
-      sps: p.samplesPerSecond === undefined ? '-' : p.samplesPerSecond.toFixed(0),
-      eta: eta === undefined ? '-' : p.step >= p.totalSteps ? '0s' : formatDuration(eta),
-      status: p.status,
-    };
-  };
+  const payload = (p: TrainingProgress) => barPayload(p, pace.eta(p));
   const show = (p: TrainingProgress) => {
     last = p;
     const e = lastEval(p);
@@ -102,7 +106,7 @@ export async function watchRun(handle: WorkflowHandle, opts: WatchOptions): Prom
     }
     if (opts.bar) {
       if (!bar && p.totalSteps > 0) {
-        bar = new SingleBar({ format: 'train [{bar}] step {value}/{total} | reward {reward} | held-out {accuracy} | v{version} | {sps} samples/s | ETA {eta} | {status}', hideCursor: true, clearOnComplete: false });
+        bar = new SingleBar({ format: BAR_FORMAT, hideCursor: true, clearOnComplete: false });
         bar.start(p.totalSteps, p.step, payload(p));
       } else bar?.update(p.step, payload(p));
     } else if (opts.lines) {

@@ -65,9 +65,17 @@ export class RunFailedError extends Error {
   }
 }
 
-/** The message of any error a relax command or client call can raise, cause chain included. */
+/** An Update the workflow's validator refused (the run is untouched); the message names it and says the cause chain once. */
+export class UpdateRefusedError extends Error {
+  override readonly name = 'UpdateRefusedError';
+  constructor(update: string, runId: string, cause: unknown) {
+    super(`${update} on ${runId} refused: ${describeError(cause)}`, { cause });
+  }
+}
+
+/** The message of any error a relax command or client call can raise, cause chain included (once: an error whose message already holds it is said as is). */
 export function describeError(err: unknown): string {
-  if (err instanceof RunFailedError) return err.message;
+  if (err instanceof RunFailedError || err instanceof UpdateRefusedError) return err.message;
   if (err instanceof WorkflowNotFoundError) return `${err.message}: check the run id (relax list)`;
   return formatFailureChain(failureChain(err));
 }

@@ -6,14 +6,16 @@ import { CancelledFailure } from '@temporalio/common';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import type { HyperparameterUpdate } from '../config/hyperparameters';
 import { roleTaskQueue } from '../config/task-queues';
-import { sdkConnectionOptions, temporalConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
-import { startTracing, type Tracing } from '../telemetry/tracing';
-import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress, TrainingResult } from '../workflows/definitions';
+import { taskQueuePrefix } from '../config/environment-temporal';
+import { runUserMetadata } from './run-metadata';
+import { clientConnectionOptions, sdkConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
+import { startClientTracing, type ClientTracing } from '../telemetry/client-tracing';
+import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress, TrainingResult } from '../workflows/run-types';
 import { resolveAddresses } from './addresses';
 import { RelaxSchedules } from './schedules';
 import { RelaxRollout } from './scaling';
 import { RunDatabase, type CheckpointVersion, type LatestRunMetric, type StageSpan, type MetricSeries, type RunEventRecord } from './database';
-import { describeError, failureChain, formatFailureChain, failureType, RunFailedError, type FailureLink } from './failures';
+import { describeError, failureChain, formatFailureChain, failureType, RunFailedError, UpdateRefusedError, type FailureLink } from './failures';
 import { listQuery, runSummary, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
 
 export * from './addresses';
@@ -22,9 +24,12 @@ export * from './scaling';
 export * from './failures';
 export { RunDatabase, type CheckpointVersion, type LatestRunMetric, type StageSpan, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
 export { listQuery, runState, type ListOptions, type MemoProgress, type MemoSummary, type RunSummary } from './visibility';
-export type { HyperparameterUpdateResult, ProgressQueryOptions, RunStatus, TrainingProgress, TrainingResult } from '../workflows/definitions';
+export type { HyperparameterUpdateResult, ProgressQueryOptions, RunStatus, TrainingProgress, TrainingResult } from '../workflows/run-types';
 export type { Hyperparameters, HyperparameterUpdate } from '../config/hyperparameters';
 export type { RunConfigInput } from '../config/run-config';
+export { withOverrides, applyOverrides, parseOverrides, type Override } from '../config/overrides';
+export { readRunConfigInput, parseConfigText, configSourceOf, ConfigInputError } from '../config/config-file';
+export { preflightRunConfig, preflightProblems, PreflightError, type PreflightProbes, type PreflightProblem } from '../config/preflight';
 
 export interface ConnectOptions {
   /** Temporal's gRPC address (default: TEMPORAL_ADDRESS, else a running `relax dev`, else localhost:7233). */
@@ -68,7 +73,7 @@ export class RelaxClient {
     readonly client: Client,
     private readonly connection: Connection,
     databaseUrl: string | undefined,
-    private readonly tracing?: Tracing,
+    private readonly tracing?: ClientTracing,
   ) {
     this.database = new RunDatabase(databaseUrl);
   }
@@ -82,9 +87,10 @@ export class RelaxClient {
     const o: ConnectOptions = typeof address === 'object' ? address : { address, namespace, security };
     const resolved = resolveAddresses();
     const target = o.address ?? resolved.temporalAddress;
-    const options = o.security ?? temporalConnectionOptions();
-    // With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, starting a run opens its trace (config/tracing.ts); close() sends the spans.
-    const tracing = startTracing({ role: 'client' });
+    // explicit options > TEMPORAL_* variables > the temporal CLI's config profile > a running relax dev > localhost (client/addresses.ts)
+    const options = o.security ?? clientConnectionOptions(process.env, o.address === undefined ? resolved.profileSecurity : undefined);
+    // With OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, starting a run opens its trace (telemetry/client-tracing.ts); close() sends the spans.
+    const tracing = startClientTracing('client');
     let connection: Connection;
     try {
       connection = await Connection.connect({ address: target, connectTimeout: 5_000, ...sdkConnectionOptions(options) });
@@ -100,7 +106,7 @@ export class RelaxClient {
   async startTraining(config: RunConfigInput, workflowId?: string): Promise<TrainingHandle> {
     const parsed = parseRunConfig(config);
     const id = workflowId ?? parsed.run_id ?? `run-${Date.now().toString(36)}`;
-    return this.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [config] });
+    return this.client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control', taskQueuePrefix()), workflowId: id, args: [config], ...runUserMetadata(parsed) });
   }
 
   /** Starts a training run and returns its RunHandle. The workflow id is `workflowId`, else the config's run_id, else generated. */
@@ -205,7 +211,7 @@ export class RelaxClient {
     try {
       return await this.client.workflow.getHandle(runId).executeUpdate<HyperparameterUpdateResult, [HyperparameterUpdate]>('setHyperparameters', { args: [update] });
     } catch (err) {
-      throw new Error(`setHyperparameters on ${runId} refused: ${describeError(err)}`, { cause: err });
+      throw new UpdateRefusedError('setHyperparameters', runId, err);
     }
   }
 

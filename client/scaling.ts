@@ -4,14 +4,12 @@
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowExecutionDescription } from '@temporalio/client';
 import { parseAutoscalerConfig } from '../config/autoscaler';
 import { parseHealthConfig } from '../config/health';
-import type { HealthStatus } from '../workflows/health-manager';
-import { CAPACITY_TASK_QUEUE, HEALTH_MANAGER_WORKFLOW_ID, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
-import type { AutoscalerStatus } from '../workflows/autoscaler';
-import type { ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/rollout-scaling';
+import { capacityTaskQueue, HEALTH_MANAGER_WORKFLOW_ID, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
+import { taskQueuePrefix } from '../config/environment-temporal';
+import type { AutoscalerStatus, HealthStatus, ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/operation-types';
 import type { RolloutEngineInfo, RunDatabase } from './database';
 
-export type { ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/rollout-scaling';
-export type { AutoscalerDecision, AutoscalerStatus } from '../workflows/autoscaler';
+export type { AutoscalerDecision, AutoscalerStatus, ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/operation-types';
 export type { AutoscalerConfig, AutoscalerConfigInput } from '../config/autoscaler';
 
 /** A scaling operation and where it stands. `requestId` is its Temporal run id. */
@@ -61,7 +59,7 @@ export class RelaxRollout {
     await this.requireProvider();
     try {
       const handle = await this.client.workflow.start(TYPES[kind], {
-        taskQueue: roleTaskQueue('control'),
+        taskQueue: roleTaskQueue('control', taskQueuePrefix()),
         workflowId: ROLLOUT_SCALING_WORKFLOW_ID,
         workflowIdConflictPolicy: 'FAIL',
         workflowIdReusePolicy: 'ALLOW_DUPLICATE',
@@ -167,7 +165,7 @@ export class RelaxRollout {
     await this.requireProvider();
     try {
       const handle = await this.client.workflow.start(service.workflowType, {
-        taskQueue: roleTaskQueue('control'),
+        taskQueue: roleTaskQueue('control', taskQueuePrefix()),
         workflowId: service.workflowId,
         workflowIdConflictPolicy: 'FAIL',
         workflowIdReusePolicy: 'ALLOW_DUPLICATE',
@@ -200,9 +198,9 @@ export class RelaxRollout {
 
   /** Refuses early when nothing serves the capacity queue (the operation would wait forever). */
   private async requireProvider(): Promise<void> {
-    const { pollers } = await this.client.workflowService.describeTaskQueue({ namespace: this.client.options.namespace, taskQueue: { name: CAPACITY_TASK_QUEUE }, taskQueueType: 2 });
+    const { pollers } = await this.client.workflowService.describeTaskQueue({ namespace: this.client.options.namespace, taskQueue: { name: capacityTaskQueue(taskQueuePrefix()) }, taskQueueType: 2 });
     if (!pollers?.length) {
-      throw new NoCapacityProviderError(`no capacity provider polls ${CAPACITY_TASK_QUEUE}: rollout capacity is managed by \`relax dev\` (start the API through it), not by a standalone \`relax api\``);
+      throw new NoCapacityProviderError(`no capacity provider polls ${capacityTaskQueue(taskQueuePrefix())}: rollout capacity is managed by \`relax dev\` (start the API through it), not by a standalone \`relax api\``);
     }
   }
 }

@@ -3,10 +3,12 @@
 // describe, pause, unpause, trigger and delete schedules. The config is validated before anything
 // is sent; bad options throw ScheduleOptionError naming the option and the fix.
 import { ScheduleNotFoundError, ScheduleOverlapPolicy, type Client, type ScheduleDescription, type ScheduleHandle, type ScheduleSpec } from '@temporalio/client';
-import { msToNumber } from '@temporalio/common/lib/time';
+import ms, { type StringValue } from 'ms';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { RUN_ID_PATTERN, RUN_ID_RULE } from '../config/scheduled-runs';
 import { roleTaskQueue } from '../config/task-queues';
+import { taskQueuePrefix } from '../config/environment-temporal';
+import { runUserMetadata } from './run-metadata';
 
 /** The overlap policies, as the CLI spells them. */
 export const OVERLAP_POLICIES = ['skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all'] as const;
@@ -69,14 +71,14 @@ export interface ScheduleDescriptionView extends ScheduleSummaryView {
 
 /** A duration option in milliseconds ("5s", "6h", "30 minutes", or a number of ms). */
 export function parseScheduleDuration(option: string, value: string): number {
-  let ms: number;
+  let millis: number;
   try {
-    ms = msToNumber(/^\d+$/.test(value) ? Number(value) : (value as Parameters<typeof msToNumber>[0]));
+    millis = /^\d+$/.test(value) ? Number(value) : ms(value as StringValue);
   } catch {
-    ms = NaN;
+    millis = NaN;
   }
-  if (!Number.isFinite(ms) || ms < 1000) throw new ScheduleOptionError(option, `must be a duration of at least 1s like "30s", "10m", "6h" or "1d", got ${JSON.stringify(value)}`);
-  return ms;
+  if (!Number.isFinite(millis) || millis < 1000) throw new ScheduleOptionError(option, `must be a duration of at least 1s like "30s", "10m", "6h" or "1d", got ${JSON.stringify(value)}`);
+  return millis;
 }
 
 export function checkScheduleName(name: string): void {
@@ -102,7 +104,7 @@ function scheduleSpec(options: CreateScheduleOptions): ScheduleSpec {
 function describeSpec(spec: ScheduleDescription['spec'] | undefined): string {
   if (!spec) return '';
   const parts: string[] = [];
-  for (const i of spec.intervals ?? []) parts.push(`every ${Math.round(msToNumber(i.every) / 1000)}s`);
+  for (const i of spec.intervals ?? []) parts.push(`every ${Math.round((typeof i.every === 'number' ? i.every : ms(i.every)) / 1000)}s`);
   for (const c of spec.calendars ?? []) parts.push(`calendar ${JSON.stringify(c)}`);
   return parts.join(', ');
 }
@@ -110,7 +112,7 @@ function describeSpec(spec: ScheduleDescription['spec'] | undefined): string {
 /** Creates a schedule; throws RunConfigError for an invalid config and ScheduleOptionError for a bad option. */
 export async function createSchedule(client: Client, options: CreateScheduleOptions): Promise<ScheduleHandle> {
   checkScheduleName(options.name);
-  parseRunConfig(options.config);
+  const parsed = parseRunConfig(options.config);
   const spec = scheduleSpec(options);
   const overlap = overlapPolicy(options.overlap);
   const catchupWindow = options.catchupWindow === undefined ? undefined : parseScheduleDuration('catchup-window', options.catchupWindow);
@@ -118,7 +120,7 @@ export async function createSchedule(client: Client, options: CreateScheduleOpti
     return await client.schedule.create({
       scheduleId: options.name,
       spec,
-      action: { type: 'startWorkflow', workflowType: 'trainingRun', taskQueue: roleTaskQueue('control'), workflowId: options.name, args: [options.config] },
+      action: { type: 'startWorkflow', workflowType: 'trainingRun', taskQueue: roleTaskQueue('control', taskQueuePrefix()), workflowId: options.name, args: [options.config], ...runUserMetadata(parsed) },
       policies: { overlap, ...(catchupWindow !== undefined ? { catchupWindow } : {}), pauseOnFailure: options.pauseOnFailure === true },
       state: { paused: options.paused === true, ...(options.note !== undefined ? { note: options.note } : {}) },
       memo: { relaxSpec: options.cron !== undefined ? `cron ${options.cron}` : `every ${options.every}` },

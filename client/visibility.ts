@@ -3,7 +3,7 @@
 // summary from its execution info (status, search attributes, the memo's progress and summary).
 import { defineSearchAttributeKey } from '@temporalio/common';
 import type { WorkflowExecutionInfo } from '@temporalio/client';
-import type { RunStatus } from '../workflows/definitions';
+import type { RunStatus } from '../workflows/run-types';
 
 /** The memo's `progress` (workflows/run-status.ts): refreshed at start, at each evaluation, every 10 steps and at the end. */
 export interface MemoProgress {

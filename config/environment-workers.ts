@@ -1,5 +1,5 @@
-// The environment variables of one worker process (`relax worker`): its metrics endpoints and SDK
-// log level, its shutdown grace, rollout concurrency, an external engine it drives and the
+// The environment variables of one worker process (`relax worker`): its metrics endpoints, its log
+// levels (Relax's and the SDK's), its shutdown grace, rollout concurrency, an external engine it drives and the
 // checkpoint server that engine loads from, and whether `relax dev` supervises it. Read only here
 // (config/environment.ts re-exports it); workers/worker.ts, workers/worker-metrics.ts and cli/main.ts use them.
 import type { Role } from './task-queues';
@@ -30,9 +30,26 @@ export function sdkMetricsPort(env: NodeJS.ProcessEnv = process.env): number | u
   return n;
 }
 
-/** RELAX_LOG_LEVEL: the Temporal SDK's log level in a worker (default WARN: the SDK logs every state change at INFO). */
-export function sdkLogLevel(env: NodeJS.ProcessEnv = process.env): string {
-  return env.RELAX_LOG_LEVEL || 'WARN';
+const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export type RelaxLogLevel = (typeof LOG_LEVELS)[number];
+
+/** RELAX_LOG_LEVEL: the level of Relax's own logs (telemetry/log.ts) in workers and servers, any case; default info (relax dev's own process: warn). */
+export function logLevel(env: NodeJS.ProcessEnv = process.env, fallback: RelaxLogLevel = 'info'): RelaxLogLevel {
+  const raw = (env.RELAX_LOG_LEVEL ?? '').trim().toLowerCase();
+  if (raw === '') return fallback;
+  if ((LOG_LEVELS as readonly string[]).includes(raw)) return raw as RelaxLogLevel;
+  throw new Error(`RELAX_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${env.RELAX_LOG_LEVEL}"`);
+}
+
+/**
+ * The Temporal SDK's log level in a worker (its lines go through telemetry/log.ts): RELAX_SDK_LOG_LEVEL
+ * when set; else WARN (the SDK logs every state change at INFO), or TRACE/DEBUG when RELAX_LOG_LEVEL asks for that much.
+ */
+export function sdkLogLevel(env: NodeJS.ProcessEnv = process.env): 'TRACE' | 'DEBUG' | 'INFO' | 'WARN' | 'ERROR' {
+  const sdk = (env.RELAX_SDK_LOG_LEVEL ?? '').trim().toUpperCase();
+  if (sdk === '') return ['trace', 'debug'].includes(logLevel(env)) ? (logLevel(env).toUpperCase() as 'TRACE' | 'DEBUG') : 'WARN';
+  if (['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'].includes(sdk)) return sdk as 'TRACE' | 'DEBUG' | 'INFO' | 'WARN' | 'ERROR';
+  throw new Error(`RELAX_SDK_LOG_LEVEL must be one of TRACE, DEBUG, INFO, WARN, ERROR, got "${env.RELAX_SDK_LOG_LEVEL}"`);
 }
 
 /** RELAX_WORKER_SHUTDOWN_GRACE_MS: how long running activities may finish when the worker is stopped (default 5 s; relax dev gives rollout workers 120 s, so a drain loses nothing). */

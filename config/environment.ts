@@ -7,9 +7,12 @@
 // The architecture test's env rule keeps reads of specific variables out of every other module.
 import fs from 'node:fs';
 import path from 'node:path';
+import { taskQueuePrefix } from './environment-temporal';
 
 export * from './environment-engines';
+export * from './environment-hub';
 export * from './environment-services';
+export * from './environment-temporal';
 export * from './environment-workers';
 
 /** The repository (or installed package) root: this file compiles to dist/workers/. */
@@ -65,7 +68,7 @@ export function workerDeploymentSettings(env: NodeJS.ProcessEnv = process.env): 
   const buildId = name('RELAX_BUILD_ID');
   return {
     versioning: flag('RELAX_WORKER_VERSIONING'),
-    deploymentName: name('RELAX_DEPLOYMENT_NAME', 'relax') as string,
+    deploymentName: name('RELAX_DEPLOYMENT_NAME', taskQueuePrefix(env)) as string, // default: the task queue prefix
     ...(buildId ? { buildId } : {}),
     promote: flag('RELAX_PROMOTE_BUILD'),
   };
@@ -88,6 +91,18 @@ export function relaxEnvironment(env: NodeJS.ProcessEnv = process.env): RelaxEnv
     home: path.resolve(env.RELAX_HOME || '.relax'),
     warmStartCache: path.resolve(env.RELAX_WARM_START_CACHE || path.join(env.RELAX_HOME || '.relax', 'warm-starts')),
   };
+}
+
+/**
+ * Where a run's TensorBoard event files go (docs/monitoring.md#tensorboard): RELAX_TENSORBOARD_DIR
+ * unset, <home>/runs/<runId>/tensorboard; set to a directory, <dir>/<runId> (one logdir shows every
+ * run); `off`, undefined: no files are written.
+ */
+export function tensorboardDir(runId: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const raw = env.RELAX_TENSORBOARD_DIR;
+  if (raw?.toLowerCase() === 'off') return undefined;
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(runId)) throw new Error(`"${runId}" is not a run id (letters, digits, ".", "_" or "-", starting with a letter or digit)`);
+  return raw ? path.resolve(raw, runId) : path.join(relaxEnvironment(env).home, 'runs', runId, 'tensorboard');
 }
 
 /** TEMPORAL_ADDRESS when it is set (it wins over a running `relax dev`'s address); else undefined. */

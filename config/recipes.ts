@@ -178,6 +178,7 @@ function setOwn(o: Record<string, unknown>, key: string, value: unknown): void {
 }
 
 /** `over` on top of `under`: objects merge key by key, anything else in `over` (an array too) replaces; undefined is "not given". */
+// Hand-written: no deep-merge library is a dependency, and these rules (arrays replace, "__proto__" stays an own key) are the point.
 export function deepMerge(under: unknown, over: unknown): unknown {
   if (over === undefined) return under;
   if (!isPlainObject(under) || !isPlainObject(over)) return over;

@@ -31,8 +31,9 @@ const UserFunctionSchema = z
 const RegisteredOptionsSchema = z.record(z.string(), z.unknown()).default({});
 
 /**
- * The policy model: a pretrained model by `from` (a Hugging Face directory, a .gguf file, or a
- * named model such as "smollm2-135m-instruct"), or else the tiny GPT these fields size (defaults in
+ * The policy model: a pretrained model by `from` (a Hugging Face directory, a .gguf file, a
+ * named model such as "smollm2-135m-instruct", or a Hub id "org/name[@revision]": an existing path
+ * wins; engines/model-sources.ts), or else the tiny GPT these fields size (defaults in
  * TINY_POLICY_DEFAULTS). `context_length` caps a pretrained model's context (default 1024).
  */
 /** Overrides of a media task's vision encoder (its defaults: envs/omni-tasks.ts); docs/multimodal.md. */

@@ -1,5 +1,8 @@
 // Task-queue names: the contract between workflows (which schedule) and workers (which poll).
-// Plain constants with no imports, so deterministic workflow code can use them.
+// Plain functions with no imports, so deterministic workflow code can use them. Every name starts
+// with a prefix (default "relax"; RELAX_TASK_QUEUE_PREFIX, read in config/environment-task-queue.ts)
+// so two deployments can share a namespace: workers and clients take it from the environment,
+// workflow code from its own task queue (workflows/task-queue.ts), never from process.env.
 
 export const ROLES = ['control', 'rollout', 'train', 'reference'] as const;
 export type Role = (typeof ROLES)[number];
@@ -7,17 +10,30 @@ export type Role = (typeof ROLES)[number];
 /** Roles whose activities need an accelerator; each worker of these pins itself to one device. */
 export const DEVICE_ROLES: readonly Role[] = ['rollout', 'train', 'reference'];
 
+/** The prefix of every queue and of the worker deployment's name unless RELAX_TASK_QUEUE_PREFIX names another. */
+export const DEFAULT_TASK_QUEUE_PREFIX = 'relax';
+
+const PREFIX_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** `prefix` when it is a valid task-queue prefix; else an error naming `source` (the variable) and the rule. */
+export function checkedTaskQueuePrefix(prefix: string, source = 'task queue prefix'): string {
+  if (!PREFIX_PATTERN.test(prefix)) {
+    throw new Error(`${source}=${prefix} is not a valid task queue prefix: use 1-64 letters, digits, '.', '_' and '-', starting with a letter or digit (default ${DEFAULT_TASK_QUEUE_PREFIX})`);
+  }
+  return prefix;
+}
+
 /** The queue every worker of a role polls: work scheduled here goes to any live worker of the role. */
-export function roleTaskQueue(role: Role): string {
-  return `relax-${role}`;
+export function roleTaskQueue(role: Role, prefix: string = DEFAULT_TASK_QUEUE_PREFIX): string {
+  return `${prefix}-${role}`;
 }
 
 /**
  * The queue only ONE worker process polls (Temporal's worker-specific task queue pattern): work that
  * needs that process's in-memory state (a trainer's weights and optimizer) is scheduled here.
  */
-export function instanceTaskQueue(role: Role, instanceId: string): string {
-  return `relax-${role}@${instanceId}`;
+export function instanceTaskQueue(role: Role, instanceId: string, prefix: string = DEFAULT_TASK_QUEUE_PREFIX): string {
+  return `${prefix}-${role}@${instanceId}`;
 }
 
 /**
@@ -25,6 +41,25 @@ export function instanceTaskQueue(role: Role, instanceId: string): string {
  * operation's start, drain and remove steps run there.
  */
 export const CAPACITY_TASK_QUEUE = 'relax-capacity';
+
+/** CAPACITY_TASK_QUEUE under `prefix`. */
+export function capacityTaskQueue(prefix: string = DEFAULT_TASK_QUEUE_PREFIX): string {
+  return `${prefix}-capacity`;
+}
+
+const QUEUE_PATTERN = new RegExp(`^(.+)-(${[...ROLES, 'capacity'].join('|')})(@.*)?$`);
+
+/** The prefix of a queue named here ("team-a-control" -> "team-a"); the default for any other name. */
+export function taskQueuePrefixOf(queue: string): string {
+  return QUEUE_PATTERN.exec(queue)?.[1] ?? DEFAULT_TASK_QUEUE_PREFIX;
+}
+
+/** A queue named here with the default prefix ("relax-rollout@x"), under `prefix` instead. */
+export function withTaskQueuePrefix(queue: string, prefix: string): string {
+  const head = `${DEFAULT_TASK_QUEUE_PREFIX}-`;
+  if (!queue.startsWith(head)) throw new Error(`task queue ${queue} does not start with ${head}: name it with roleTaskQueue / instanceTaskQueue / capacityTaskQueue`);
+  return `${prefix}-${queue.slice(head.length)}`;
+}
 
 /**
  * Every scaling operation runs under this one workflow id, so at most one runs at a time (a second

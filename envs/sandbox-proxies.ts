@@ -5,6 +5,7 @@
 // field, the module and the export. Stateless calls (rewards, generate functions) that were lost
 // because ANOTHER call made their thread stop are retried once on a fresh thread; an environment
 // instance dies with its thread, so its episode fails, saying it was collateral.
+import { backOff } from 'exponential-backoff';
 import type { Environment, Observation, StepResult } from './interaction';
 import { describeStop, SandboxCallError, sandboxModule, SandboxStopped, type ModuleRef, type SandboxModule, type SandboxThread } from './sandbox';
 import { sandboxLoadTimeoutMs } from './sandbox-protocol';
@@ -94,6 +95,7 @@ export async function scoreSandboxed(target: RewardTarget, scope: 'sample' | 'gr
   const out: ScoredSample[] = new Array(responses.length);
   const fail = (i: number, error: string) => (out[i] = { reward: null, error: prefix + error });
   let todo = responses.map((_, i) => i);
+  // A hand-written loop, not backOff: each try sends a smaller group (the culprit's sample drops out).
   for (let attempt = 0; todo.length > 0; attempt++) {
     try {
       const body = { exportName: target.exportName, taskReward: target.taskReward === true, scope, prompt, responses: todo.map((i) => responses[i]), task };
@@ -227,13 +229,12 @@ function generateFunction(mod: SandboxModule, exportName: string): unknown {
       rpc: { generate: (contexts: number[][], params?: unknown) => input.generate(contexts, params) },
       sync: { encode: (text: string) => t.encode(text), decode: (ids: number[], o?: { skipSpecial?: boolean }) => t.decode(ids, o) },
     };
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await mod.thread().request('generate', body, timeoutMs, callbacks);
-      } catch (err) {
-        if (err instanceof SandboxStopped && !err.culprit && err.reason.kind !== 'loadTimeout' && attempt === 0) continue;
-        throw new Error(prefix + message(err));
-      }
+    // A thread stopped by something else than this call (not its culprit, not a load timeout) is tried once more, on a fresh thread.
+    const retry = (err: unknown) => err instanceof SandboxStopped && !err.culprit && err.reason.kind !== 'loadTimeout';
+    try {
+      return await backOff(() => mod.thread().request('generate', body, timeoutMs, callbacks), { numOfAttempts: 2, startingDelay: 0, retry });
+    } catch (err) {
+      throw new Error(prefix + message(err));
     }
   };
   const fn = (input: GenerateInput) => call(input, DEFAULT_TIMEOUT_MS);

@@ -7,7 +7,11 @@
 //      against the C library of the PyPI tensorflow-cpu wheel; with `-- --cuda`, also
 //      @tensorflow/tfjs-node-gpu and ONNX Runtime's CUDA provider (scripts/cuda-route.js).
 //      RELAX_NATIVE_BACKEND=0 (or `-- --no-native`) skips it; any failure leaves the wasm backend;
-//   4. the TypeScript build (dist/).
+//   4. the TypeScript build (dist/);
+//   5. with `-- --test-tools` (what `npm test` passes): promtool and Chromium from Debian packages
+//      for the monitoring and browser suites (scripts/test-tools.js: apt-get as root, else the command).
+//      With `-- --test-tools` or `-- --tensorboard`, also the PyPI package tensorboard into .venv/ (the
+//      TensorBoard test reads the event files back with it; `relax tensorboard` points at it).
 'use strict';
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -115,3 +119,16 @@ if (native) {
 step('the TypeScript build', () =>
   run(process.execPath, [path.join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', path.join(root, 'tsconfig.json')]),
 );
+
+// 5. The system programs the monitoring and browser suites drive (npm test only).
+if (args.includes('--test-tools')) require('./test-tools').ensureTestTools();
+
+// The TensorBoard reader (about 150 MB with numpy and grpcio; about a minute to install once).
+const TENSORBOARD_VERSION = '2.21.0';
+if ((args.includes('--test-tools') || args.includes('--tensorboard')) && !fs.existsSync(path.join(venv, 'bin', 'tensorboard'))) {
+  try {
+    run(ensureVenv().pip, ['install', '--quiet', '--disable-pip-version-check', `tensorboard==${TENSORBOARD_VERSION}`]);
+  } catch (err) {
+    console.warn(`[setup] tensorboard not installed (${err.message.split('\n')[0]}): test/tensorboard.test.ts fails until \`.venv/bin/pip install tensorboard==${TENSORBOARD_VERSION}\` succeeds`);
+  }
+}

@@ -24,7 +24,7 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
  * server of their own (the task queue names are the same in every stack). Their output is printed
  * when the main lane ends. The split balances the lanes (about 22 minutes each here).
  */
-const SIDE_LANE = ['grpo-learning', 'multimodal-audio-run', 'multimodal-run', 'notifications', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
+const SIDE_LANE = ['grpo-learning', 'client-package', 'multimodal-audio-run', 'multimodal-run', 'notifications', 'run-memory', 'autoscaler', 'dev-restart', 'health-manager', 'rollout-failover', 'supervisor', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor'];
 /** The PostgreSQL pass has no learning suites: its side lane also takes the chaos suite (about 90 s), to balance it. */
 const DATABASE_SIDE_LANE = [...SIDE_LANE, 'chaos'];
 /** Suites that assert on timing under a load of their own: run alone, after both lanes. */
@@ -39,14 +39,14 @@ const WASM_SUITES = ['trainer', 'gradient-checkpointing', 'model', 'engines', 'l
 // (monitoring, notifications, tracing, TLS, the supervisor's `relax dev` on its own embedded
 // database, ...) through the store code the checking suites cover, and assert on something else;
 // the embedded pass runs them. Left out as well, whatever their source: the presentation suites
-// (the browser, the CLI's output, the client example), the learning suites (they assert that
+// (the browser, the CLI's output, the client example and package), the learning suites (they assert that
 // accuracy rises over many steps, through the same transfer-queue and registry SQL that
 // training-run, fault-injection, chaos and rollout-scaling check step by step) and the suites about
 // the engines under load (worker threads and heartbeats), and the suites whose kills the chaos suite
 // repeats at CI size on the same server with its exactly-once checks of what the database holds
 // (sync and async runs; workers of every role, the Temporal server and relax dev killed):
 // fault-injection and dev-restart.
-const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example'];
+const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example', 'client-package'];
 const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run'];
 const LOAD_SUITES = ['long-train-step'];
 const REPEATED_BY_CHAOS = ['fault-injection', 'dev-restart'];

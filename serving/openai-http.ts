@@ -9,6 +9,7 @@ import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { checkJsonLimits, HTTP_BODY_JSON_LIMITS, shortened } from '../config/json-limits';
 import { OpenAIError } from './openai-requests';
+import { componentLog } from '../telemetry/log';
 
 export interface HttpLimits {
   /** The largest request body, in bytes (media arrive base64 in the body). */
@@ -77,7 +78,7 @@ export function fastifyLimitOptions(limits: HttpLimits) {
  * how often node checks the header and request timeouts (its default, 30 s, would let a slow client
  * stay up to 30 s past them), and the connection cap. Returns a counter of refused connections.
  */
-export function applySocketLimits(server: Server, limits: HttpLimits, log: (line: string) => void = (l) => console.warn(l)): { dropped(): number } {
+export function applySocketLimits(server: Server, limits: HttpLimits, log: (line: string) => void = (l) => componentLog('openai-http').warn(l)): { dropped(): number } {
   server.headersTimeout = limits.headersTimeoutMs;
   // Read when the server starts listening (node's setupConnectionsTracking); @types/node lacks it.
   (server as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval = Math.max(10, Math.min(1000, Math.floor(limits.headersTimeoutMs / 4)));

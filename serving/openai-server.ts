@@ -32,6 +32,10 @@ import { applySocketLimits, fastifyLimitOptions, registerJsonParser, resolveHttp
 import { describeError, mediaPrompt, stopTokens, textPrompt, tokenPrompt, type PromptInput } from './openai-prompts';
 import { badParam, modelNotFound, OpenAIError, parseChatRequest, parseCompletionRequest, renderChat, renderChatParts, type ChatPart, type CommonRequest } from './openai-requests';
 import { SessionError, SessionRecorder, type SessionCall, type SessionRecorderOptions, type SessionStats } from './sessions';
+import { fastifyLogging } from '../telemetry/http-log';
+import { componentLog } from '../telemetry/log';
+
+const serveLog = componentLog('openai-server');
 
 export { OpenAIError, modelNotFound } from './openai-requests';
 export { DEFAULT_BODY_LIMIT, DEFAULT_HTTP_LIMITS, type HttpLimits } from './openai-http';
@@ -345,7 +349,7 @@ function errorReply(err: unknown, reply: FastifyReply, bodyLimit: number): Fasti
   if (err instanceof OpenAIError) e = err;
   else if (status && status >= 400 && status < 500) e = fastifyClientError(err as { code?: string }, status, bodyLimit);
   else {
-    console.error('[relax serve] internal error:', err);
+    serveLog.error({ err }, 'internal error');
     e = new OpenAIError(500, `internal error: ${describeError(err)}`, null, (err as { code?: string }).code ?? null);
   }
   const body = e.toBody();
@@ -359,7 +363,7 @@ export async function startOpenAIServer(options: OpenAIServerOptions): Promise<O
   const sessions = options.sessions ?? new SessionRecorder(options.sessionLimits);
   const limits = resolveHttpLimits({ ...options.http, ...(options.bodyLimit !== undefined ? { bodyLimit: options.bodyLimit } : {}) });
   const { bodyLimit } = limits;
-  const app = Fastify({ logger: false, ...fastifyLimitOptions(limits) });
+  const app = Fastify({ ...fastifyLogging('openai-server'), ...fastifyLimitOptions(limits) });
   const connections = applySocketLimits(app.server, limits);
   registerJsonParser(app);
   app.setErrorHandler((err, _request, reply) => errorReply(err, reply, bodyLimit));

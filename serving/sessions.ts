@@ -33,6 +33,7 @@
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { PromptMedium } from '../envs/task';
 import type { AgentSample, AgentSessions, SessionTake } from '../rollout/agent-rollout';
+import { componentLog } from '../telemetry/log';
 
 /** A medium of a call's prompt, with its id (sha256 of the bytes, engines/media/store.ts mediaIdOf). */
 export interface SessionMedium extends PromptMedium {
@@ -83,7 +84,7 @@ export interface SessionRecorderOptions {
   maxSessions?: number;
   /** Bytes of media (images, clips) all sessions hold at most; over it, least recently used sessions are evicted. Default DEFAULT_SESSION_MEDIA_BYTES. */
   maxMediaBytes?: number;
-  /** Called on the first eviction and then every EVICTION_LOG_EVERY-th, with a line to log. Default console.warn. */
+  /** Called on the first eviction and then every EVICTION_LOG_EVERY-th, with a line to log. Default: a warning in the log (telemetry/log.ts). */
   log?: (line: string) => void;
 }
 
@@ -144,7 +145,7 @@ export class SessionRecorder implements AgentSessions {
     this.maxIdleMs = positive('maxIdleMs', options.maxIdleMs ?? DEFAULT_SESSION_IDLE_MS);
     this.maxSessions = positive('maxSessions', options.maxSessions ?? DEFAULT_MAX_SESSIONS);
     this.maxMediaBytes = positive('maxMediaBytes', options.maxMediaBytes ?? DEFAULT_SESSION_MEDIA_BYTES);
-    this.log = options.log ?? ((line) => console.warn(line));
+    this.log = options.log ?? ((line) => componentLog('sessions').warn(line));
   }
 
   /** Sessions held, their media bytes, and evictions so far. */

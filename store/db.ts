@@ -4,6 +4,7 @@
 import { Pool } from 'pg';
 import { migrate } from './migrations';
 import type { Queryable } from './transfer-queue';
+import { componentLog } from '../telemetry/log';
 
 export interface StoreOptions {
   /** postgres://user:pass@host:port/db */
@@ -15,7 +16,7 @@ export interface StoreOptions {
 export function createPool({ url, maxConnections = 4 }: StoreOptions): Pool {
   const pool = new Pool({ connectionString: url, max: maxConnections, connectionTimeoutMillis: 10_000 });
   // An idle client that loses its server (database restarted) must not crash the process.
-  pool.on('error', (err) => console.error(`[relax] database connection lost: ${err.message}`));
+  pool.on('error', (err) => componentLog('store').error({ err }, 'database connection lost'));
   return pool;
 }
 

@@ -3,7 +3,8 @@
 // or OTEL_EXPORTER_OTLP_ENDPOINT), off otherwise: then nothing here is loaded, no SDK starts and no
 // interceptor is installed. Workers take their activity interceptors, workflow interceptor module
 // and workflow span sink here (workers/worker.ts), the typed client its start-workflow interceptor
-// (client/index.ts), so one trace runs from `relax train` through the workflow to every activity.
+// (client/index.ts, through telemetry/client-tracing.ts, which loads this module only when tracing
+// is on), so one trace runs from `relax train` through the workflow to every activity.
 import type { Tracer } from '@opentelemetry/api';
 import type { ExportResult } from '@opentelemetry/core';
 import type { Resource } from '@opentelemetry/resources';
@@ -13,6 +14,9 @@ import type { OpenTelemetrySinks } from '@temporalio/interceptors-opentelemetry'
 import type { ActivityInterceptorsFactory, InjectedSinks } from '@temporalio/worker';
 import type { WorkflowInfo } from '@temporalio/workflow';
 import { otlpTracesProtocol, tracingSettings, type TracingSettings } from '../config/environment-services';
+import { componentLog } from './log';
+
+const tracingLog = componentLog('tracing');
 
 export { tracingSettings, type TracingSettings } from '../config/environment-services';
 
@@ -72,8 +76,8 @@ function reportingExporter(inner: SpanExporter, endpoint: string, m: Sdk): SpanE
     export(spans: ReadableSpan[], done: (result: ExportResult) => void) {
       inner.export(spans, (result) => {
         const failed = result.code !== m.core.ExportResultCode.SUCCESS;
-        if (failed && !failing) console.error(`[relax tracing] could not send ${spans.length} spans to ${endpoint}: ${result.error?.message ?? 'export failed'} (spans are dropped until it answers)`);
-        else if (!failed && failing) console.error(`[relax tracing] sending spans to ${endpoint} again`);
+        if (failed && !failing) tracingLog.error(`could not send ${spans.length} spans to ${endpoint}: ${result.error?.message ?? 'export failed'} (spans are dropped until it answers)`);
+        else if (!failed && failing) tracingLog.warn(`sending spans to ${endpoint} again`);
         failing = failed;
         done(result);
       });
@@ -113,7 +117,7 @@ export function startTracing(opts: { role: string; identity?: string }): Tracing
   const settings = tracingSettings(opts.role);
   if (!settings) return undefined;
   const protocol = otlpTracesProtocol();
-  if (protocol && protocol !== 'http/json') console.error(`[relax tracing] OTLP protocol ${protocol} is not supported: spans go as http/json to ${settings.endpoint} (the collector's OTLP/HTTP port, 4318 by default, takes it)`);
+  if (protocol && protocol !== 'http/json') tracingLog.warn(`OTLP protocol ${protocol} is not supported: spans go as http/json to ${settings.endpoint} (the collector's OTLP/HTTP port, 4318 by default, takes it)`);
   const m = loadSdk();
   const own = new m.resources.Resource({ 'service.name': settings.serviceName, 'relax.role': opts.role, ...(opts.identity ? { 'service.instance.id': opts.identity } : {}) });
   const resource = m.resources.Resource.default().merge(own).merge(m.resources.envDetectorSync.detect()) as Resource;

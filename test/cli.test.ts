@@ -1,15 +1,20 @@
 // The `relax` command's conventions against a real stack (real worker processes, the shared Temporal
 // server, PGlite): --version, exit code 2 for usage errors, the workflow's real failure cause in
 // `relax train` and `relax status`, progress lines when stdout is not a TTY (ending at the last
-// step), `status` for a person and as JSON, `list`, `logs`, and Ctrl-C detaching with a message.
+// step), `status` for a person and as JSON, `list`, `logs`, and Ctrl-C detaching with a message;
+// a YAML config with key=value overrides, and the preflight that refuses an unknown task or a
+// missing Hub model with exit 2 before any workflow exists.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { RunConfigInput } from '../config/run-config';
-import { formatFailureChain, listQuery } from '../client';
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { describeError, formatFailureChain, listQuery, UpdateRefusedError } from '../client';
+import { ApplicationFailure } from '@temporalio/common';
+import { Format } from 'cli-progress';
 import { parseAssignments } from '../cli/runs';
-import { progressLine } from '../cli/watch';
+import { BAR_FORMAT, barPayload, progressLine } from '../cli/watch';
 import { spawnRelax, startWorkerStack, uniqueId, waitFor, type WorkerStack } from './helpers';
 
 const TINY: RunConfigInput = {
@@ -18,6 +23,8 @@ const TINY: RunConfigInput = {
   rollout: { prompts_per_step: 2, max_new_tokens: 4 },
   train: { steps: 3, eval_every: 2 },
 };
+
+const EXAMPLE = path.resolve(__dirname, '../../examples/add2-grpo.yaml');
 
 let stack: WorkerStack | undefined;
 let env: Record<string, string>;
@@ -53,7 +60,11 @@ test('usage errors exit 2 with the reason; a runtime error exits 1', async () =>
     [['list', '--limit', '0'], /--limit must be an integer >= 1, got "0"/],
     [['list', '--status', 'sleeping'], /argument 'sleeping' is invalid/],
     [['set', 'some-run', 'lr'], /expected key=value with a dotted key such as train.lr=3e-4, got "lr"/],
-    [['train', '--json', '{not json'], /--json: not valid JSON/],
+    [['train', '--config', '{not json'], /--config \(inline\):1:10: not valid YAML or JSON: Flow map must end/],
+    [['train', '--json', '{}'], /train --json no longer takes the run config: write --config '\{\.\.\.\}'/],
+    [['train', '--config', 'no-such.yaml'], /--config no-such\.yaml: no such file/],
+    [['train', '--config', EXAMPLE, 'train.steps'], /override "train\.steps": expected key=value/],
+    [['train', '--config', EXAMPLE, 'train.stepz=3'], /invalid run config:\n {2}- train\.stepz: unknown field/],
     [['no-such-command'], /unknown command 'no-such-command'/],
   ];
   for (const [args, message] of cases) {
@@ -78,11 +89,39 @@ test('relax set parses dotted keys and JSON values; list queries name their fiel
   assert.throws(() => listQuery({ task: "x' OR 1=1" }), /^Error: task: "x' OR 1=1" is not a valid value/);
   assert.equal(progressLine({ status: 'running', step: 12, totalSteps: 100, policyVersion: 12, lastReward: 0.41, lastAccuracy: 0.63, lastEvalStep: 10, samplesPerSecond: 95 }, 80), 'step 12/100 · v12 · reward 0.410 · held-out 63.0% (step 10) · 95 samples/s · ETA 1m20s · running');
   assert.equal(formatFailureChain([{ kind: 'WorkflowFailedError', message: 'Workflow execution failed' }, { kind: 'ApplicationFailure', type: 'InvalidRunConfig', message: 'bad' }]), 'Workflow execution failed <- ApplicationFailure(InvalidRunConfig): bad');
+  // A refused Update says its cause chain once (it is in the message; describeError does not walk it again).
+  const refused = describeError(new UpdateRefusedError('setHyperparameters', 'r1', ApplicationFailure.create({ type: 'InvalidHyperparameters', message: 'rollout.temperature must be > 0' })));
+  assert.equal(refused, 'setHyperparameters on r1 refused: ApplicationFailure(InvalidHyperparameters): rollout.temperature must be > 0');
+  // The progress bar's ETA has units: cli-progress would put its own bare seconds in an {eta} token.
+  const options = { format: BAR_FORMAT, barsize: 10, barCompleteString: '=', barIncompleteString: '-', barGlue: '', formatValue: Format.ValueFormat, formatBar: Format.BarFormat, formatTime: Format.TimeFormat, autopaddingChar: '   ' };
+  const bar = Format.Formatter(options, { progress: 0.12, eta: 37, startTime: Date.now(), stopTime: null, total: 100, value: 12, maxWidth: 200 }, barPayload({ status: 'running', step: 12, totalSteps: 100, policyVersion: 12 }, 80));
+  assert.match(bar, /\| ETA 1m20s \|/, bar);
 });
 
-test('relax train on an unknown task exits 1 and prints the workflow message naming the task; relax status says why it failed', async () => {
+test('preflight: relax train with an unknown task or a Hub id not in the cache exits 2 naming the field, and starts no workflow', async () => {
+  const hubEnv = { ...env, HF_HUB_OFFLINE: '1', HF_HOME: path.join(stack!.home, 'empty-hf-home') };
+  const cases: Array<[string[], RegExp]> = [
+    [['task=add3'], /^ {2}- task: unknown task "add3": known tasks are add2, /m],
+    [['model.from=no-such-org/no-such-model', 'model.context_length=64'], /^ {2}- model\.from: Hugging Face Hub model no-such-org\/no-such-model .*is not in the Hub cache/m],
+  ];
+  const ids: string[] = [];
+  for (const [overrides, message] of cases) {
+    const id = uniqueId('cli-preflight');
+    ids.push(id);
+    const r = await relax(['train', '--id', id, '--config', EXAMPLE, ...overrides], hubEnv);
+    assert.equal(r.code, 2, r.out);
+    assert.match(r.out, /relax: no workflow was started; the run config names what is not there:/);
+    assert.match(r.out, message);
+    assert.doesNotMatch(r.out, /started training run/);
+    await assert.rejects(stack!.temporal.client.workflow.getHandle(id).describe(), WorkflowNotFoundError, `no workflow ${id}`);
+  }
+  const listed = JSON.parse((await relax(['list', '--output', 'json', '--limit', '100'])).out) as Array<{ runId: string }>;
+  assert.deepEqual(listed.filter((x) => ids.includes(x.runId)), [], 'relax list shows none of them');
+});
+
+test('relax train --no-preflight on an unknown task exits 1 and prints the workflow message naming the task; relax status says why it failed', async () => {
   const id = uniqueId('cli-bad-task');
-  const r = await relax(['train', '--id', id, '--json', JSON.stringify({ ...TINY, task: 'no-such-task' })]);
+  const r = await relax(['train', '--no-preflight', '--id', id, '--config', JSON.stringify({ ...TINY, task: 'no-such-task' })]);
   assert.equal(r.code, 1, r.out);
   assert.match(r.out, /relax: run cli-bad-task-\w+ failed: .*ApplicationFailure\(InvalidRunConfig\): .*unknown task "no-such-task": known tasks are add2/);
   assert.doesNotMatch(r.out, /relax: Workflow execution failed\s*$/m, 'more than the generic message');
@@ -91,15 +130,20 @@ test('relax train on an unknown task exits 1 and prints the workflow message nam
   assert.equal(status.code, 0, status.out);
   assert.match(status.out, new RegExp(`^run ${id}: failed \\(Temporal: FAILED\\)`, 'm'));
   assert.match(status.out, /failed: {3}.*unknown task "no-such-task".*\[InvalidRunConfig\]/);
-  const json = JSON.parse((await relax(['status', id, '--json'])).out) as { workflowStatus: string; failure: { type: string; message: string } };
-  assert.equal(json.workflowStatus, 'FAILED');
-  assert.equal(json.failure.type, 'InvalidRunConfig');
+  for (const flag of [['--output', 'json'], ['--json']]) {
+    const json = JSON.parse((await relax(['status', id, ...flag])).out) as { workflowStatus: string; failure: { type: string; message: string } };
+    assert.equal(json.workflowStatus, 'FAILED', flag.join(' '));
+    assert.equal(json.failure.type, 'InvalidRunConfig');
+  }
 });
 
-test('relax train without a TTY prints a line per step up to the last; status, list and logs read the run back', async () => {
+test('relax train --config examples/add2-grpo.yaml train.steps=3 rollout.temperature=0.7 without a TTY prints a line per step up to the last; status, list and logs read the run back', async () => {
   const id = uniqueId('cli-run');
-  const r = await relax(['train', '--id', id, '--json', JSON.stringify(TINY)]);
+  const r = await relax(['train', '--id', id, '--config', EXAMPLE, 'train.steps=3', 'rollout.temperature=0.7']);
   assert.equal(r.code, 0, r.out);
+  const { rows } = await stack!.db.pool.query('SELECT config FROM runs WHERE run_id = $1', [id]);
+  const config = rows[0]?.config as { train: { steps: number; lr: number }; rollout: { temperature: number; prompts_per_step: number } };
+  assert.deepEqual([config.train.steps, config.rollout.temperature, config.train.lr, config.rollout.prompts_per_step], [3, 0.7, 2e-3, 16], 'the overrides over the YAML file');
   assert.ok(r.lines.includes(`started training run ${id}`), r.out);
   const steps = r.lines.filter((l) => l.startsWith('[train] step ')).map((l) => Number(/^\[train\] step (\d+)\/3 /.exec(l)?.[1]));
   assert.ok(steps.length >= 2, `progress lines before the end, not silence:\n${r.out}`);
@@ -112,7 +156,7 @@ test('relax train without a TTY prints a line per step up to the last; status, l
   assert.equal(status.code, 0, status.out);
   assert.match(status.out, new RegExp(`^run ${id}: completed \\(Temporal: COMPLETED\\)`, 'm'));
   assert.match(status.out, /result: {3}3 steps, policy v3, held-out accuracy [\d.]+%/);
-  const json = JSON.parse((await relax(['status', id, '--json'])).out) as { runId: string; workflowStatus: string; summary?: { steps: number } };
+  const json = JSON.parse((await relax(['status', id, '--output', 'json'])).out) as { runId: string; workflowStatus: string; summary?: { steps: number } };
   assert.equal(json.runId, id);
   assert.equal(json.workflowStatus, 'COMPLETED');
 
@@ -141,7 +185,7 @@ test('Ctrl-C while following detaches with how to re-attach (exit 130); relax wa
   const id = uniqueId('cli-detach');
   // Enough steps that the run is still going when the signal lands (a tiny step takes ~0.25 s on CI;
   // with 6 steps the run once ended first and SIGINT met no handler).
-  const p = spawnRelax(['train', '--id', id, '--json', JSON.stringify({ ...TINY, train: { steps: 40, eval_every: 20 } })], env);
+  const p = spawnRelax(['train', '--id', id, '--config', JSON.stringify(TINY), 'train.steps=40', 'train.eval_every=20'], env);
   const first = await p.waitForLine(/^\[train\] step \d+\/40 /, 120_000);
   p.child.kill('SIGINT');
   assert.equal(await p.exited, 130, `the CLI was still following (first line: ${first})`);
@@ -156,8 +200,9 @@ test('Ctrl-C while following detaches with how to re-attach (exit 130); relax wa
 
 test('relax set changes hyperparameters through the Update and prints the validator message on a bad value; relax cancel ends the run cancelled', async () => {
   const id = uniqueId('cli-set');
-  const started = await relax(['train', '--detach', '--id', id, '--json', JSON.stringify({ ...TINY, train: { steps: 200, eval_every: 50 } })]);
+  const started = await relax(['train', '--detach', '--output', 'json', '--id', id, '--config', JSON.stringify({ ...TINY, train: { steps: 200, eval_every: 50 } })]);
   assert.equal(started.code, 0, started.out);
+  assert.deepEqual(JSON.parse(started.out), { run_id: id }, '--detach --output json prints only the run id as JSON');
   await waitFor('the run at step 1', async () => {
     const p = await stack?.temporal.client.workflow.getHandle(id).query<{ step: number }>('progress').catch(() => undefined);
     return p && p.step >= 1 ? p : undefined;
@@ -170,6 +215,9 @@ test('relax set changes hyperparameters through the Update and prints the valida
   const bad = await relax(['set', id, 'rollout.temperature=-1']);
   assert.equal(bad.code, 1, bad.out);
   assert.match(bad.out, new RegExp(`relax: setHyperparameters on ${id} refused: .*temperature`));
+  const links = bad.out.trim().split(' <- ');
+  assert.equal(new Set(links).size, links.length, `the cause chain is printed once: ${bad.out}`);
+  assert.equal(bad.out.split('refused').length, 2, bad.out);
 
   const cancel = await relax(['cancel', id]);
   assert.equal(cancel.code, 0, cancel.out);

@@ -25,7 +25,7 @@ after(async () => {
 /** `promtool check metrics` on an exposition: its exit status and what it printed. */
 function promtool(exposition: string): { status: number | null; out: string } {
   const r = spawnSync('promtool', ['check', 'metrics'], { input: exposition, encoding: 'utf8' });
-  if (r.error) throw new Error(`promtool is not installed (${r.error.message}): install Debian's prometheus package (.ci/run does)`);
+  if (r.error) throw new Error(`promtool is not installed (${r.error.message}): fix: \`npm run setup -- --test-tools\` as root installs it, or \`apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus\``);
   return { status: r.status, out: `${r.stdout}${r.stderr}` };
 }
 

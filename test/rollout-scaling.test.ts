@@ -2,7 +2,7 @@
 // worker processes, the test's database): while a run trains, in sync and in async mode,
 // POST /rollout/scale_out to 3 reaches ACTIVE and the next steps' samples come from all three
 // engines; scale_in to 1 drains two with no sample lost or duplicated and no activity retried.
-// Also: every mutation without the token is 401, the OpenAPI document validates, a second operation
+// Also: every mutation without the token is 401, the OpenAPI document validates (and Swagger UI at /docs shows it), a second operation
 // while one runs is 409, an absolute target already met is a no-op, initial capacity is protected,
 // and a rollout worker of "another host" (its own process and data directory, the same Temporal and
 // database) takes rollout work without any registration.
@@ -57,6 +57,15 @@ test('the OpenAPI document validates, and every mutation without the bearer toke
   const doc = (await res.json()) as { openapi: string; paths: Record<string, Record<string, unknown>> };
   assert.match(doc.openapi, /^3\./);
   await SwaggerParser.validate(structuredClone(doc) as never);
+  // Swagger UI at /docs: an HTML page whose initializer loads /docs/json, the same document, with "Try it out" for GETs only.
+  const docs = await fetch(`${api}/docs`);
+  assert.equal(docs.status, 200);
+  assert.match(docs.headers.get('content-type') ?? '', /^text\/html/);
+  assert.match(await docs.text(), /<div id="swagger-ui">[\s\S]*\/docs\/static\/swagger-initializer\.js/);
+  const initializer = await (await fetch(`${api}/docs/static/swagger-initializer.js`)).text();
+  assert.match(initializer, /url: resolveUrl\('\.\/json'\)/, 'the UI loads the document next to it, /docs/json');
+  assert.match(initializer, /"supportedSubmitMethods":\["get"\]/, 'read-only: Try it out sends GETs only');
+  assert.deepEqual(await (await fetch(`${api}/docs/json`)).json(), doc, '/docs/json is /openapi.json');
   const mutations = Object.entries(doc.paths).flatMap(([p, ops]) => Object.keys(ops).filter((m) => !['get', 'head', 'options'].includes(m)).map((m) => [m.toUpperCase(), p.replace(/\{[^}]+\}/g, 'x')] as const));
   for (const route of ['POST /runs', 'POST /rollout/scale_out', 'POST /rollout/scale_in', 'POST /runs/x/hyperparameters', 'POST /runs/x/cancel', 'POST /rollout/scale_out/x/cancel']) {
     assert.ok(mutations.some(([m, p]) => `${m} ${p}` === route), `${route} is documented`);

@@ -93,11 +93,16 @@ test('a running run shows its step in current details, memo and search attribute
 
 test('cancelling a run from the client stops it gracefully: CANCELED, `cancelled` in Postgres and the memo, the last version verifies', async () => {
   const id = uniqueId('ops-cancel');
-  const handle = await start(id, { ...TINY, train: { ...TINY.train, steps: 200 } });
-  await waitFor('step 3', async () => ((await handle.query<TrainingProgress>('progress').catch(() => undefined))?.step ?? 0) >= 3 || undefined, 120_000);
-  // Through the typed client, as a program (or `relax cancel`) would.
+  // Started and cancelled through the typed client, as a program (or `relax train` / `relax cancel`) would.
   const relax = await RelaxClient.connect({ address: sharedTemporalAddress(), databaseUrl: stack.db.url });
+  const handle = stack.temporal.client.workflow.getHandle(id); // outlives `relax`, closed below
   try {
+    await relax.start({ ...TINY, run_id: id, train: { ...TINY.train, steps: 200 } });
+    // The Web UI's Summary panel: the static summary and details the client sets when it starts a run.
+    const started = await handle.describe();
+    assert.equal(await started.staticSummary(), 'add2 · tiny GPT · grpo / ppo_clip · 200 steps · sync');
+    assert.match((await started.staticDetails()) ?? '', /\| algorithm \| grpo \/ ppo_clip, group size 2/);
+    await waitFor('step 3', async () => ((await handle.query<TrainingProgress>('progress').catch(() => undefined))?.step ?? 0) >= 3 || undefined, 120_000);
     await relax.cancel(id);
     const result = await relax.result(id);
     assert.equal(result.cancelled, true);

@@ -167,6 +167,10 @@ test('a real schedule, three ticks: three runs, each starting from the previous 
     const described = await describeSchedule(client, name);
     assert.ok(described.actionsTaken >= 3 && described.overlap === 'buffer_all' && described.paused, JSON.stringify(described));
     assert.equal((await listSchedules(client)).find((s) => s.name === name)?.workflowType, 'trainingRun');
+    // The Web UI's Summary panel: the schedule's action carries the run's static summary, and so does each run it started.
+    const action = (await client.schedule.getHandle(name).describe()).action;
+    assert.equal(action.type === 'startWorkflow' ? action.staticSummary : undefined, 'add2 · tiny GPT · grpo / ppo_clip · 2 steps · sync');
+    assert.equal(await (await client.workflow.getHandle(runs[0].workflow_id).describe()).staticSummary(), 'add2 · tiny GPT · grpo / ppo_clip · 2 steps · sync');
   } finally {
     await pauseSchedule(client, name).catch(() => undefined);
     const left = await describeSchedule(client, name).catch(() => undefined);

@@ -7,11 +7,11 @@ import path from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { PACKAGE_ROOT } from '../config/environment';
 
-/** Debian's chromium (`apt-get install -y chromium`); RELAX_CHROMIUM names another build. */
+/** Debian's chromium (scripts/test-tools.js installs it); RELAX_CHROMIUM names another build. */
 export function chromiumPath(): string {
   const p = process.env.RELAX_CHROMIUM || '/usr/bin/chromium';
   if (!fs.existsSync(p)) {
-    throw new Error(`no Chromium at ${p} (RELAX_CHROMIUM): the Web UI test drives a real browser. fix: \`apt-get install -y chromium\` (Debian; .ci/run does this), or set RELAX_CHROMIUM to a Chromium binary`);
+    throw new Error(`no Chromium at ${p} (RELAX_CHROMIUM): the Web UI test drives a real browser. fix: \`npm run setup -- --test-tools\` as root installs it, or \`apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium\`, or set RELAX_CHROMIUM to a Chromium binary`);
   }
   return p;
 }

@@ -4,6 +4,8 @@
 // every slot of the run together. The worker's reaper (workers/run-reaper.ts) releases a run once its
 // workflow has closed, and any run left idle past a bound.
 
+import { componentLog } from '../telemetry/log';
+
 /** Disposes a slot's value when its run is released (a trainer's thread state, an engine's sessions). */
 export type DisposeFn<T> = (value: T, runId: string) => unknown;
 
@@ -100,7 +102,7 @@ export class RunRegistry {
    * and does not stop the others). Returns the names of the slots released. A later activity of the
    * same run rebuilds what it needs, as after a worker restart.
    */
-  async release(runId: string, warn: (message: string) => void = console.warn): Promise<string[]> {
+  async release(runId: string, warn: (message: string) => void = (message) => componentLog('run-state').warn({ run: runId }, message)): Promise<string[]> {
     const run = this.runs.get(runId);
     if (!run) return [];
     this.runs.delete(runId);

@@ -4,6 +4,7 @@
 // once it polls. New runs start on the current build; a run is pinned to the build it started on
 // and finishes there, and moves to the current build only when it continues as new.
 import { createHash } from 'node:crypto';
+import { backOff } from 'exponential-backoff';
 import type { NativeConnection, WorkerDeploymentOptions, WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import type { WorkerDeploymentSettings } from '../config/environment';
 
@@ -33,22 +34,14 @@ export async function promoteBuild(
   timeoutMs = 60_000,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  for (let delay = 100; ; delay = Math.min(2_000, delay * 2)) {
-    try {
-      await connection.workflowService.setWorkerDeploymentCurrentVersion({
-        namespace: target.namespace,
-        deploymentName: target.deploymentName,
-        buildId: target.buildId,
-        identity: target.identity,
-      });
-      return;
-    } catch (err) {
-      const code = (err as { code?: number }).code;
-      // 5 NOT_FOUND: the version is not registered yet (the first poll has not reached the server).
-      if (code !== 5 || Date.now() > deadline) {
-        throw new Error(`could not make build ${target.buildId} the current version of worker deployment ${target.deploymentName}: ${(err as Error).message}\n  fix: check the Temporal server supports worker deployments (1.28 or newer), or set RELAX_WORKER_VERSIONING=off`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, delay));
-    }
+  // 5 NOT_FOUND: the version is not registered yet (the first poll has not reached the server).
+  const notRegisteredYet = (err: unknown) => (err as { code?: number }).code === 5 && Date.now() <= deadline;
+  try {
+    await backOff(
+      () => connection.workflowService.setWorkerDeploymentCurrentVersion({ namespace: target.namespace, deploymentName: target.deploymentName, buildId: target.buildId, identity: target.identity }),
+      { startingDelay: 100, maxDelay: 2_000, numOfAttempts: Infinity, retry: notRegisteredYet },
+    );
+  } catch (err) {
+    throw new Error(`could not make build ${target.buildId} the current version of worker deployment ${target.deploymentName}: ${(err as Error).message}\n  fix: check the Temporal server supports worker deployments (1.28 or newer), or set RELAX_WORKER_VERSIONING=off`);
   }
 }

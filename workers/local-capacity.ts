@@ -11,7 +11,8 @@ import path from 'node:path';
 import { createCapacityActivities, type CapacityProvider, type HealthCheckOptions, type HealthReport, type RoleHealth } from '../activities/capacity';
 import { ROLES, type Role } from '../config/task-queues';
 import { probeEngine } from '../rollout/engine-probe';
-import { CAPACITY_TASK_QUEUE, roleTaskQueue } from '../config/task-queues';
+import { capacityTaskQueue, roleTaskQueue } from '../config/task-queues';
+import { taskQueuePrefix } from '../config/environment-temporal';
 import { sdkConnectionOptions, type TemporalConnectionOptions } from '../security/temporal-connection';
 import { openStore } from '../store/db';
 import { listRolloutEngines, markRolloutEngineFailed, retireHostEngines, upsertRolloutEngine, type RolloutEngineRecord } from '../store/rollout-engines';
@@ -88,7 +89,7 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
     },
     async observe(windowSecs) {
       const [described, engines, busy] = await Promise.all([
-        client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue('rollout') }, taskQueueType: 2, reportStats: true }),
+        client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue('rollout', taskQueuePrefix()) }, taskQueueType: 2, reportStats: true }),
         mine(),
         recentStageBusySeconds(pool, windowSecs),
       ]);
@@ -122,7 +123,7 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
     for (const role of ROLES) {
       const slots = stack.slots(role);
       if (!slots.length) continue;
-      const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue(role) }, taskQueueType: role === 'control' ? 1 : 2 });
+      const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: roleTaskQueue(role, taskQueuePrefix()) }, taskQueueType: role === 'control' ? 1 : 2 });
       const polling = new Set((pollers ?? []).map((p) => p.identity ?? ''));
       const ready = slots.filter((w) => w.alive && w.identity);
       roles.push({
@@ -159,7 +160,7 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
   const worker = await Worker.create({
     connection,
     namespace,
-    taskQueue: CAPACITY_TASK_QUEUE,
+    taskQueue: capacityTaskQueue(taskQueuePrefix()),
     identity: `capacity/${host}`,
     activities: createCapacityActivities(provider),
   });
@@ -167,7 +168,7 @@ export async function startLocalCapacity(opts: LocalCapacityOptions): Promise<Lo
   // Ready means the queue is served: a client that asks right after start (the API's scaling
   // routes check for a poller) must not find it empty while the first poll is still on its way.
   for (let waited = 0; ; waited += 100) {
-    const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: CAPACITY_TASK_QUEUE }, taskQueueType: 2 });
+    const { pollers } = await client.workflowService.describeTaskQueue({ namespace, taskQueue: { name: capacityTaskQueue(taskQueuePrefix()) }, taskQueueType: 2 });
     if (pollers?.length || waited >= 15_000 || worker.getState() !== 'RUNNING') break;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }

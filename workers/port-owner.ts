@@ -2,6 +2,7 @@
 // process holds (naming it) and checks its Temporal child is the one answering. Linux: the LISTEN
 // sockets of /proc/net/tcp{,6} matched to /proc/<pid>/fd socket inodes (no tools needed; only our
 // own user's processes are visible); elsewhere `lsof` when installed; else the pid is unknown.
+// Hand-written: no maintained npm package maps a port to its pid without shelling out to lsof/ss.
 import fs from 'node:fs';
 import net from 'node:net';
 import { execFileSync } from 'node:child_process';

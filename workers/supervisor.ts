@@ -19,7 +19,11 @@ export function restartDelayMs(failures: number, policy: BackoffPolicy = DEFAULT
   return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.min(n - 1, 30));
 }
 
-/** One supervised slot's backoff state: call next() with how long the process was up when it died. */
+/**
+ * One supervised slot's backoff state: call next() with how long the process was up when it died.
+ * Kept by hand: exponential-backoff retries a promise-returning call; this is driven by exit events
+ * and resets after a minute of uptime, which it has no hook for.
+ */
 export class RestartBackoff {
   private failures = 0;
 

@@ -9,6 +9,7 @@ import { Connection } from '@temporalio/client';
 import { findTemporalBinary } from '../config/environment';
 import { findPortOwner } from './port-owner';
 import type { WatchdogMessage } from './process-watchdog';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 
 const WATCHDOG = path.join(__dirname, 'process-watchdog.js');
 
@@ -138,9 +139,10 @@ export async function startTemporalServer(opts: TemporalServerOptions): Promise<
 
 /** No binary on this host: let the SDK download the dev server (works only with internet access). */
 async function startWithSdkDownload(opts: TemporalServerOptions, address: string): Promise<TemporalServer> {
-  const { TestWorkflowEnvironment } = await import('@temporalio/testing');
-  let env;
+  let env: TestWorkflowEnvironment;
   try {
+    // A devDependency: a production install without it fails here, with the fix below.
+    const { TestWorkflowEnvironment } = await import('@temporalio/testing');
     env = await TestWorkflowEnvironment.createLocal({
       server: {
         executable: { type: 'cached-download' },

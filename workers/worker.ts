@@ -14,13 +14,16 @@ import { openStore, redactUrl } from '../store/db';
 import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { metricsEnabled, startWorkerMetrics } from './worker-metrics';
 import { startRunReaper, temporalWorkflowStates } from './run-reaper';
-import { checkpointServerSettings, engineTokenFromEnv, externalEngineUrl, rolloutConcurrency, runReleaseSettings, supervisedWorker, workerDeploymentSettings, workerMetricsPort } from '../config/environment';
+import { checkpointServerSettings, engineTokenFromEnv, taskQueuePrefix, externalEngineUrl, rolloutConcurrency, runReleaseSettings, supervisedWorker, workerDeploymentSettings, workerMetricsPort } from '../config/environment';
 import { deploymentOptions, promoteBuild } from './deployment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
 import { RELAX_SEARCH_ATTRIBUTES } from '../workflows/definitions';
 import { sdkConnectionOptions, temporalConnectionOptions, TemporalConnectionConfigError, type TemporalConnectionOptions } from '../security/temporal-connection';
 import { startTracing } from '../telemetry/tracing';
+import { componentLog, setProcessFields } from '../telemetry/log';
 import { bundleWorkflows } from './workflow-bundle';
+
+const workerLog = componentLog('worker');
 
 export interface WorkerOptions {
   role: Role;
@@ -86,6 +89,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const release = runReleaseSettings(); // a bad RELAX_RUN_* value fails here, before anything starts
   const deployment = workerDeploymentSettings();
   const { label, identity, instanceQueue } = workerNames(opts);
+  setProcessFields({ role: opts.role, worker: identity });
 
   const { pool, connection, security } = await connectWorker(opts);
 
@@ -103,7 +107,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   if (metrics) ctx.figures = metrics.figures;
   // What this process holds for a run is released once the run's workflow has closed (workers/run-reaper.ts).
   const workflowStates = temporalWorkflowStates(opts.temporalAddress, opts.namespace, security);
-  const reaper = startRunReaper({ db: pool, workflowState: workflowStates.state, checkMs: release.checkS * 1000, idleMs: release.idleS * 1000, log: (line) => console.log(`[${identity}] ${line}`) });
+  const reaper = startRunReaper({ db: pool, workflowState: workflowStates.state, checkMs: release.checkS * 1000, idleMs: release.idleS * 1000, log: (line) => workerLog.info(line) });
   const common = {
     connection,
     namespace: opts.namespace,
@@ -119,7 +123,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   // An engine marked failed: stop taking the shared queue's work. The instance queue still answers,
   // so a scale-out's weight sync pinned to this worker gets the reason instead of a timeout.
   health.stopPolling = () => {
-    for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role) && w.getState() === 'RUNNING') w.shutdown();
+    for (const w of workers) if (w.options.taskQueue === roleTaskQueue(opts.role, taskQueuePrefix()) && w.getState() === 'RUNNING') w.shutdown();
   };
   const closed = done.finally(async () => {
     await reaper.stop();
@@ -205,8 +209,8 @@ function workerContext(
             unhealthy: async (reason: string) => {
               if (health.reason !== undefined) return;
               health.reason = reason;
-              console.error(`[${identity}] the external engine ${external!.url} is marked failed and this worker takes no more work: ${reason}`);
-              await markRolloutEngineFailed(pool!, identity, reason).catch((err: Error) => console.error(`[${identity}] could not record the failure: ${err.message}`));
+              workerLog.error({ engine: external!.url }, `the external engine ${external!.url} is marked failed and this worker takes no more work: ${reason}`);
+              await markRolloutEngineFailed(pool!, identity, reason).catch((err: Error) => workerLog.error({ err }, 'could not record the external engine\'s failure'));
               health.stopPolling();
             },
           },
@@ -234,10 +238,10 @@ async function createRoleWorkers(
     const workflowBundle = (!tracing && opts.workflowBundle) || (await bundleWorkflows({ tracing: !!tracing }));
     const workerDeploymentOptions = deploymentOptions(deployment, workflowBundle);
     versioned = workerDeploymentOptions?.version;
-    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control'), workflowBundle, ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}), ...(tracing ? { sinks: tracing.sinks } : {}) }));
+    workers.push(await Worker.create({ ...common, taskQueue: roleTaskQueue('control', taskQueuePrefix()), workflowBundle, ...(workerDeploymentOptions ? { workerDeploymentOptions } : {}), ...(tracing ? { sinks: tracing.sinks } : {}) }));
   } else {
     const polling = opts.role === 'rollout' ? { activityTaskPollerBehavior: ROLLOUT_POLLER, ...rolloutConcurrency() } : {};
-    workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role) }));
+    workers.push(await Worker.create({ ...common, ...polling, taskQueue: roleTaskQueue(opts.role, taskQueuePrefix()) }));
     workers.push(await Worker.create({ ...common, ...polling, taskQueue: instanceQueue }));
   }
   return { workers, versioned };
@@ -250,7 +254,7 @@ function workerNames(opts: WorkerOptions): { label: string; identity: string; in
   const label = deviceLabel(opts.device);
   const instanceId = `${os.hostname()}:${label}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const identity = `${opts.role}/${instanceId}`;
-  const instanceQueue = instanceTaskQueue(opts.role, instanceId);
+  const instanceQueue = instanceTaskQueue(opts.role, instanceId, taskQueuePrefix());
   return { label, identity, instanceQueue };
 }
 
@@ -285,8 +289,8 @@ async function checkSearchAttributes(opts: WorkerOptions, security: TemporalConn
   const checked = await ensureSearchAttributes(opts.temporalAddress, opts.namespace, security).catch((err: Error) => ({ missing: ['?'], error: err.message }));
   if (!checked.missing.length) return;
   const names = checked.missing[0] === '?' ? Object.keys(RELAX_SEARCH_ATTRIBUTES) : checked.missing;
-  console.warn(
-    `[relax worker] search attributes ${names.join(', ')} are not registered in namespace ${opts.namespace} and could not be added (${checked.error}):\n` +
+  workerLog.warn(
+    `search attributes ${names.join(', ')} are not registered in namespace ${opts.namespace} and could not be added (${checked.error}):\n` +
       `  runs will fail their workflow tasks until they exist. fix: ${createSearchAttributesCommand(names, opts.namespace)}`,
   );
 }
@@ -298,7 +302,7 @@ async function checkSearchAttributes(opts: WorkerOptions, security: TemporalConn
 function exitWithSupervisor(worker: RunningWorker): void {
   if (!supervisedWorker() || !process.send) return;
   const onGone = () => {
-    console.error(`[${worker.identity}] relax dev (the supervisor) is gone: exiting`);
+    workerLog.error('relax dev (the supervisor) is gone: exiting');
     worker.shutdown();
     setTimeout(() => process.exit(1), 3_000).unref();
     void worker.done.finally(() => process.exit(1));

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { bundleWorkflowCode, type WorkflowBundleWithSourceMap } from '@temporalio/worker';
 import { tracingWorkflowModules } from '../telemetry/tracing';
+import { componentLog } from '../telemetry/log';
 
 /** The compiled tree (dist/) this module belongs to. */
 const DIST_ROOT = path.resolve(__dirname, '..');
@@ -132,11 +133,12 @@ function prune(dir: string): void {
   }
 }
 
+const bundlerLog = componentLog('bundler');
 const quietBundlerLogger = {
   log: () => undefined,
   trace: () => undefined,
   debug: () => undefined,
   info: () => undefined,
-  warn: (message: string) => console.warn(`[bundler] ${message}`),
-  error: (message: string) => console.error(`[bundler] ${message}`),
+  warn: (message: string) => bundlerLog.warn(message),
+  error: (message: string) => bundlerLog.error(message),
 };

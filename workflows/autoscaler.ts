@@ -13,28 +13,10 @@ import type { AutoscalerConfig } from '../config/autoscaler';
 import { CAPACITY_TASK_QUEUE, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
 import type { rolloutScaleIn, rolloutScaleOut } from './rollout-scaling';
 import { continueOnCurrentBuild, newerBuildIsCurrent } from './versioning';
+import type { AutoscalerDecision, AutoscalerStatus } from './operation-types';
+import { onOwnQueue, ownTaskQueuePrefix } from './task-queue';
 
-export interface AutoscalerDecision {
-  at: string;
-  action: 'scale_out' | 'scale_in' | 'hold';
-  /** Engines before and (for scaling) the target. */
-  engines: number;
-  target?: number;
-  reason: string;
-  /** What the scaling operation ended as, or why it was not started. */
-  outcome?: string;
-}
-
-export interface AutoscalerStatus {
-  state: 'running' | 'stopped';
-  config: AutoscalerConfig;
-  lastObservation?: RolloutObservation;
-  /** Mean backlog per engine over each sustain window, as last computed. */
-  meanBacklogPerEngine?: { scaleOutWindow: number; scaleInWindow: number };
-  lastScaleOutAt?: string;
-  lastScaleInAt?: string;
-  decisions: AutoscalerDecision[];
-}
+export type { AutoscalerDecision, AutoscalerStatus } from './operation-types';
 
 export const autoscalerStatusQuery = defineQuery<AutoscalerStatus>('autoscalerStatus');
 export const stopAutoscalerSignal = defineSignal('stopAutoscaler');
@@ -100,7 +82,7 @@ async function scale(decision: Omit<AutoscalerDecision, 'at'>): Promise<string> 
   try {
     const op = await executeChild<typeof rolloutScaleOut | typeof rolloutScaleIn>(child, {
       workflowId: ROLLOUT_SCALING_WORKFLOW_ID,
-      taskQueue: roleTaskQueue('control'),
+      taskQueue: roleTaskQueue('control', ownTaskQueuePrefix()),
       args: [{ num_replicas: decision.target! }],
       // A stopped autoscaler lets a scaling operation it started finish (never half-created engines).
       parentClosePolicy: 'ABANDON',
@@ -120,7 +102,7 @@ export async function rolloutAutoscaler(config: AutoscalerConfig, carried: Carri
   let stop = false;
   setHandler(autoscalerStatusQuery, () => status);
   setHandler(stopAutoscalerSignal, () => void (stop = true));
-  const act = proxyActivities<CapacityActivities>({ taskQueue: CAPACITY_TASK_QUEUE, startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 5 } });
+  const act = proxyActivities<CapacityActivities>(onOwnQueue({ taskQueue: CAPACITY_TASK_QUEUE, startToCloseTimeout: '30 seconds', retry: { maximumAttempts: 5 } }));
   const keepSecs = Math.max(config.scale_out.sustain_secs, config.scale_in.sustain_secs) + 2 * config.interval_secs;
   const samples: Sample[] = [];
   const record = (d: AutoscalerDecision) => {

@@ -12,17 +12,12 @@ import type { CapacityActivities, HealthAction, HealthReport } from '../activiti
 import type { HealthConfig } from '../config/health';
 import { CAPACITY_TASK_QUEUE } from '../config/task-queues';
 import { continueOnCurrentBuild, newerBuildIsCurrent } from './versioning';
+import type { HealthStatus } from './operation-types';
+import { onOwnQueue } from './task-queue';
+
+export type { HealthStatus } from './operation-types';
 
 export { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
-
-export interface HealthStatus {
-  state: 'running' | 'stopped';
-  config: HealthConfig;
-  lastReport?: HealthReport;
-  /** Problems open now, by key ("role:rollout", "run:<id>", ...). */
-  open: string[];
-  actions: HealthAction[];
-}
 
 export const healthStatusQuery = defineQuery<HealthStatus>('healthStatus');
 export const stopHealthManagerSignal = defineSignal('stopHealthManager');
@@ -30,18 +25,18 @@ export const stopHealthManagerSignal = defineSignal('stopHealthManager');
 const MAX_ACTIONS = 200;
 const CHECKS_PER_EXECUTION = 500;
 
-const act = proxyActivities<CapacityActivities>({
+const act = proxyActivities<CapacityActivities>(onOwnQueue({
   taskQueue: CAPACITY_TASK_QUEUE,
   startToCloseTimeout: '2 minutes',
   heartbeatTimeout: '20 seconds',
   retry: { initialInterval: '1 second', maximumAttempts: 3 },
-});
+}));
 
-const notifications = proxyActivities<CapacityActivities>({
+const notifications = proxyActivities<CapacityActivities>(onOwnQueue({
   taskQueue: CAPACITY_TASK_QUEUE,
   startToCloseTimeout: '30 seconds',
   retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 6, nonRetryableErrorTypes: ['NotificationRejected', 'NotificationMisconfigured'] },
-});
+}));
 
 /** The problems a report shows, by key, with what to say about each. Pure. */
 export function problemsOf(report: HealthReport): Map<string, { action: string; target: string; reason: string; detail?: Record<string, unknown> }> {

@@ -8,6 +8,7 @@ import type { NotifyActivities, NotifyInput } from '../activities/notify';
 import type { NotifyEvent } from '../config/notify-config';
 import type { RunConfig } from '../config/run-config';
 import { roleTaskQueue } from '../config/task-queues';
+import { onOwnQueue } from './task-queue';
 
 /** The milestones a new best accuracy passed: above the previous best, at or below the new one. */
 export function milestonesCrossed(milestones: readonly number[], previousBest: number, best: number): number[] {
@@ -15,12 +16,12 @@ export function milestonesCrossed(milestones: readonly number[], previousBest: n
 }
 
 const notifyActivities = (summary: string) =>
-  proxyActivities<NotifyActivities>({
+  proxyActivities<NotifyActivities>(onOwnQueue({
     taskQueue: roleTaskQueue('control'),
     startToCloseTimeout: '30 seconds',
     retry: { initialInterval: '2 seconds', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 8, nonRetryableErrorTypes: ['NotificationRejected', 'NotificationMisconfigured'] },
     summary,
-  });
+  }));
 
 export class Notifier {
   private readonly pending: Array<Promise<void>> = [];

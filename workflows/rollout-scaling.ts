@@ -9,67 +9,24 @@
 // operation's state, open or closed.
 import { ActivityFailure, ApplicationFailure, CancellationScope, defineQuery, isCancellation, proxyActivities, setHandler } from '@temporalio/workflow';
 import type { CapacityActivities, EngineSummary } from '../activities/capacity';
-import type { LoadedVersion, RolloutActivities } from '../activities/rollout';
+import type { RolloutActivities } from '../activities/rollout';
 import { CAPACITY_TASK_QUEUE, instanceTaskQueue, roleTaskQueue } from '../config/task-queues';
+import { onOwnQueue, ownTaskQueuePrefix } from './task-queue';
+import type { ScaleInRequest, ScaleInStatus, ScaleOutRequest, ScaleOutStatus, ScalingOperation } from './operation-types';
 
-export type ScaleOutStatus = 'PENDING' | 'CREATING' | 'HEALTH_CHECKING' | 'WEIGHT_SYNCING' | 'READY' | 'ACTIVE' | 'FAILED' | 'CANCELLED';
-export type ScaleInStatus = 'PENDING' | 'DRAINING' | 'REMOVING' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
-
-export interface ScaleOutRequest {
-  /** The number of rollout engines wanted (absolute); ignored with `engine_urls`. */
-  num_replicas: number;
-  /**
-   * External OpenAI-compatible engines to add, one engine each (a rollout worker that drives it:
-   * rollout/remote-engine.ts); they are added whatever the count already is.
-   */
-  engine_urls?: string[];
-  /** Recorded with the operation; every rollout worker serves every run. */
-  model_name?: string;
-  /** Per step (create, health check, weight sync); default 300. */
-  timeout_secs?: number;
-}
-
-export interface ScaleInRequest {
-  /** The number of rollout engines to keep (absolute); or name them with `engine_ids`. */
-  num_replicas?: number;
-  engine_ids?: string[];
-  /** Or name external engines by their URL. */
-  engine_urls?: string[];
-  /** Allow removing engines the stack started with. */
-  force?: boolean;
-  /** Say what would be removed, remove nothing. */
-  dry_run?: boolean;
-  /** For draining; default 300. */
-  timeout_secs?: number;
-}
-
-export interface ScalingOperation {
-  kind: 'scale_out' | 'scale_in';
-  status: ScaleOutStatus | ScaleInStatus;
-  request: ScaleOutRequest | ScaleInRequest;
-  fromReplicas?: number;
-  targetReplicas?: number;
-  /** Engines added (scale-out) or removed (scale-in). */
-  engines: string[];
-  /** Each state and when it was entered (ISO time). */
-  transitions: Array<{ status: string; at: string }>;
-  /** What the new engines loaded in WEIGHT_SYNCING, per engine. */
-  weights?: Record<string, LoadedVersion[]>;
-  dryRun?: boolean;
-  message?: string;
-}
+export type { ScaleInRequest, ScaleInStatus, ScaleOutRequest, ScaleOutStatus, ScalingOperation } from './operation-types';
 
 export const scalingOperationQuery = defineQuery<ScalingOperation>('scalingOperation');
 
 const DEFAULT_TIMEOUT_SECS = 300;
 
 function capacity(timeoutSecs: number) {
-  return proxyActivities<CapacityActivities>({
+  return proxyActivities<CapacityActivities>(onOwnQueue({
     taskQueue: CAPACITY_TASK_QUEUE,
     startToCloseTimeout: `${timeoutSecs + 30} seconds`,
     heartbeatTimeout: '10 seconds',
     retry: { initialInterval: '1 second', maximumAttempts: 3, nonRetryableErrorTypes: ['EngineUnhealthy'] },
-  });
+  }));
 }
 
 function engineWeights(instanceQueue: string, timeoutSecs: number) {
@@ -96,7 +53,7 @@ function enter(op: ScalingOperation, status: ScalingOperation['status']): void {
 /** The worker-specific queue of a rollout engine, from its identity ("rollout/<instance id>"). */
 function engineQueue(e: EngineSummary): string {
   if (!e.identity?.startsWith('rollout/')) throw ApplicationFailure.nonRetryable(`engine ${e.engineId} has no rollout identity (${e.identity})`, 'EngineUnhealthy');
-  return instanceTaskQueue('rollout', e.identity.slice('rollout/'.length));
+  return instanceTaskQueue('rollout', e.identity.slice('rollout/'.length), ownTaskQueuePrefix());
 }
 
 /** Ends a failed or cancelled operation: records it, undoes what it started, rethrows. */
@@ -130,7 +87,7 @@ export async function rolloutScaleOut(request: ScaleOutRequest): Promise<Scaling
     created = await act.startRolloutEngines(urls.length ? { count: urls.length, engineUrls: urls } : { count: request.num_replicas - engines.length });
     op.engines = created.map((e) => e.engineId);
     enter(op, 'HEALTH_CHECKING');
-    await act.awaitPollers({ taskQueue: roleTaskQueue('rollout'), identities: created.map((e) => e.identity ?? e.engineId), timeoutMs: timeoutSecs * 1000 });
+    await act.awaitPollers({ taskQueue: roleTaskQueue('rollout', ownTaskQueuePrefix()), identities: created.map((e) => e.identity ?? e.engineId), timeoutMs: timeoutSecs * 1000 });
     enter(op, 'WEIGHT_SYNCING');
     const loaded = await Promise.all(created.map((e) => engineWeights(engineQueue(e), timeoutSecs).loadLatestVersions()));
     op.weights = Object.fromEntries(created.map((e, i) => [e.engineId, loaded[i]]));

@@ -12,6 +12,7 @@ import type { TrainActivities, TrainStepInput, TrainStepResult } from '../activi
 import { roleTaskQueue } from '../config/task-queues';
 import { NON_RETRYABLE_FAILURE_TYPES } from '../config/failure-types';
 import { failWorkflowOnNonRetryable, isNonRetryableActivityFailure } from './failures';
+import { onOwnQueue } from './task-queue';
 
 const nonRetryableErrorTypes = [...NON_RETRYABLE_FAILURE_TYPES]; // in every activity's retry policy
 
@@ -43,8 +44,9 @@ const ROLLOUT: ActivityOptions = {
 
 const REFERENCE: ActivityOptions = { ...ROLLOUT, taskQueue: roleTaskQueue('reference') };
 
+/** The options with the call's summary, on the queue of this workflow's task-queue prefix. */
 function summarized(options: ActivityOptions, summary: string | undefined): ActivityOptions {
-  return summary ? { ...options, summary } : options;
+  return onOwnQueue(summary ? { ...options, summary } : options);
 }
 
 export const control = (summary?: string) => proxyActivities<ControlActivities>(summarized(CONTROL, summary));
@@ -76,6 +78,7 @@ export function colocatedOnSomeInstance(choice: TrainerChoice, input: ColocatedS
   return onSomeInstance(choice, summary, (pinned) => pinned.colocatedStep(input));
 }
 
+// A loop, not a retry policy: each try may go to another trainer's queue, which Temporal's retries cannot change.
 async function onSomeInstance<T>(choice: TrainerChoice, summary: string, call: (pinned: TrainActivities & ColocatedActivities) => Promise<T>): Promise<T> {
   const MAX_INSTANCES = 10;
   for (let attempt = 1; ; attempt++) {

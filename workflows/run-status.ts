@@ -4,6 +4,7 @@
 // answer of the `progress` query (small by default, the curves on request).
 import { setCurrentDetails, upsertMemo, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { RunConfig } from '../config/run-config';
+import { formatDuration } from './duration';
 import { RelaxAccuracyKey, RelaxModelKey, RelaxStatusKey, RelaxStepKey, RelaxTaskKey, type ProgressQueryOptions, type TrainingProgress } from './definitions';
 
 /** Memo and search attributes are commands in the history: refreshed at most every this many steps between events. */
@@ -14,13 +15,6 @@ export interface Visibility {
   /** This execution's first step start (workflow time) and the steps it has done, for the pace and ETA. */
   paceFrom?: number;
   paceSteps: number;
-}
-
-export function formatDuration(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 60) return `${s}s`;
-  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(s / 3600)}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m`;
 }
 
 /** "step 12/100 · v12 · reward 0.41 · held-out 63.0% (step 10) · 95 samples/s · ETA 1m20s" */

@@ -3,7 +3,7 @@
 // parity: the environment shows a digit; the policy answers "e" (even) or "o" (odd), then eos; the
 // environment scores the answer (+0.25 when right) and shows the next digit. Four digits per episode.
 //
-// Train on it:  relax train --json '{"task": "examples/envs/parity.js", "model": {"context_length": 16}, "train": {"steps": 30, "lr": 0.002}}'
+// Train on it:  relax train --config examples/parity.json   (or --config '{"task": "examples/envs/parity.js", ...}', then key=value overrides such as train.steps=10)
 // (module paths resolve against the workers' working directory; an absolute path always works).
 'use strict';
 
