@@ -5,9 +5,10 @@ import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before, mock, test } from 'node:test';
 import { checkpointDir, listCheckpointVersions, optimizerStatePath, publishCheckpoint } from '../engines/checkpoint';
 import { parseRunConfig } from '../config/run-config';
+import { componentLog } from '../telemetry/log';
 import { initWeights, TINY_MODEL } from '../engines/model';
 import {
   CheckpointPrunedError,
@@ -237,22 +238,18 @@ test('prunePolicyVersions never touches versions above latest, refuses an unregi
   await mkdir(foreign);
   await registerCheckpoint(db.pool, { runId, policyVersion: 9, path: foreign, sha256: 'f'.repeat(64), step: 9 });
   await publishVersions(runId, checkpointRoot, 10, 10);
-  const warn = console.warn;
+  // The warning goes to the checkpoints component's logger (telemetry/log.ts): capture its lines.
   const warnings: string[] = [];
-  console.warn = (line: string) => warnings.push(line);
+  const logger = componentLog('checkpoints');
+  const capture = mock.method(logger, 'warn', (line: string) => void warnings.push(line));
   try {
     assert.deepEqual(await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 10, every: 100, keepLast: 1, protect: 1 }), [4, 5, 6, 7, 8, 9]);
-  } finally {
-    console.warn = warn;
-  }
-  assert.deepEqual(await readdir(foreign), [], 'the foreign directory still exists');
-  assert.match(warnings.join('\n'), /version 9 is pruned but its path .*-warm-start is not a v00000009\/ checkpoint directory; left in place/);
-  assert.equal(warnings.length, 1);
-  console.warn = (line: string) => warnings.push(line);
-  try {
+    assert.deepEqual(await readdir(foreign), [], 'the foreign directory still exists');
+    assert.match(warnings.join('\n'), /version 9 is pruned but its path .*-warm-start is not a v00000009\/ checkpoint directory; left in place/);
+    assert.equal(warnings.length, 1);
     await prunePolicyVersions(db.pool, { runId, checkpointRoot, latest: 10, every: 100, keepLast: 1, protect: 1 });
   } finally {
-    console.warn = warn;
+    capture.mock.restore();
   }
   assert.equal(warnings.length, 1, 'the warning is given once, when the version is marked');
   assert.deepEqual(await listCheckpointVersions(checkpointRoot), [0, 10]);
