@@ -10,7 +10,8 @@ import { ApplicationFailure } from '@temporalio/activity';
 import type { RetryableFailureType } from '../config/failure-types';
 import { withHyperparameters } from '../config/hyperparameters';
 import { getCheckpoint, latestCheckpoint } from '../store/checkpoint-registry';
-import { rolloutSlice } from '../rollout/producers';
+import { rolloutSliceWithStats } from '../rollout/producers';
+import { dapoMetrics, type DapoCounts } from '../engines/rl/dapo';
 import { getTrainStep, insertSamples, readSamples, recordGeneratedStep, type NewSample } from '../store/transfer-queue';
 import { loadPolicyWeights } from '../training/policy-versions';
 import type { RunContext } from '../training/run-context';
@@ -35,17 +36,17 @@ export interface ColocatedStepResult extends TrainStepResult {
 const policies = new RunPolicies('colocated.policy', async (ctx, run, v) => (await heldTrainerWeights(run.runId, v)) ?? loadPolicyWeights(ctx.pool, run, v));
 
 /** Generates iteration step - 1 here, with the reference log-probs when the KL term is on. */
-async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainStepInput, iteration: number): Promise<NewSample[]> {
+async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainStepInput, iteration: number): Promise<{ samples: NewSample[]; dapo?: DapoCounts }> {
   const config = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
   const policy = await policies.of(ctx, run);
   await failuresMapped(() => policy.atVersion(input.fromVersion));
   return spanned(ctx, run.runId, 'generate', { iteration, policyVersion: input.fromVersion }, async () => {
     const engine = measured(policy.engine, 'local', ctx.figures);
-    const samples = await rolloutSlice({ config, task: run.task, engine, ...(run.media ? { media: run.media } : {}) }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step }).catch((err: Error) => {
+    const { samples, dapo } = await rolloutSliceWithStats({ config, task: run.task, engine, ...(run.media ? { media: run.media } : {}) }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step }).catch((err: Error) => {
       throw asRolloutFailure(err);
     });
     if (config.algorithm.kl_coef > 0) await attachReferenceLogprobs(await referenceOf(ctx, run), samples, run.media);
-    return samples;
+    return { samples, ...(dapo ? { dapo } : {}) };
   });
 }
 
@@ -55,10 +56,10 @@ async function freshBatch(ctx: WorkerContext, run: RunContext, input: TrainStepI
   const c = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
   const started = Date.now();
   // A version an earlier attempt published before it died (its set unrecorded) is adopted, not trained again.
-  const [samples, publishedBefore] = await Promise.all([generateHere(ctx, run, input, iteration), getCheckpoint(ctx.pool, runId, fromVersion + 1)]);
+  const [{ samples, dapo }, publishedBefore] = await Promise.all([generateHere(ctx, run, input, iteration), getCheckpoint(ctx.pool, runId, fromVersion + 1)]);
   const rollout = { ...rolloutStats(samples), busyMs: Date.now() - started };
   report(rollout);
-  const rolloutMetrics = { ...rolloutStatsMetrics(rollout), rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
+  const rolloutMetrics = { ...rolloutStatsMetrics(rollout), ...dapoMetrics(dapo), rollout_busy_ms: rollout.busyMs, temperature: c.rollout.temperature, top_p: c.rollout.top_p };
   // Over the budget (the run fails) or skipped, the samples are written for their errors to be read.
   const budget = c.train.failure_budget;
   const write = () => insertSamples(ctx.pool, runId, samples, { engine: ctx.identity });

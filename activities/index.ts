@@ -3,6 +3,7 @@ import type { Role } from '../config/task-queues';
 import type { WorkerContext } from './context';
 import { createColocatedActivities } from './colocated-step';
 import { createControlActivities } from './control';
+import { createEvaluateActivities } from './evaluate';
 import { createNotifyActivities } from './notify';
 import { createReferenceActivities } from './reference';
 import { createRolloutActivities } from './rollout';
@@ -13,7 +14,7 @@ export function activitiesForRole(role: Role, ctx: WorkerContext): object {
     case 'control':
       return { ...createControlActivities(ctx), ...createNotifyActivities(ctx) };
     case 'rollout':
-      return createRolloutActivities(ctx);
+      return { ...createRolloutActivities(ctx), ...createEvaluateActivities(ctx) };
     case 'reference':
       return createReferenceActivities(ctx);
     case 'train':

@@ -12,7 +12,8 @@ import type { GenerationEngine } from '../engines/rollout';
 import type { PolicyWeights } from '../engines/model';
 import { PolicyEngine } from '../rollout/policy-engine';
 import { EngineUnconfirmedError, RemoteRolloutEngine } from '../rollout/remote-engine';
-import { rolloutSlice, type RolloutSlice } from '../rollout/producers';
+import { rolloutSliceWithStats, type RolloutSlice } from '../rollout/producers';
+import type { DapoCounts } from '../engines/rl/dapo';
 import { agentEndpoints } from '../serving/agent-endpoint';
 import { CheckpointPrunedError, latestCheckpoint } from '../store/checkpoint-registry';
 import { recordMetrics } from '../store/metrics';
@@ -38,6 +39,8 @@ export interface GenerateActivityInput extends RolloutSlice {
 /** A slice's rollout statistics (training/step.ts rolloutStats): the train step merges the iteration's slices. */
 export interface GenerateResult extends RolloutStats {
   worker: string;
+  /** With algorithm.dapo: the slice's dynamic sampling and overlong counts (the train step records them as metrics). */
+  dapo?: DapoCounts;
 }
 
 /**
@@ -159,7 +162,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
   const run = await runContext(ctx, input.runId);
   const config = input.hyperparameters ? withHyperparameters(run.config, input.hyperparameters) : run.config;
   const policy = await policyAt(ctx, run, input.policyVersion);
-  const samples = await rolloutSlice(
+  const { samples, dapo } = await rolloutSliceWithStats(
     {
       config,
       task: run.task,
@@ -175,7 +178,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
   });
   // The sampling this iteration used, as metrics of the step that trains on it (step = iteration + 1).
   await Promise.all([transferQueueBuffer(ctx.pool, input.runId, { engine: ctx.identity }).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
-  return { ...rolloutStats(samples), worker: ctx.identity };
+  return { ...rolloutStats(samples), ...(dapo ? { dapo } : {}), worker: ctx.identity };
 }
 
 /** A rollout's error as a Temporal failure: a known type keeps its type, anything else is RolloutFailed (retryable). */

@@ -34,6 +34,7 @@ import { withHyperparameters, type Hyperparameters } from '../config/hyperparame
 import { FAILURE_MESSAGE_MAX_CHARS, failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { warmStart, type WarmStartInput } from './warm-start';
 import { componentLog } from '../telemetry/log';
+import { dapoMetrics, sumDapoCounts, type DapoCounts } from '../engines/rl/dapo';
 
 const trainLog = componentLog('train');
 
@@ -49,7 +50,7 @@ export interface TrainStepInput {
   /** The policy version the update starts from; it publishes fromVersion + 1. */
   fromVersion: number;
   /** The iteration's rollout statistics, one per generate slice: merged, they decide the step's verdict (train, skip, fail). */
-  rollout?: ReadonlyArray<Pick<RolloutStats, 'samples' | 'failed' | 'rewardSum'>>;
+  rollout?: ReadonlyArray<Pick<RolloutStats, 'samples' | 'failed' | 'rewardSum'> & { dapo?: DapoCounts }>;
   /** More of the rollout's figures (e.g. rollout_busy_ms), recorded with the step's own metrics. */
   rolloutMetrics?: Record<string, number>;
   /** The rollout iteration this step trains on (default step - 1: sync mode). */
@@ -256,7 +257,7 @@ async function updateTrainer(ctx: WorkerContext, run: RunContext, rule: UpdateRu
   const trainer = await trainerAt(ctx, run, fromVersion);
   try {
     const withMedia = await withSequenceMedia(samples, run.media);
-    return { trainer, metrics: await computeUpdate((sequences, r, batch) => trainer.trainStep(sequences, r.algorithm, { batch }), rule, withMedia, advantages, fromVersion) };
+    return { trainer, metrics: await computeUpdate((sequences, r, batch) => trainer.trainStep(sequences, r.algorithm, { batch }), rule, withMedia, advantages, fromVersion, (sequences) => trainer.values(sequences)) };
   } catch (err) {
     dropTrainer(run.runId);
     throw err;
@@ -466,7 +467,7 @@ async function trainStepActivity(ctx: WorkerContext, input: TrainStepInput): Pro
   const { runId, step, fromVersion } = input;
   const rollout = mergeRolloutStats(input.rollout);
   const budget = (await runContext(ctx, runId)).config.train.failure_budget;
-  const rolloutMetrics = { ...rolloutStatsMetrics(rollout), ...input.rolloutMetrics };
+  const rolloutMetrics = { ...rolloutStatsMetrics(rollout), ...dapoMetrics(sumDapoCounts(input.rollout.map((s) => s.dapo))), ...input.rolloutMetrics };
   const result =
     stepVerdict(rollout, budget, step) === 'skip'
       ? await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics })

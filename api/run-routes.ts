@@ -1,6 +1,8 @@
 // The control API's run routes, over the typed client: list, get, start, pause, resume, stop,
 // cancel, hyperparameters (the workflow's setHyperparameters Update), metrics. A run's config is
-// validated by the one run-config schema (the client parses it before starting); a refused
+// validated by the one run-config schema (the client parses it before starting) and preflighted
+// when the server has probes (as `relax train`: a missing task, model or data file is a 400 naming
+// the field, before any workflow exists); a refused
 // hyperparameter update is a 400 with the validator's message and leaves the run untouched.
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -9,6 +11,7 @@ import { WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@te
 import type { RelaxClient } from '../client';
 import type { HyperparameterUpdate } from '../config/hyperparameters';
 import type { RunConfigInput } from '../config/run-config';
+import { preflightRunConfig, type PreflightProbes } from '../config/preflight';
 import { ApiError } from './errors';
 
 const RunId = z.object({ run_id: z.string().min(1).max(200).describe('the run id (its workflow id)') });
@@ -26,7 +29,7 @@ async function temporal<T>(runId: string, call: () => Promise<T>): Promise<T> {
   }
 }
 
-export function registerRunRoutes(base: FastifyInstance, client: RelaxClient): void {
+export function registerRunRoutes(base: FastifyInstance, client: RelaxClient, preflight?: PreflightProbes): void {
   const app = base.withTypeProvider<ZodTypeProvider>();
   app.get('/runs', {
     schema: {
@@ -44,12 +47,13 @@ export function registerRunRoutes(base: FastifyInstance, client: RelaxClient): v
     schema: {
       tags: ['runs'],
       summary: 'start a training run',
-      description: 'The body is the run config (one JSON object, docs/configuration.md), e.g. {"recipe":"add2","train":{"steps":100}}.',
+      description: 'The body is the run config (one JSON object, docs/configuration.md), e.g. {"recipe":"add2","train":{"steps":100}}. An invalid config is a 400 invalid_run_config; one naming a task, module, model or data file that is not there is a 400 preflight_failed whose problems name each field; neither starts a workflow.',
       body: JsonObject,
       security: SECURED,
     },
   }, async (req, reply) => {
     const config = req.body as RunConfigInput;
+    if (preflight) await preflightRunConfig(config, preflight);
     const runId = typeof config.run_id === 'string' ? config.run_id : undefined;
     const handle = await temporal(runId ?? '(new)', () => client.start(config));
     return reply.code(201).send({ run_id: handle.runId });

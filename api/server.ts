@@ -2,7 +2,8 @@
 // hyperparameters, metrics) and rollout capacity (Relax's scale-out / scale-in contract, engines),
 // over the typed client. fastify with zod schemas; the OpenAPI document is generated from them and
 // served at GET /openapi.json, and browsable with Swagger UI at GET /docs. Loopback by default; every mutation needs the bearer token (401
-// otherwise); reads do not. Errors are `{ error: { type, message } }` with 400, 401, 404, 409 or 503.
+// otherwise); reads do not. Errors are `{ error: { type, message } }` with 400, 401, 404, 409 or 503; a run whose config names
+// what is not there (preflight) is a 400 `preflight_failed` with `problems: [{ field, message }]`.
 import { HealthConfigError } from '../config/health';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
@@ -12,6 +13,7 @@ import type { RelaxClient } from '../client';
 import { NoCapacityProviderError, ScalingConflictError, UnknownOperationError } from '../client/scaling';
 import { AutoscalerConfigError } from '../config/autoscaler';
 import { RunConfigError } from '../config/run-config';
+import { PreflightError, type PreflightProbes } from '../config/preflight';
 import { ApiError } from './errors';
 import { registerDashboardRoutes } from './dashboard-routes';
 import { registerMetricsRoutes } from './metrics-routes';
@@ -30,6 +32,12 @@ export interface ControlApiOptions {
   /** Default 0 (a free port). */
   port?: number;
   version?: string;
+  /**
+   * The checks of POST /runs before any workflow exists (config/preflight.ts): the task, module
+   * files, model.from and data files, as `relax train` checks them. cli/api.ts passes this
+   * machine's probes (the API layer may not import envs/ or engines/); absent, runs start unchecked.
+   */
+  preflight?: PreflightProbes;
 }
 
 export interface ControlApi {
@@ -40,9 +48,10 @@ export interface ControlApi {
 
 const READ_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
-function errorReply(err: unknown): { status: number; type: string; message: string } {
+function errorReply(err: unknown): { status: number; type: string; message: string; problems?: Array<{ field: string; message: string }> } {
   if (err instanceof ApiError) return { status: err.statusCode, type: err.type, message: err.message };
   if (err instanceof RunConfigError) return { status: 400, type: 'invalid_run_config', message: err.message };
+  if (err instanceof PreflightError) return { status: 400, type: 'preflight_failed', message: err.message, problems: err.problems };
   if (err instanceof AutoscalerConfigError) return { status: 400, type: 'invalid_autoscaler_config', message: err.message };
   if (err instanceof HealthConfigError) return { status: 400, type: 'invalid_health_config', message: err.message };
   if (err instanceof ScalingConflictError) return { status: 409, type: 'conflict', message: err.message };
@@ -79,8 +88,8 @@ export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyI
     }
   });
   app.setErrorHandler(async (err, _request, reply) => {
-    const { status, type, message } = errorReply(err);
-    await reply.code(status).send({ error: { type, message } });
+    const { status, ...error } = errorReply(err);
+    await reply.code(status).send({ error });
   });
   app.setNotFoundHandler(async (request, reply) => {
     await reply.code(404).send({ error: { type: 'not_found', message: `no route ${request.method} ${request.url.split('?')[0]}: see GET /openapi.json` } });
@@ -88,7 +97,7 @@ export async function buildControlApi(opts: ControlApiOptions): Promise<FastifyI
 
   app.get('/health', { schema: { tags: ['monitoring'], summary: 'liveness: the API process answers' } }, async () => ({ status: 'ok' }));
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
-  registerRunRoutes(app, opts.client);
+  registerRunRoutes(app, opts.client, opts.preflight);
   registerRolloutRoutes(app, opts.client);
   registerMetricsRoutes(app, opts.client);
   registerDashboardRoutes(app, opts.client);

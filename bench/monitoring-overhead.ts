@@ -10,7 +10,7 @@ import path from 'node:path';
 import { Pool } from 'pg';
 import { NoCapacityProviderError, RelaxClient } from '../client';
 import type { RunConfig } from '../config/run-config';
-import { HEALTH_MANAGER_WORKFLOW_ID } from '../config/task-queues';
+import { stackServiceWorkflowId } from '../client/scaling';
 import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { appliedStepIntervalsMs } from '../store/step-records';
 import { startLocalCapacity } from '../workers/local-capacity';
@@ -138,7 +138,7 @@ async function startHealthManager(client: RelaxClient, intervalS: number): Promi
 
 /** The health manager's checkHealth activities that ran within [fromMs, toMs]. */
 async function healthChecksDuring(client: RelaxClient, fromMs: number, toMs: number): Promise<number> {
-  const events = (await client.client.workflow.getHandle(HEALTH_MANAGER_WORKFLOW_ID).fetchHistory()).events ?? [];
+  const events = (await client.client.workflow.getHandle(stackServiceWorkflowId('health-manager')).fetchHistory()).events ?? [];
   const millis = (t: { seconds?: unknown; nanos?: number | null } | null | undefined) => Number(t?.seconds ?? 0) * 1000 + (t?.nanos ?? 0) / 1e6;
   const checks = new Set(events.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'checkHealth').map((e) => Number(e.eventId)));
   const started = new Map(events.filter((e) => checks.has(Number(e.activityTaskStartedEventAttributes?.scheduledEventId))).map((e) => [Number(e.activityTaskStartedEventAttributes!.scheduledEventId), millis(e.eventTime)]));

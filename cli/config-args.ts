@@ -12,9 +12,10 @@ export const CONFIG_FLAG_HELP = 'run config: a YAML or JSON file, or inline JSON
 export const OVERRIDES_HELP = 'overrides of the config, key=value with a dotted key (train.steps=3 rollout.temperature=0.7; values read as YAML: numbers, true/false, [a,b]); ~key removes one';
 export const NO_PREFLIGHT_HELP = 'skip the checks that the task, model.from and data files exist on this machine (e.g. when the workers see other paths)';
 
-/** `--output <format>`: text for a person (default), json for programs. */
-export function outputOption(): Option {
-  return new Option('--output <format>', 'text for a person, json for programs').choices(['text', 'json']).default('text');
+/** `--output <format>`: text for a person (default), json for programs, and any `extra` formats a command has (metrics: csv). */
+export function outputOption(extra: readonly string[] = []): Option {
+  const what = ['text for a person', 'json for programs', ...extra].join(', ');
+  return new Option('--output <format>', what).choices(['text', 'json', ...extra]).default('text');
 }
 
 /** Whether a command prints JSON: --output json, or the older --json. */

@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { RelaxClient } from '../client';
 import type { HealthStatus } from '../workflows/health-manager';
 import { plainTable } from './table';
+import { outputOption, wantsJson } from './config-args';
 
 export function formatHealth(status: HealthStatus & { execution: string }, actions = 10): string {
   const r = status.lastReport;
@@ -24,12 +25,13 @@ export function registerHealthCommand(program: Command): void {
   program
     .command('health')
     .description("the health manager's last check (workers per role, external engines, runs' step times, disk), open problems and recent actions")
-    .option('--json', 'the whole status as JSON')
-    .action(async (o: { json?: boolean }) => {
+    .addOption(outputOption())
+    .option('--json', 'the same as --output json: the whole status as JSON')
+    .action(async (o: { json?: boolean; output: string }) => {
       const client = await RelaxClient.connect();
       try {
         const status = await client.rollout.healthManager();
-        console.log(o.json ? JSON.stringify(status, null, 2) : formatHealth(status));
+        console.log(wantsJson(o) ? JSON.stringify(status, null, 2) : formatHealth(status));
       } finally {
         await client.close();
       }

@@ -19,6 +19,7 @@ import { addTemporalFlags, TEMPORAL_COMMANDS } from './temporal-flags';
 import { registerRunCommands, RUN_COMMANDS, UsageError } from './runs';
 import { registerHealthCommand } from './health';
 import { registerScheduleCommands } from './schedule';
+import { registerEvalCommand } from './eval';
 import { registerApiCommand } from './api';
 import { registerDevCommand, registerWorkerCommand } from './stack-commands';
 import { registerQuickstartCommand } from './quickstart';
@@ -42,8 +43,9 @@ export function buildProgram(): Command {
   registerExportCommand(program);
   registerModelCommands(program);
   registerScheduleCommands(program);
+  registerEvalCommand(program);
   registerHealthCommand(program);
-  addTemporalFlags(program, [...new Set([...TEMPORAL_COMMANDS, ...RUN_COMMANDS, 'schedule'])]);
+  addTemporalFlags(program, [...new Set([...TEMPORAL_COMMANDS, ...RUN_COMMANDS, 'schedule', 'eval'])]);
   registerTraceCommand(program);
   registerTensorboardCommand(program);
   registerBenchCommand(program);

@@ -6,7 +6,7 @@ import { Option, type Command } from 'commander';
 import { Pool } from 'pg';
 import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import { RelaxClient } from '../client';
-import { parseRunConfig } from '../config/run-config';
+import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
 import { ADD2_GRPO, ADD2_GRPO_ASYNC, realModelRecipe } from '../config/recipes';
 import { secondsToAccuracy } from '../store/metrics';
@@ -16,6 +16,18 @@ import { relaxEnvironment } from '../config/environment';
 import { startEphemeralStack } from '../workers/local-stack';
 import { renderCurves, watchRun } from './watch';
 import { intOption, printStack } from './stack-commands';
+
+/**
+ * The add2 quickstart's run config: the recipe of `mode` with `--steps`. The warmup is the recipe's
+ * (ADD2_GRPO's 10 steps; the quickstart has no warmup option), capped at fewer steps so
+ * `--steps 5` runs, as withRecipe caps a recipe's warmup under a user's train.steps.
+ */
+export function quickstartRunConfig(mode: 'sync' | 'async', steps?: number): RunConfig {
+  const recipe = mode === 'async' ? ADD2_GRPO_ASYNC : ADD2_GRPO;
+  const train = { ...ADD2_GRPO.train, ...(steps ? { steps } : {}) };
+  const capped = train.warmup_steps !== undefined && train.steps !== undefined ? { warmup_steps: Math.min(train.warmup_steps, train.steps) } : {};
+  return parseRunConfig({ ...recipe, train: { ...train, ...capped } });
+}
 
 export function registerQuickstartCommand(program: Command): void {
   program
@@ -32,7 +44,7 @@ export function registerQuickstartCommand(program: Command): void {
       const log = (line: string) => (o.json ? undefined : console.log(line));
       if (o.model) return realModelQuickstart({ ...o, model: o.model, home, log, started });
       const recipe = o.mode === 'async' ? ADD2_GRPO_ASYNC : ADD2_GRPO;
-      const config = parseRunConfig({ ...recipe, train: { ...ADD2_GRPO.train, ...(o.steps ? { steps: o.steps } : {}) } });
+      const config = quickstartRunConfig(o.mode, o.steps);
       log('[relax] starting the local stack (Temporal dev server, embedded PostgreSQL, 4 workers) and the SFT warm start...');
       const [stack, warm] = await Promise.all([
         startEphemeralStack(home),

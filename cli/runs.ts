@@ -189,23 +189,37 @@ export function registerRunCommands(program: Command): void {
   registerRunControlCommands(program);
 }
 
+interface MetricsOutputOptions {
+  output: string;
+  csv?: boolean;
+  json?: boolean;
+}
+
+/** `relax metrics`' format: --output, or its older aliases --csv / --json; two different ones are a usage error. */
+export function metricsFormat(o: MetricsOutputOptions): string {
+  const asked = new Set([...(o.output !== 'text' ? [o.output] : []), ...(o.csv ? ['csv'] : []), ...(o.json ? ['json'] : [])]);
+  if (asked.size > 1) throw new UsageError(`relax metrics: choose one output format, got ${[...asked].join(' and ')} (--output csv|json; --csv and --json are its aliases)`);
+  return [...asked][0] ?? 'text';
+}
+
 /** `relax metrics` and `relax logs`: a run's records in Postgres. */
 function registerRunRecordCommands(program: Command): void {
   program
     .command('metrics <runId>')
-    .description("a run's metric series from Postgres: a table of the newest values, or every step as --csv (one column per series) or --json ({series: [[step, value], ...]})")
-    .option('--csv', 'every step, one row each, one column per series')
-    .option('--json', 'every series as [[step, value], ...]')
+    .description("a run's metric series from Postgres: a table of the newest values, or every step as --output csv (one column per series) or --output json ({series: [[step, value], ...]})")
+    .addOption(outputOption(['csv']))
+    .option('--csv', 'the same as --output csv: every step, one row each, one column per series')
+    .option('--json', 'the same as --output json: every series as [[step, value], ...]')
     .option('--names <a,b>', 'only these series (comma-separated)')
-    .action(async (runId: string, o: { csv?: boolean; json?: boolean; names?: string }) => {
-      if (o.csv && o.json) throw new UsageError('--csv and --json exclude each other');
+    .action(async (runId: string, o: MetricsOutputOptions & { names?: string }) => {
+      const format = metricsFormat(o);
       const db = new RunDatabase(resolveAddresses().databaseUrl);
       try {
         const series = await db.metrics(runId, o.names ? o.names.split(',').map((n) => n.trim()).filter(Boolean) : undefined);
         const names = Object.keys(series).sort();
         if (!names.length) throw new Error(`run ${runId} has no metrics in this database${o.names ? ` named ${o.names}` : ''}: check the run id (relax list) and DATABASE_URL`);
-        if (o.json) console.log(JSON.stringify(series));
-        else if (o.csv) console.log(metricsCsv(series, names));
+        if (format === 'json') console.log(JSON.stringify(series));
+        else if (format === 'csv') console.log(metricsCsv(series, names));
         else console.log(plainTable(names.map((n) => [n, String(series[n].at(-1)![1]), `step ${series[n].at(-1)![0]} (${series[n].length} points)`])));
       } finally {
         await db.close();
@@ -251,12 +265,13 @@ function registerRunControlCommands(program: Command): void {
   program
     .command('set <runId> <assignments...>')
     .description('change hyperparameters of a running run from its next step: relax set <run> train.lr=3e-4 rollout.temperature=0.8')
-    .option('--json', 'print the Update\'s answer as JSON')
-    .action((runId: string, pairs: string[], o: { json?: boolean }) => {
+    .addOption(outputOption())
+    .option('--json', "the same as --output json: the Update's answer as JSON")
+    .action((runId: string, pairs: string[], o: { json?: boolean; output: string }) => {
       const update = parseAssignments(pairs);
       return withClient(async (client) => {
         const answer = await client.setHyperparameters(runId, update);
-        if (o.json) return console.log(JSON.stringify(answer, null, 2));
+        if (wantsJson(o)) return console.log(JSON.stringify(answer, null, 2));
         console.log(`${runId}: ${answer.changed.length ? answer.changed.join(', ') : 'nothing'} changed, from step ${answer.fromStep}`);
         console.log(`  now in force: ${JSON.stringify(answer.hyperparameters)}`);
       });

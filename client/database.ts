@@ -3,6 +3,7 @@
 // engines. The statements and the shapes they return are store/'s (one module per table); this is
 // the client's connection to them, opened on first use.
 import { Pool } from 'pg';
+import { listEvaluations, type EvaluationRecord } from '../store/evaluations';
 import { checkpointVersions, type CheckpointVersion } from '../store/checkpoint-registry';
 import { ping } from '../store/db';
 import { eventsAfter, type RunEventRecord } from '../store/events';
@@ -54,6 +55,11 @@ export class RunDatabase {
   /** The run's newest stage spans (when each stage ran, on which worker), oldest first. */
   async spans(runId: string, limit = 200): Promise<StageSpan[]> {
     return newestStageSpans(this.db(), runId, limit);
+  }
+
+  /** The run's sampled evaluations (evaluations table), oldest version first. */
+  async evaluations(runId: string): Promise<EvaluationRecord[]> {
+    return listEvaluations(this.db(), runId);
   }
 
   /** Throws unless the database answers. */

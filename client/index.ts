@@ -1,7 +1,7 @@
 // The typed client (`relax/client`): how programs and the CLI start, watch, steer and inspect Relax
 // runs. A run's config is validated here before anything is sent, and again by the workflow (for
 // starts that bypass this client, such as the Temporal Web UI form). docs/client.md is its guide.
-import { Client, Connection, WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import { Client, Connection, WorkflowFailedError, type ScheduleHandle, type WorkflowHandle } from '@temporalio/client';
 import { CancelledFailure } from '@temporalio/common';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import type { HyperparameterUpdate } from '../config/hyperparameters';
@@ -13,6 +13,8 @@ import { startClientTracing, type ClientTracing } from '../telemetry/client-trac
 import type { HyperparameterUpdateResult, ProgressQueryOptions, TrainingProgress, TrainingResult } from '../workflows/run-types';
 import { resolveAddresses } from './addresses';
 import { RelaxSchedules } from './schedules';
+import { createEvaluationSchedule, evaluate, startEvaluation, type EvaluationHandle, type EvaluationInput, type EvaluationResult, type EvaluationScheduleOptions } from './evaluations';
+import type { EvaluationRecord } from '../store/evaluations';
 import { RelaxRollout } from './scaling';
 import { RunDatabase, type CheckpointVersion, type LatestRunMetric, type StageSpan, type MetricSeries, type RunEventRecord } from './database';
 import { describeError, failureChain, formatFailureChain, failureType, RunFailedError, UpdateRefusedError, type FailureLink } from './failures';
@@ -20,6 +22,8 @@ import { listQuery, runSummary, type ListOptions, type MemoProgress, type MemoSu
 
 export * from './addresses';
 export * from './schedules';
+export * from './evaluations';
+export type { EvaluationRecord } from '../store/evaluations';
 export * from './scaling';
 export * from './failures';
 export { RunDatabase, type CheckpointVersion, type LatestRunMetric, type StageSpan, type MetricSeries, type RolloutEngineInfo, type RunEventRecord } from './database';
@@ -268,6 +272,26 @@ export class RelaxClient {
   /** The run's run_events in time order; `afterId` reads only newer ones (for following). */
   events(runId: string, options: { afterId?: number; limit?: number } = {}): Promise<RunEventRecord[]> {
     return this.database.events(runId, options.afterId, options.limit);
+  }
+
+  /** Starts a sampled evaluation (the evaluateRun workflow: pass@1, pass@k, maj@k, mean@k of one version; docs/algorithms.md). */
+  startEvaluation(input: EvaluationInput, options: { workflowId?: string } = {}): Promise<EvaluationHandle> {
+    return startEvaluation(this.client, input, options);
+  }
+
+  /** Runs a sampled evaluation to its end and returns its scores (also recorded in the run's evaluations and metrics). */
+  evaluate(input: EvaluationInput, options: { workflowId?: string } = {}): Promise<EvaluationResult> {
+    return evaluate(this.client, input, options);
+  }
+
+  /** A Schedule that evaluates the run's newest not-yet-evaluated version on each tick. */
+  scheduleEvaluations(options: EvaluationScheduleOptions): Promise<ScheduleHandle> {
+    return createEvaluationSchedule(this.client, options);
+  }
+
+  /** The run's recorded sampled evaluations, oldest version first. */
+  evaluations(runId: string): Promise<EvaluationRecord[]> {
+    return this.database.evaluations(runId);
   }
 
   /** Scheduled retraining: Temporal Schedules that start training runs (docs/schedules.md). */

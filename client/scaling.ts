@@ -4,7 +4,7 @@
 import { WorkflowExecutionAlreadyStartedError, type Client, type WorkflowExecutionDescription } from '@temporalio/client';
 import { parseAutoscalerConfig } from '../config/autoscaler';
 import { parseHealthConfig } from '../config/health';
-import { capacityTaskQueue, HEALTH_MANAGER_WORKFLOW_ID, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
+import { capacityTaskQueue, roleTaskQueue, serviceWorkflowId, type StackServiceName } from '../config/task-queues';
 import { taskQueuePrefix } from '../config/environment-temporal';
 import type { AutoscalerStatus, HealthStatus, ScaleInRequest, ScaleOutRequest, ScalingOperation } from '../workflows/operation-types';
 import type { RolloutEngineInfo, RunDatabase } from './database';
@@ -28,18 +28,23 @@ export class UnknownOperationError extends Error {}
 
 const TYPES = { scale_out: 'rolloutScaleOut', scale_in: 'rolloutScaleIn' } as const;
 
-/** A long-running workflow of the stack, one execution at a time under its id: started, queried and stopped alike. */
+/** A long-running workflow of the stack, one execution at a time under its id (serviceWorkflowId): started, queried and stopped alike. */
 interface StackService {
   name: string;
   workflowType: string;
-  workflowId: string;
+  service: StackServiceName;
   query: string;
   stopSignal: string;
   startedBy: string;
 }
 
-const AUTOSCALER: StackService = { name: 'autoscaler', workflowType: 'rolloutAutoscaler', workflowId: ROLLOUT_AUTOSCALER_WORKFLOW_ID, query: 'autoscalerStatus', stopSignal: 'stopAutoscaler', startedBy: 'POST /autoscaler (docs/control-api.md)' };
-const HEALTH_MANAGER: StackService = { name: 'health manager', workflowType: 'healthManager', workflowId: HEALTH_MANAGER_WORKFLOW_ID, query: 'healthStatus', stopSignal: 'stopHealthManager', startedBy: 'POST /health/manager (docs/monitoring.md)' };
+const AUTOSCALER: StackService = { name: 'autoscaler', workflowType: 'rolloutAutoscaler', service: 'rollout-autoscaler', query: 'autoscalerStatus', stopSignal: 'stopAutoscaler', startedBy: 'POST /autoscaler (docs/control-api.md)' };
+const HEALTH_MANAGER: StackService = { name: 'health manager', workflowType: 'healthManager', service: 'health-manager', query: 'healthStatus', stopSignal: 'stopHealthManager', startedBy: 'POST /health/manager (docs/monitoring.md)' };
+
+/** A stack service's workflow id under this process's RELAX_TASK_QUEUE_PREFIX (default: relax-<service>). */
+export function stackServiceWorkflowId(service: StackServiceName): string {
+  return serviceWorkflowId(service, taskQueuePrefix());
+}
 
 export class RelaxRollout {
   constructor(
@@ -60,7 +65,7 @@ export class RelaxRollout {
     try {
       const handle = await this.client.workflow.start(TYPES[kind], {
         taskQueue: roleTaskQueue('control', taskQueuePrefix()),
-        workflowId: ROLLOUT_SCALING_WORKFLOW_ID,
+        workflowId: stackServiceWorkflowId('rollout-scaling'),
         workflowIdConflictPolicy: 'FAIL',
         workflowIdReusePolicy: 'ALLOW_DUPLICATE',
         args: [request],
@@ -69,7 +74,7 @@ export class RelaxRollout {
       return { kind, status: 'PENDING', request, engines: [], transitions: [], requestId, execution: 'RUNNING' };
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        const running = await this.client.workflow.getHandle(ROLLOUT_SCALING_WORKFLOW_ID).describe().catch(() => undefined);
+        const running = await this.client.workflow.getHandle(stackServiceWorkflowId('rollout-scaling')).describe().catch(() => undefined);
         throw new ScalingConflictError(`another scaling operation is running (request_id ${running?.runId ?? '?'}, ${running?.type ?? '?'}): wait for it or cancel it`);
       }
       throw err;
@@ -78,7 +83,7 @@ export class RelaxRollout {
 
   /** The operation's state (its `scalingOperation` query, which closed executions answer too). */
   async operation(requestId: string, kind?: keyof typeof TYPES): Promise<ScalingOperationState> {
-    const handle = this.client.workflow.getHandle(ROLLOUT_SCALING_WORKFLOW_ID, requestId);
+    const handle = this.client.workflow.getHandle(stackServiceWorkflowId('rollout-scaling'), requestId);
     let info: WorkflowExecutionDescription;
     try {
       info = await handle.describe();
@@ -103,7 +108,7 @@ export class RelaxRollout {
   /** Operations of one kind, newest first (Temporal visibility). */
   async list(kind: keyof typeof TYPES, limit = 20): Promise<ScalingOperationState[]> {
     const out: ScalingOperationState[] = [];
-    const query = `WorkflowId = '${ROLLOUT_SCALING_WORKFLOW_ID}' AND WorkflowType = '${TYPES[kind]}'`;
+    const query = `WorkflowId = '${stackServiceWorkflowId('rollout-scaling')}' AND WorkflowType = '${TYPES[kind]}'`;
     for await (const info of this.client.workflow.list({ query, pageSize: limit })) {
       out.push(await this.operation(info.runId));
       if (out.length >= limit) break;
@@ -115,7 +120,7 @@ export class RelaxRollout {
   async cancel(requestId: string, kind?: keyof typeof TYPES): Promise<ScalingOperationState> {
     const op = await this.operation(requestId, kind);
     if (op.execution !== 'RUNNING') throw new ScalingConflictError(`request_id ${requestId} is not running (${op.status})`);
-    await this.client.workflow.getHandle(ROLLOUT_SCALING_WORKFLOW_ID, requestId).cancel();
+    await this.client.workflow.getHandle(stackServiceWorkflowId('rollout-scaling'), requestId).cancel();
     return op;
   }
 
@@ -166,7 +171,7 @@ export class RelaxRollout {
     try {
       const handle = await this.client.workflow.start(service.workflowType, {
         taskQueue: roleTaskQueue('control', taskQueuePrefix()),
-        workflowId: service.workflowId,
+        workflowId: stackServiceWorkflowId(service.service),
         workflowIdConflictPolicy: 'FAIL',
         workflowIdReusePolicy: 'ALLOW_DUPLICATE',
         args: [config],
@@ -180,7 +185,7 @@ export class RelaxRollout {
 
   /** A stack service's status query on its latest execution, with that execution's Temporal status. */
   private async serviceStatus<T>(service: StackService): Promise<T & { execution: string }> {
-    const handle = this.client.workflow.getHandle(service.workflowId);
+    const handle = this.client.workflow.getHandle(stackServiceWorkflowId(service.service));
     let execution: string;
     try {
       execution = (await handle.describe()).status.name;
@@ -193,7 +198,7 @@ export class RelaxRollout {
   private async stopService(service: StackService): Promise<void> {
     const status = await this.serviceStatus<object>(service);
     if (status.execution !== 'RUNNING') throw new ScalingConflictError(`the ${service.name} is not running (${status.execution})`);
-    await this.client.workflow.getHandle(service.workflowId).signal(service.stopSignal);
+    await this.client.workflow.getHandle(stackServiceWorkflowId(service.service)).signal(service.stopSignal);
   }
 
   /** Refuses early when nothing serves the capacity queue (the operation would wait forever). */

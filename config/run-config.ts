@@ -117,12 +117,63 @@ export const LoraConfigSchema = z
   })
   .strict();
 
+/** algorithm.critic: PPO's critic (a value head on the policy, engines/rl/gae.ts) for algorithm.advantage "gae". */
+export const CriticConfigSchema = z
+  .object({
+    /** Discount of GAE's TD residuals; 1 for a reward at the end of a response. */
+    gamma: n('algorithm.critic.gamma').default(1),
+    /** GAE's lambda: 0 is the one-step TD error, 1 the Monte-Carlo return minus the value. */
+    lambda: n('algorithm.critic.lambda').default(0.95),
+    /** Weight of the value loss added to the policy loss (one backbone trains both). */
+    vf_coef: n('algorithm.critic.vf_coef').default(0.5),
+    /** eps_v: how far a value may move from the value GAE used before its error stops counting; 0 turns clipping off. */
+    value_clip: n('algorithm.critic.value_clip').default(0.2),
+    /** Whiten the token advantages over the batch (mean 0, std 1), as PPO does by default. */
+    whiten: z.boolean().default(true),
+  })
+  .strict();
+export type CriticConfig = z.infer<typeof CriticConfigSchema>;
+
+/** algorithm.dapo (Yu et al. 2025, engines/rl/dapo.ts): each piece is on when present. */
+const DapoConfigSchema = z
+  .object({
+    /** Drop groups whose task rewards are all equal; generate more rounds (at most max_extra_rounds) until the batch is full of groups with signal. */
+    dynamic_sampling: z.object({ max_extra_rounds: n('algorithm.dapo.dynamic_sampling.max_extra_rounds').default(4) }).strict().optional(),
+    /** Soft overlong punishment: factor x R_len(|y|), linear over the last cache_tokens before rollout.max_new_tokens, added to the reward. */
+    overlong_penalty: z.object({ cache_tokens: n('algorithm.dapo.overlong_penalty.cache_tokens'), factor: n('algorithm.dapo.overlong_penalty.factor').default(1) }).strict().optional(),
+    /** Truncated responses (max_new_tokens reached without a stop token) are not trained on: their loss mask is zeroed. */
+    overlong_filter: z.boolean().default(false),
+  })
+  .strict();
+
+/**
+ * algorithm.rollout_correction: masks for the rollout/trainer mismatch, composed with any registered
+ * policy loss (engines/rl/rollout-correction.ts). `mask` is MIS: "token" masks tokens whose ratio
+ * pi_trainer / pi_rollout leaves [lower, upper], "sequence" whole sequences by the geometric mean of
+ * their ratios (defaults: upper 2 for token, 1.001 for sequence; lower 1 / upper; the bounds keep 1
+ * inside the band: lower <= 1 <= upper). `opsm_delta` turns
+ * on OPSM: negative-advantage sequences whose mean log(pi_rollout / pi_trainer) exceeds it are masked.
+ */
+export const RolloutCorrectionConfigSchema = z
+  .object({
+    mask: z.enum(['none', 'token', 'sequence']).default('none'),
+    lower: n('algorithm.rollout_correction.lower').optional(),
+    upper: n('algorithm.rollout_correction.upper').optional(),
+    opsm_delta: n('algorithm.rollout_correction.opsm_delta').optional(),
+  })
+  .strict()
+  .superRefine((c, ctx) => {
+    for (const field of ['lower', 'upper'] as const) {
+      if (c.mask === 'none' && c[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: `bounds the importance ratio of mask "token" or "sequence": set mask, or remove ${field}` });
+    }
+  });
+
 export const AlgorithmConfigSchema = z
   .object({
     /** A registered estimator (training/advantages.ts: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline) or a user module. */
     advantage: z.union([str('algorithm.advantage'), UserFunctionSchema]).default('grpo'),
     advantage_options: RegisteredOptionsSchema,
-    /** A registered policy loss (training/losses.ts: ppo_clip, gspo) or a user module. */
+    /** A registered policy loss (training/losses.ts: ppo_clip, gspo, cispo, sapo) or a user module. */
     policy_loss: z.union([str('algorithm.policy_loss'), UserFunctionSchema]).default('ppo_clip'),
     policy_loss_options: RegisteredOptionsSchema,
     /**
@@ -148,8 +199,14 @@ export const AlgorithmConfigSchema = z
     off_policy: z.enum(['none', 'tis', 'decoupled']).default('none'),
     /** Cap of the importance weight pi_prox / pi_rollout: "tis" defaults to 2, "decoupled" to none. */
     importance_cap: n('algorithm.importance_cap').optional(),
+    /** MIS and OPSM masks for the rollout/trainer mismatch (RolloutCorrectionConfigSchema); absent: none. */
+    rollout_correction: RolloutCorrectionConfigSchema.optional(),
     /** Tokens generated more than this many policy versions before the trainer's are not trained on. */
     max_token_staleness: n('algorithm.max_token_staleness').optional(),
+    /** PPO's critic for advantage "gae" (defaults when absent): a value head on the policy, trained and published with it. */
+    critic: CriticConfigSchema.optional(),
+    /** DAPO's rollout-side pieces (engines/rl/dapo.ts): dynamic sampling, overlong shaping and filtering. */
+    dapo: DapoConfigSchema.optional(),
   })
   .strict();
 
@@ -326,12 +383,19 @@ export const RunConfigSchema = z
     if (c.data && c.model.from === undefined) {
       ctx.addIssue({ code: 'custom', path: ['data'], message: "needs a pretrained model with a tokenizer and chat template: set model.from (e.g. \"smollm2-135m-instruct\")" });
     }
+    if (c.algorithm.critic && c.algorithm.advantage !== 'gae') {
+      ctx.addIssue({ code: 'custom', path: ['algorithm', 'critic'], message: 'configures the value model of algorithm.advantage "gae": set advantage to "gae" or remove critic' });
+    }
     if (c.algorithm.clip_high < c.algorithm.clip_low) {
       ctx.addIssue({
         code: 'custom',
         path: ['algorithm', 'clip_high'],
         message: `must be >= algorithm.clip_low (${c.algorithm.clip_low}); got ${c.algorithm.clip_high}`,
       });
+    }
+    const cache = c.algorithm.dapo?.overlong_penalty?.cache_tokens;
+    if (cache !== undefined && cache > c.rollout.max_new_tokens) {
+      ctx.addIssue({ code: 'custom', path: ['algorithm', 'dapo', 'overlong_penalty', 'cache_tokens'], message: `must be <= rollout.max_new_tokens (${c.rollout.max_new_tokens}): the penalty ramps over the last cache_tokens before it; got ${cache}` });
     }
     if (c.train.warmup_steps > c.train.steps) {
       ctx.addIssue({

@@ -41,6 +41,11 @@ export function rolloutSeed(runSeed: number, iteration: number, firstGroup: numb
   return runSeed * 7_919 + iteration * 1_009 + firstGroup;
 }
 
+/** The seed of extra round `round` (>= 1) of DAPO's dynamic sampling: its prompts (with `promptSeed`'s role) and its slice's sampling. */
+export function dynamicSamplingSeed(seed: number, round: number): number {
+  return mixSeed(seed, `dapo-round-${round}`);
+}
+
 /** The seed a user generate function gets for group `group` of a slice seeded `sliceSeed`. */
 export function generateGroupSeed(sliceSeed: number, group: number): number {
   return sliceSeed * 1_009 + group;

@@ -1,7 +1,8 @@
 // Task-queue names: the contract between workflows (which schedule) and workers (which poll).
 // Plain functions with no imports, so deterministic workflow code can use them. Every name starts
 // with a prefix (default "relax"; RELAX_TASK_QUEUE_PREFIX, read in config/environment-task-queue.ts)
-// so two deployments can share a namespace: workers and clients take it from the environment,
+// (and so does every stack service's workflow id, serviceWorkflowId) so two deployments can share
+// a namespace: workers and clients take it from the environment,
 // workflow code from its own task queue (workflows/task-queue.ts), never from process.env.
 
 export const ROLES = ['control', 'rollout', 'train', 'reference'] as const;
@@ -61,14 +62,25 @@ export function withTaskQueuePrefix(queue: string, prefix: string): string {
   return `${prefix}-${queue.slice(head.length)}`;
 }
 
-/**
- * Every scaling operation runs under this one workflow id, so at most one runs at a time (a second
- * start is refused: the control API's 409); each operation is one execution, its Temporal run id
- * the operation's request_id.
- */
-export const ROLLOUT_SCALING_WORKFLOW_ID = 'relax-rollout-scaling';
+/** The long-running services of a stack, one workflow each under a fixed id: `<prefix>-<service>`. */
+export type StackServiceName = 'rollout-scaling' | 'rollout-autoscaler' | 'health-manager';
 
-/** The rollout autoscaler's one workflow id (workflows/autoscaler.ts): at most one runs. */
-export const ROLLOUT_AUTOSCALER_WORKFLOW_ID = 'relax-rollout-autoscaler';
-/** The health manager's one workflow id (workflows/health-manager.ts). */
-export const HEALTH_MANAGER_WORKFLOW_ID = 'relax-health-manager';
+/**
+ * A stack service's one workflow id under `prefix` ("team-a" -> "team-a-health-manager"), so two
+ * deployments in one namespace each have their own; the default prefix gives the ids used so far.
+ */
+export function serviceWorkflowId(service: StackServiceName, prefix: string = DEFAULT_TASK_QUEUE_PREFIX): string {
+  return `${prefix}-${service}`;
+}
+
+/**
+ * Every scaling operation runs under this one workflow id (serviceWorkflowId('rollout-scaling', prefix)
+ * under another prefix), so at most one runs at a time (a second start is refused: the control API's
+ * 409); each operation is one execution, its Temporal run id the operation's request_id.
+ */
+export const ROLLOUT_SCALING_WORKFLOW_ID = serviceWorkflowId('rollout-scaling');
+
+/** The rollout autoscaler's one workflow id (workflows/autoscaler.ts) with the default prefix: at most one runs. */
+export const ROLLOUT_AUTOSCALER_WORKFLOW_ID = serviceWorkflowId('rollout-autoscaler');
+/** The health manager's one workflow id (workflows/health-manager.ts) with the default prefix. */
+export const HEALTH_MANAGER_WORKFLOW_ID = serviceWorkflowId('health-manager');

@@ -8,7 +8,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import { checkWeights, modelConfigDifference, modelConfigSchema, parseModelConfig, trainableParameterSpec, type ModelConfig, type PolicyWeights } from './model';
+import { checkWeights, initWeights, modelConfigDifference, modelConfigSchema, parseModelConfig, trainableParameterSpec, valueHeadParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { decodeSafetensors, encodeSafetensors } from './safetensors';
 import { componentLog } from '../telemetry/log';
 
@@ -147,13 +147,22 @@ export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions
   if (options.sha256 !== undefined && options.sha256 !== sha256) {
     throw new Error(`checkpoint ${file}: sha256 ${sha256} does not match the expected ${options.sha256}`);
   }
-  const mismatch = options.model && modelConfigDifference(config.model, options.model);
+  // A policy without a value head loads into a model with one (PPO with a critic from a warm start): the head starts fresh.
+  const freshValueHead = options.model?.valueHead === true && !config.model.valueHead;
+  const expected = freshValueHead ? withoutValueHead(options.model!) : options.model;
+  const mismatch = expected && modelConfigDifference(config.model, expected);
   if (mismatch) throw new Error(`checkpoint ${dir}: ${mismatch} by the caller's model config`);
   const decoded = decodeCheckpointWeights(bytes, `checkpoint ${file}`);
   const inner = modelConfigDifference(decoded.model, config.model);
   if (inner) throw new Error(`checkpoint ${dir}: the model config inside ${config.weightsFile} differs from ${CONFIG_FILE}: ${inner}`);
+  if (freshValueHead) return { info: { ...config, model: options.model!, dir }, weights: { ...decoded.weights, ...initWeights(options.model!, 0, valueHeadParameterSpec(options.model!)) } };
   const weights = decoded.weights;
   return { info: { ...config, dir }, weights };
+}
+
+function withoutValueHead(model: ModelConfig): ModelConfig {
+  const { valueHead: _valueHead, ...rest } = model;
+  return rest;
 }
 
 /**

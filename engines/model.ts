@@ -118,6 +118,8 @@ export const modelConfigSchema = z
     vision: visionConfigSchema.optional(),
     /** An audio encoder whose projected frames replace `<audio>` placeholder positions. */
     audio: audioConfigSchema.optional(),
+    /** A value head (PPO's critic, engines/rl/gae.ts): value_head.weight [D, 1] and .bias [1] on the last hidden state, trained (and published) with the policy, LoRA or not. */
+    valueHead: z.boolean().optional(),
   })
   .strict()
   .superRefine((c, ctx) => {
@@ -278,11 +280,20 @@ export function parameterSpec(cfg: ModelConfig): ParameterSpec[] {
   // with LoRA they are frozen with the rest of the base (selectedParameterSpec chooses trained parts).
   if (cfg.architecture === 'llama') {
     const base = [...llamaParameterSpec(cfg), ...encoderParameterSpec(cfg)];
-    if (!cfg.lora) return base;
-    return [...base.map((p) => ({ ...p, frozen: true })), ...loraParameterSpec(cfg)];
+    if (!cfg.lora) return [...base, ...valueHeadParameterSpec(cfg)];
+    return [...base.map((p) => ({ ...p, frozen: true })), ...loraParameterSpec(cfg), ...valueHeadParameterSpec(cfg)];
   }
   if (cfg.lora) throw new Error('LoRA adapters need a llama-architecture model');
-  return [...gptParameterSpec(cfg), ...encoderParameterSpec(cfg)];
+  return [...gptParameterSpec(cfg), ...encoderParameterSpec(cfg), ...valueHeadParameterSpec(cfg)];
+}
+
+/** The value head of `cfg.valueHead` (last, never frozen: it trains beside LoRA adapters); zeros, so a fresh critic predicts 0. The rollout ignores it. */
+export function valueHeadParameterSpec(cfg: ModelConfig): ParameterSpec[] {
+  if (!cfg.valueHead) return [];
+  return [
+    { name: 'value_head.weight', shape: [cfg.dModel, 1], init: { kind: 'zeros' } },
+    { name: 'value_head.bias', shape: [1], init: { kind: 'zeros' } },
+  ];
 }
 
 /** The parameters the optimizer updates and a published version holds: the adapters with LoRA, else all. */
@@ -594,6 +605,12 @@ export function forwardHidden<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<
 export function unembeddingWeight<T>(w: Record<string, T>): { weight: T; transposed: boolean } {
   const head = w['lm_head.weight'];
   return head ? { weight: head, transposed: false } : { weight: w['tok_emb.weight'], transposed: true };
+}
+
+/** The value head (cfg.valueHead) on hidden states [B, T, D] -> [B, T, 1]: V(s_t), the critic's estimate of the return from position t. */
+export function valueHead<T>(ops: TensorOps<T>, w: Record<string, T>, hidden: T): T {
+  if (!w['value_head.weight']) throw new Error('valueHead: the model has no value head (set valueHead: true in its config)');
+  return ops.linear(hidden, w['value_head.weight'], w['value_head.bias']);
 }
 
 /** Logits of hidden states [B, T, D] -> [B, T, V]. */

@@ -18,6 +18,9 @@ export interface PaddedBatch {
   oldLogprobs?: Float32Array;
   refLogprobs?: Float32Array;
   advantages?: Float32Array;
+  /** PPO's critic: values before the update and GAE returns, per target (TrainSequence.oldValues / returns). */
+  oldValues?: Float32Array;
+  returns?: Float32Array;
   /** The images and clips of the batch and where their embeddings go; absent when no sequence has media. */
   media?: BatchMedia;
   lossTokens: number;
@@ -54,13 +57,13 @@ export function padBatch(cfg: ModelConfig, sequences: readonly TrainSequence[], 
     }
     if (!withLoss) return;
     const n = s.tokens.length - 1;
-    const fields: Array<[string, ArrayLike<number> | number | undefined]> = [['lossMask', s.lossMask], ['oldLogprobs', s.oldLogprobs], ['refLogprobs', s.refLogprobs], ['advantages', s.advantages]];
+    const fields: Array<[string, ArrayLike<number> | number | undefined]> = [['lossMask', s.lossMask], ['oldLogprobs', s.oldLogprobs], ['refLogprobs', s.refLogprobs], ['advantages', s.advantages], ['oldValues', s.oldValues], ['returns', s.returns]];
     for (const [field, arr] of fields) {
       if (arr !== undefined && typeof arr !== 'number' && arr.length !== n) {
         throw new Error(`sequence ${i}: ${field} has ${arr.length} entries, expected ${n} (one per target = tokens.length - 1)`);
       }
     }
-    for (const field of ['oldLogprobs', 'refLogprobs', 'advantages'] as const) {
+    for (const field of ['oldLogprobs', 'refLogprobs', 'advantages', 'oldValues', 'returns'] as const) {
       if ((s[field] === undefined) !== (sequences[0][field] === undefined)) {
         throw new Error(`sequence ${i}: ${field} is ${s[field] === undefined ? 'missing' : 'present'} but sequence 0 ${sequences[0][field] === undefined ? 'lacks it' : 'has it'}; give it for all sequences or none`);
       }
@@ -78,6 +81,8 @@ export function padBatch(cfg: ModelConfig, sequences: readonly TrainSequence[], 
     oldLogprobs: withLoss && first.oldLogprobs ? new Float32Array(B * T) : undefined,
     refLogprobs: withLoss && first.refLogprobs ? new Float32Array(B * T) : undefined,
     advantages: withLoss && first.advantages !== undefined ? new Float32Array(B * T) : undefined,
+    oldValues: withLoss && first.oldValues ? new Float32Array(B * T) : undefined,
+    returns: withLoss && first.returns ? new Float32Array(B * T) : undefined,
     // Right-padded: every row starts at position 0; a medium at the final token is not an input.
     media: withMedia ? batchMediaInputs(cfg, sequences, T) : undefined,
     lossTokens: 0,
@@ -98,6 +103,8 @@ export function padBatch(cfg: ModelConfig, sequences: readonly TrainSequence[], 
       if (batch.oldLogprobs) batch.oldLogprobs[k] = s.oldLogprobs![t];
       if (batch.refLogprobs) batch.refLogprobs[k] = s.refLogprobs![t];
       if (batch.advantages) batch.advantages[k] = typeof s.advantages === 'number' ? s.advantages : s.advantages![t];
+      if (batch.oldValues) batch.oldValues[k] = s.oldValues![t];
+      if (batch.returns) batch.returns[k] = s.returns![t];
     }
     batch.lossTokens += tokensWithLoss;
     if (tokensWithLoss > 0) batch.sequencesWithLoss += 1;

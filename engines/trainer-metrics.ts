@@ -12,6 +12,9 @@ export interface MicroBatchData {
   oldLogprobs: tf.Tensor2D | undefined;
   refLogprobs: tf.Tensor2D | undefined;
   advantages: tf.Tensor2D | undefined;
+  /** PPO's critic: values before the update and GAE returns (absent without a value loss). */
+  oldValues?: tf.Tensor2D;
+  returns?: tf.Tensor2D;
 }
 
 /**

@@ -24,7 +24,7 @@
 // step's metric read-back and totals in engines/trainer-metrics.ts.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
-import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
+import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, valueHead, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
 import type { AdamWOptimizer, AdamWOptions } from './adamw';
 import { createAdamW } from './adamw-fused';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
@@ -53,6 +53,9 @@ export interface TrainSequence {
   oldLogprobs?: ArrayLike<number>;
   /** Log-probs of the targets under the frozen reference policy. */
   refLogprobs?: ArrayLike<number>;
+  /** PPO's critic (a model with a value head): each target's value before the update (Trainer.values) and its GAE return. */
+  oldValues?: ArrayLike<number>;
+  returns?: ArrayLike<number>;
   /** The sequence's images and clips, processed for the model's encoders, in order of their placeholder runs in `tokens`. */
   media?: SequenceMedia;
 }
@@ -118,6 +121,11 @@ export interface LossInputs {
   refLogprobs?: tf.Tensor2D;
   /** [B, T]: a per-sequence advantage is broadcast over its targets. */
   advantages?: tf.Tensor2D;
+  /** [B, T] the value head's V(s_t), differentiable, computed when read (models with a value head only). */
+  values?: tf.Tensor2D;
+  /** [B, T] values before the update and GAE returns, when the sequences carry them (PPO's clipped value loss). */
+  oldValues?: tf.Tensor2D;
+  returns?: tf.Tensor2D;
   /**
    * The whole batch's totals the micro-batch shares are taken of (TrainStepOptions.batch, or the
    * step's own sequences'); `maxCompletionTokens` is dr_grpo's L.
@@ -609,6 +617,32 @@ export class Trainer {
     return out;
   }
 
+  /**
+   * The value head's V(s_t) of every target of each sequence under the current weights (PPO's
+   * V_old, before an update): row i has tokens.length - 1 entries. Models with a value head only.
+   */
+  async values(sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
+    if (!this.model.valueHead) throw new Error('values: this model has no value head (set valueHead: true in its config; a run sets it with algorithm.advantage "gae")');
+    const size = options.microBatchSize ?? this.microBatchSize;
+    const out: Float32Array[] = [];
+    for (let start = 0; start < sequences.length; start += size) {
+      if (start > 0) await yieldToEventLoop();
+      const chunk = sequences.slice(start, start + size).map((s) => ('tokens' in s ? s : { tokens: s }));
+      const batch = padBatch(this.model, chunk.map((s) => ({ ...s, lossMask: [] })), false);
+      const v = tf.tidy(() => this.valuesOf(this.hidden(tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32'), false, 0, mediaTensors(batch))));
+      const data = (await v.data()) as Float32Array;
+      v.dispose();
+      chunk.forEach((s, b) => out.push(data.slice(b * batch.T, b * batch.T + s.tokens.length - 1)));
+    }
+    return out;
+  }
+
+  /** The value head on hidden states [B, T, D] -> [B, T]. */
+  private valuesOf(hidden: tf.Tensor3D): tf.Tensor2D {
+    const [B, T] = hidden.shape;
+    return tf.reshape(valueHead(this.ops, this.weightTensors(), hidden), [B, T]);
+  }
+
   /** The logits [T, V] (row-major) of one sequence (and its media) under the current weights (reference checks, exports). */
   async forwardLogits(tokens: ArrayLike<number>, media?: SequenceMedia): Promise<Float32Array> {
     // One more token than the inputs, as a target to pad with: any id that is not a placeholder.
@@ -734,6 +768,8 @@ export class Trainer {
       oldLogprobs: mb.oldLogprobs && tf.tensor2d(cols(mb.oldLogprobs), shape),
       refLogprobs: mb.refLogprobs && tf.tensor2d(cols(mb.refLogprobs), shape),
       advantages: mb.advantages && tf.tensor2d(cols(mb.advantages), shape),
+      oldValues: mb.oldValues && tf.tensor2d(cols(mb.oldValues), shape),
+      returns: mb.returns && tf.tensor2d(cols(mb.returns), shape),
     };
     const media = mediaTensors(mb);
     const packedInputs = packed && this.packedTensors(packed);
@@ -779,12 +815,17 @@ export class Trainer {
     let logits: tf.Tensor3D | undefined;
     let logSoftmax: tf.Tensor3D | undefined;
     const fullLogits = () => (logits ??= unembed(this.ops, this.model, this.weightTensors(), hidden) as tf.Tensor3D);
+    let values: tf.Tensor2D | undefined;
+    const valuesOf = () => (values ??= this.valuesOf(hidden));
     const inputs: LossInputs = {
       get logits() {
         return fullLogits();
       },
       get logSoftmax() {
         return (logSoftmax ??= vocabLogSoftmax(fullLogits()));
+      },
+      get values() {
+        return valuesOf();
       },
       logprobs,
       entropy,
@@ -793,6 +834,8 @@ export class Trainer {
       oldLogprobs,
       refLogprobs,
       advantages,
+      oldValues: data.oldValues,
+      returns: data.returns,
       batch,
     };
     const out = loss.compute(inputs);

@@ -5,7 +5,8 @@
 // Each way is a producer registered by name (registerProducer; producerNameFor picks a run's). The
 // rollout activity and the in-process loop both call rolloutSlice, with the same seeds.
 import type { RunConfig } from '../config/run-config';
-import { generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
+import { dynamicSamplingSeed, generateGroupSeed, promptSeed, rolloutSeed } from '../config/seeds';
+import { applyOverlong, dynamicSamplingDone, groupHasSignal, looksTruncated, selectSignalGroups, type DapoCounts } from '../engines/rl/dapo';
 import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
 import { stopTokens, withBos, type Tokenizer } from '../engines/tokenizers/tokenizer';
 import type { EnvironmentClass } from '../envs/interaction';
@@ -110,34 +111,70 @@ registerProducer({
  * Generates group_size samples for each prompt of the slice, scores them, and returns them as
  * transfer-queue samples keyed (iteration, group, index). A reward or episode that fails marks only
  * its own sample failed, with the error; the rest of its group still trains. Rejects with
- * UserModuleError for a user module that cannot be used.
+ * UserModuleError for a user module that cannot be used. With algorithm.dapo, DAPO's rules apply
+ * (rolloutSliceWithStats).
  */
 export async function rolloutSlice(ctx: RolloutContext, slice: RolloutSlice): Promise<NewSample[]> {
+  return (await rolloutSliceWithStats(ctx, slice)).samples;
+}
+
+type PromptGroup = { prompt: TaskPrompt; rows: RolloutRow[] };
+
+/** Round `round` of a slice: round 0 is the iteration's own prompts, extra rounds (dynamic sampling) draw fresh ones with their own seeds. */
+async function sliceRound(ctx: RolloutContext, produce: Producer, slice: RolloutSlice, round: number): Promise<PromptGroup[]> {
   const { config, task } = ctx;
   const G = config.algorithm.group_size;
-  const prompts = iterationPrompts(config, task, slice.iteration).slice(slice.firstGroup, slice.firstGroup + slice.groups);
-  const seed = rolloutSeed(config.seed, slice.iteration, slice.firstGroup);
+  const all = round === 0 ? iterationPrompts(config, task, slice.iteration) : task.trainPrompts(dynamicSamplingSeed(promptSeed(config.seed, slice.iteration), round), config.rollout.prompts_per_step);
+  const prompts = all.slice(slice.firstGroup, slice.firstGroup + slice.groups);
+  const sliceSeed = rolloutSeed(config.seed, slice.iteration, slice.firstGroup);
+  const seed = round === 0 ? sliceSeed : dynamicSamplingSeed(sliceSeed, round);
   const sampling = { ...samplingParams(config.rollout, stopTokens(task.tokenizer()), seed), ...ctx.followUpdates };
   const media = ctx.media ?? (prompts.some((p) => p.media?.length) ? mediaPromptsOf(ctx.engine) : undefined);
-  const rowsCtx: RowsContext = { config, task, engine: ctx.engine, sampling, seed, ...(media ? { media } : {}) };
+  const rows = await produce({ config, task, engine: ctx.engine, sampling, seed, ...(media ? { media } : {}) }, prompts);
+  return prompts.map((prompt, g) => ({ prompt, rows: rows.slice(g * G, (g + 1) * G) }));
+}
+
+/**
+ * rolloutSlice, with DAPO's counts when algorithm.dapo is set: dynamic sampling draws extra rounds
+ * until the slice holds `groups` groups with signal (engines/rl/dapo.ts), kept groups take the
+ * slice's keys in order (a retry writes the same keys); then overlong shaping and filtering.
+ */
+export async function rolloutSliceWithStats(ctx: RolloutContext, slice: RolloutSlice): Promise<{ samples: NewSample[]; dapo?: DapoCounts }> {
+  const { config, task } = ctx;
+  const dapo = config.algorithm.dapo;
   const produce = producer(producerNameFor(config, task))(ctx);
-  const rows = await produce(rowsCtx, prompts);
-  return rows.map((r, i) => ({
-    iteration: slice.iteration,
-    groupIndex: slice.firstGroup + Math.floor(i / G),
-    sampleIndex: i % G,
-    promptTokens: r.promptTokens,
-    responseTokens: r.responseTokens,
-    lossMask: r.lossMask,
-    rolloutLogprobs: r.rolloutLogprobs,
-    reward: r.reward,
-    ...(r.rewards ? { rewards: r.rewards } : {}),
-    policyVersion: r.policyVersion,
-    ...(r.tokenVersions ? { tokenVersions: r.tokenVersions } : {}),
-    ...(r.mediaIds?.length ? { media: r.mediaIds } : {}),
-    // Scored: ready to train on (advantages come from the train batch).
-    ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompts[Math.floor(i / G)].text)}: ${r.error}` } : { status: 'scored' as const }),
-  }));
+  const generated: PromptGroup[] = [];
+  const signal = (g: PromptGroup) => groupHasSignal(g.rows.map((r) => r.reward));
+  let rounds = 0;
+  const more = () => rounds === 0 || (dapo?.dynamic_sampling !== undefined && !dynamicSamplingDone(generated.filter(signal).length, slice.groups, rounds, dapo.dynamic_sampling.max_extra_rounds));
+  while (more()) generated.push(...(await sliceRound(ctx, produce, slice, rounds++)));
+  const selection = dapo?.dynamic_sampling ? selectSignalGroups(generated, slice.groups, signal) : { kept: generated, filtered: 0, filledWithoutSignal: 0 };
+  const stop = stopTokens(task.tokenizer());
+  const maxTokens = config.rollout.max_new_tokens;
+  const penalty = dapo?.overlong_penalty ? { cacheTokens: dapo.overlong_penalty.cache_tokens, factor: dapo.overlong_penalty.factor } : undefined;
+  const counts: DapoCounts = { groups: generated.length, filteredGroups: selection.filtered, filledGroups: selection.filledWithoutSignal, extraRounds: rounds - 1, samples: 0, truncated: 0, masked: 0, penaltySum: 0 };
+  const samples = selection.kept.flatMap(({ prompt, rows }, k) =>
+    rows.map((r, i): NewSample => {
+      const policyTokens = r.lossMask.reduce((n, m) => n + m, 0);
+      const truncated = r.truncated ?? looksTruncated(r.responseTokens, policyTokens, maxTokens, stop);
+      const shaped = dapo ? applyOverlong({ lossMask: r.lossMask, reward: r.reward, truncated }, { maxTokens, filter: dapo.overlong_filter, ...(penalty ? { penalty } : {}) }) : { reward: r.reward, lossMask: r.lossMask, penalty: 0 };
+      counts.samples++;
+      counts.truncated += Number(truncated);
+      counts.masked += Number(dapo?.overlong_filter === true && truncated);
+      counts.penaltySum += shaped.penalty;
+      const rewards = penalty && r.reward !== null ? { ...r.rewards, task: r.reward, overlong_penalty: shaped.penalty } : r.rewards;
+      return {
+        iteration: slice.iteration, groupIndex: slice.firstGroup + k, sampleIndex: i,
+        promptTokens: r.promptTokens, responseTokens: r.responseTokens, lossMask: shaped.lossMask, rolloutLogprobs: r.rolloutLogprobs,
+        reward: shaped.reward, ...(rewards ? { rewards } : {}),
+        policyVersion: r.policyVersion, ...(r.tokenVersions ? { tokenVersions: r.tokenVersions } : {}),
+        ...(r.mediaIds?.length ? { media: r.mediaIds } : {}),
+        // Scored: ready to train on (advantages come from the train batch).
+        ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompt.text)}: ${r.error}` } : { status: 'scored' as const }),
+      };
+    }),
+  );
+  return { samples, ...(dapo ? { dapo: counts } : {}) };
 }
 
 /** Generates groupSize responses per prompt (groups adjacent), without scoring them. */
@@ -163,6 +200,8 @@ export interface RolloutRow {
   error: string | null;
   /** The media ids of the sample's tokens, in placeholder order. */
   mediaIds?: string[];
+  /** It hit max_new_tokens (or the context) without a stop token; unset: judged from its tokens (looksTruncated). */
+  truncated?: boolean;
 }
 
 /** What a user generate function (generate.module) is given for one prompt group. */
@@ -220,6 +259,7 @@ async function singleTurnRows(ctx: RowsContext, prompts: TaskPrompt[]): Promise<
     ...(s.tokenVersions ? { tokenVersions: s.tokenVersions } : {}),
     policyVersion: s.policyVersion,
     ...(batch.mediaIds[i] ? { mediaIds: batch.mediaIds[i] } : {}),
+    truncated: s.finishReason !== 'stop',
     ...scores[i],
   }));
 }

@@ -17,6 +17,15 @@
 // lazily, e.g. OpenTelemetry when tracing is on). Anything else fails the pack, naming the package
 // and the file that needs it.
 //
+// The package bundles its dependencies (bundleDependencies), copied from the repository's own
+// node_modules: exactly the versions the repository builds and tests with, the subtree the client's
+// dependencies reach (node's resolution walked over package-lock.json's paths). A consumer's install
+// then fetches nothing: `npm install <tarball>` works on a machine with no registry and no npm cache
+// (without the bundle, npm asks the registry for every dependency's package document, and ranges
+// such as @types/pg's `@types/node: "*"` resolve to the registry's newest). The cost, chosen
+// deliberately: a larger tarball, and no deduplication against a consumer's own copies of the same
+// packages.
+//
 // Usage: npm run build && node scripts/pack-client.js <folder for the tarball>   (prints the tarball's path)
 'use strict';
 const { execFileSync } = require('node:child_process');
@@ -114,6 +123,66 @@ function copyClosure(files) {
   return out;
 }
 
+/** Node's lookup of `name` from the lock path `from` ('' is the package root): the nearest node_modules/<name> up the tree. */
+function lockLocation(packages, from, name) {
+  let at = from;
+  for (;;) {
+    const candidate = at ? `${at}/node_modules/${name}` : `node_modules/${name}`;
+    if (packages[candidate]) return candidate;
+    if (!at) return undefined;
+    const cut = at.lastIndexOf('/node_modules/');
+    at = cut < 0 ? '' : at.slice(0, cut);
+  }
+}
+
+/**
+ * The lock paths ('node_modules/...') of everything the client's dependencies reach in the root
+ * package-lock.json, at the same paths (a subset of a valid tree that keeps every entry a kept one
+ * resolves to is valid). Each declared dependency must be the root's version; a required dependency
+ * missing from the lock fails. Optional peers are left out, as npm leaves them.
+ */
+function bundleTree(manifest, rootLock) {
+  const packages = rootLock.packages ?? {};
+  const kept = new Set();
+  const queue = [];
+  for (const [name, version] of Object.entries(manifest.dependencies ?? {})) {
+    const at = `node_modules/${name}`;
+    if (!packages[at]) throw new Error(`the client depends on ${name}, which package-lock.json does not hold: add it to the root package.json (same version) and run npm install`);
+    if (packages[at].version !== version) throw new Error(`the client depends on ${name}@${version}, but the root lock has ${packages[at].version}: declare the root's version`);
+    queue.push(at);
+  }
+  while (queue.length > 0) {
+    const at = queue.shift();
+    if (kept.has(at)) continue;
+    kept.add(at);
+    const entry = packages[at];
+    const optionalPeers = new Set(Object.entries(entry.peerDependenciesMeta ?? {}).filter(([, m]) => m.optional).map(([n]) => n));
+    const wanted = [
+      ...Object.keys(entry.dependencies ?? {}).map((n) => [n, true]),
+      ...Object.keys(entry.optionalDependencies ?? {}).map((n) => [n, false]),
+      ...Object.keys(entry.peerDependencies ?? {}).filter((n) => !optionalPeers.has(n)).map((n) => [n, true]),
+    ];
+    for (const [name, required] of wanted) {
+      const found = lockLocation(packages, at, name);
+      if (found) queue.push(found);
+      else if (required) throw new Error(`${at} needs ${name}, which package-lock.json does not hold under it: run npm install`);
+    }
+  }
+  return [...kept].sort();
+}
+
+/** Copies each kept package from the root's node_modules into packages/client/node_modules (fresh), without the nested node_modules it was not kept for. */
+function copyBundle(paths) {
+  const out = path.join(PACKAGE, 'node_modules');
+  fs.rmSync(out, { recursive: true, force: true });
+  for (const at of paths) {
+    const from = path.join(ROOT, at);
+    if (!fs.existsSync(path.join(from, 'package.json'))) throw new Error(`${at} is in package-lock.json but not installed: run npm ci`);
+    fs.cpSync(from, path.join(PACKAGE, at), { recursive: true, filter: (src) => path.relative(from, src).split(path.sep)[0] !== 'node_modules' });
+  }
+  return out;
+}
+
 /** The package's entry files (main, types, every exports target), as dist/ paths of each kind. */
 function entries(manifest) {
   const targets = new Set([manifest.main, manifest.types]);
@@ -136,10 +205,12 @@ function main(argv) {
   const dts = closure(entry.dts, 'dts');
   checkPackages(manifest, js, dts);
   const out = copyClosure(new Set([...js.files, ...dts.files]));
+  const bundled = bundleTree(manifest, JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')));
+  copyBundle(bundled);
   fs.mkdirSync(dest, { recursive: true });
   const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', path.resolve(dest)], { cwd: PACKAGE, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
   const packages = [...new Set([...js.packages.keys(), ...dts.packages.keys()])].sort();
-  console.error(`pack-client: ${js.files.size} .js and ${dts.files.size} .d.ts files in ${path.relative(ROOT, out)}; npm packages named: ${packages.join(', ')}`);
+  console.error(`pack-client: ${js.files.size} .js and ${dts.files.size} .d.ts files in ${path.relative(ROOT, out)}; npm packages named: ${packages.join(', ')}; ${bundled.length} packages bundled`);
   console.log(path.resolve(dest, packed[0].filename));
 }
 
@@ -152,4 +223,4 @@ if (require.main === module) {
   }
 }
 
-module.exports = { closure, checkPackages, packageOf };
+module.exports = { closure, checkPackages, packageOf, bundleTree };

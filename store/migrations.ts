@@ -280,6 +280,30 @@ export const MIGRATIONS: readonly Migration[] = [
         REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION relax_delete_sets_of_steps();
     `,
   },
+  {
+    version: 10,
+    name: 'sampled evaluations (pass@k, maj@k, mean@k) of policy versions',
+    sql: `
+      -- One row per (run, version, dataset, k, temperature, prompts, seed): a retried evaluation overwrites its row.
+      CREATE TABLE evaluations (
+        run_id          text NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+        policy_version  integer NOT NULL,
+        dataset         text NOT NULL,
+        k               integer NOT NULL,
+        temperature     double precision NOT NULL,
+        prompts         integer NOT NULL,
+        seed            integer NOT NULL,
+        step            integer NOT NULL,
+        pass_at_1       double precision NOT NULL,
+        pass_at_k       double precision NOT NULL,
+        maj_at_k        double precision NOT NULL,
+        mean_at_k       double precision NOT NULL,
+        workflow_id     text,
+        created_at      timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (run_id, policy_version, dataset, k, temperature, prompts, seed)
+      );
+    `,
+  },
 ];
 
 // An arbitrary constant shared by every Relax process: serializes concurrent migrators.

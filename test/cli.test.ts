@@ -1,7 +1,8 @@
 // The `relax` command's conventions against a real stack (real worker processes, the shared Temporal
 // server, PGlite): --version, exit code 2 for usage errors, the workflow's real failure cause in
 // `relax train` and `relax status`, progress lines when stdout is not a TTY (ending at the last
-// step), `status` for a person and as JSON, `list`, `logs`, and Ctrl-C detaching with a message;
+// step), `status` for a person and as JSON, `list`, `logs`, `metrics` and `set` with --output json,
+// and Ctrl-C detaching with a message;
 // a YAML config with key=value overrides, and the preflight that refuses an unknown task or a
 // missing Hub model with exit 2 before any workflow exists.
 import assert from 'node:assert/strict';
@@ -176,6 +177,11 @@ test('relax train --config examples/add2-grpo.yaml train.steps=3 rollout.tempera
   assert.match(logs.lines[0], /run_started {2}startRun {2}control@/);
   assert.match(logs.out, /activity_started {2}trainStep {2}train@.*"step":3/);
   assert.match(logs.lines.at(-1) ?? '', /run_finished {2}finishRun {2}control@.*"status":"completed"/);
+  const metrics = await relax(['metrics', id, '--output', 'json']);
+  assert.equal(metrics.code, 0, metrics.out);
+  assert.equal((JSON.parse(metrics.out) as Record<string, Array<[number, number]>>).reward_mean?.length, 3, 'metrics --output json: every step of a series');
+  const csv = await relax(['metrics', id, '--output', 'csv', '--names', 'reward_mean']);
+  assert.deepEqual(csv.lines.slice(0, 2).map((l) => l.split(',')[0]), ['step', '1'], csv.out);
   const none = await relax(['logs', 'no-such-run']);
   assert.equal(none.code, 1);
   assert.match(none.out, /run no-such-run has no events in this database/);
@@ -212,6 +218,10 @@ test('relax set changes hyperparameters through the Update and prints the valida
   const changed = new RegExp(`^${id}: (.*) changed, from step \\d+$`, 'm').exec(set.out);
   assert.deepEqual(changed?.[1].split(', ').sort(), ['rollout.temperature', 'train.lr'], set.out);
   assert.match(set.out, /now in force: .*"lr":0\.0005.*"temperature":0\.8/);
+  const setJson = await relax(['set', id, 'train.lr=4e-4', '--output', 'json']);
+  assert.equal(setJson.code, 0, setJson.out);
+  const answer = JSON.parse(setJson.out) as { changed: string[]; hyperparameters: { train: { lr: number } } };
+  assert.deepEqual([answer.changed, answer.hyperparameters.train.lr], [['train.lr'], 4e-4], 'set --output json prints the Update\'s answer');
   const bad = await relax(['set', id, 'rollout.temperature=-1']);
   assert.equal(bad.code, 1, bad.out);
   assert.match(bad.out, new RegExp(`relax: setHyperparameters on ${id} refused: .*temperature`));

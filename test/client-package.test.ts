@@ -2,7 +2,8 @@
 // project installs the tarball (under 50 MB, no EBADENGINE warning), the docs/client.md program
 // compiles with a strict tsc (strict, skipLibCheck false) and, run against a real stack (worker
 // processes, the shared Temporal server, PGlite), trains a 2-step add2 run and prints its accuracy.
-// Needs the npm registry (or a warm npm cache) for the install.
+// The install is offline with an empty npm cache: the tarball bundles its dependencies, so this
+// proves a consumer needs neither the registry nor a warm cache.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -55,7 +56,14 @@ async function installPackage(): Promise<void> {
   fs.mkdirSync(app);
   await run('npm', ['init', '-y'], { cwd: app });
   const started = Date.now();
-  const npm = await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', tarball], { cwd: app, maxBuffer: 16 << 20 });
+  // The consumer's own @types/node (every TypeScript program on Node has it), packed from the
+  // repository's copy so that it too installs with nothing fetched.
+  const own = path.join(project, 'own');
+  fs.mkdirSync(own);
+  await run('npm', ['pack', '--silent', path.join(ROOT, 'node_modules', '@types', 'node'), path.join(ROOT, 'node_modules', 'undici-types')], { cwd: own });
+  const ownTarballs = fs.readdirSync(own).map((f) => path.join(own, f));
+  const emptyCache = path.join(project, 'npm-cache');
+  const npm = await run('npm', ['install', '--offline', '--cache', emptyCache, '--no-audit', '--no-fund', tarball, ...ownTarballs], { cwd: app, maxBuffer: 16 << 20 });
   install = { output: npm.stdout + npm.stderr, bytes: treeBytes(path.join(app, 'node_modules')) };
   console.log(`npm install of ${path.basename(tarball)}: ${((Date.now() - started) / 1000).toFixed(1)} s, node_modules ${(install.bytes / 1024 / 1024).toFixed(1)} MB`);
   fs.writeFileSync(path.join(app, 'program.ts'), docsProgram());
@@ -81,7 +89,9 @@ test('the installed package is light (under 50 MB) and npm raised no EBADENGINE'
   assert.doesNotMatch(install.output, /EBADENGINE/, install.output);
   const app = path.join(project, 'app', 'node_modules');
   for (const heavy of ['@temporalio/worker', '@tensorflow/tfjs', 'onnxruntime-node', '@electric-sql/pglite']) {
-    assert.ok(!fs.existsSync(path.join(app, heavy)), `${heavy} is not installed with the client`);
+    for (const modules of [app, path.join(app, '@relax-rl', 'client', 'node_modules')]) {
+      assert.ok(!fs.existsSync(path.join(modules, heavy)), `${heavy} is installed with the client (${modules})`);
+    }
   }
 });
 

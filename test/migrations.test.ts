@@ -27,7 +27,7 @@ test('every data-plane table exists', async () => {
     `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1`,
   );
   const tables = rows.map((r) => r.t);
-  for (const t of ['runs', 'samples', 'checkpoints', 'metrics', 'run_events', 'train_steps', 'train_step_samples', 'stage_spans', 'schema_migrations']) {
+  for (const t of ['runs', 'samples', 'checkpoints', 'metrics', 'run_events', 'train_steps', 'train_step_samples', 'stage_spans', 'evaluations', 'schema_migrations']) {
     assert.ok(tables.includes(t), `missing table ${t}; have ${tables.join(', ')}`);
   }
 });
@@ -45,7 +45,7 @@ test('concurrent migrators do not collide', async () => {
 test('a fresh database reports schema version 0 until migrated', async () => {
   const empty = await freshDatabase();
   try {
-    await empty.pool.query('DROP TABLE runs, samples, checkpoints, metrics, run_events, train_steps, train_step_samples, stage_spans, rollout_engines, schema_migrations CASCADE');
+    await empty.pool.query('DROP TABLE runs, samples, checkpoints, metrics, run_events, train_steps, train_step_samples, stage_spans, rollout_engines, evaluations, schema_migrations CASCADE');
     assert.equal(await schemaVersion(empty.pool), 0);
     assert.deepEqual(await migrate(empty.pool), MIGRATIONS.map((m) => m.version));
     assert.equal(await schemaVersion(empty.pool), LATEST_SCHEMA_VERSION);

@@ -2,7 +2,7 @@
 // worker processes, the test's database): while a run trains, in sync and in async mode,
 // POST /rollout/scale_out to 3 reaches ACTIVE and the next steps' samples come from all three
 // engines; scale_in to 1 drains two with no sample lost or duplicated and no activity retried.
-// Also: every mutation without the token is 401, the OpenAPI document validates (and Swagger UI at /docs shows it), a second operation
+// Also: every mutation without the token is 401, a run config naming a missing task or data file is a 400 naming the fields (preflight) with no workflow, the OpenAPI document validates (and Swagger UI at /docs shows it), a second operation
 // while one runs is 409, an absolute target already met is a no-op, initial capacity is protected,
 // and a rollout worker of "another host" (its own process and data directory, the same Temporal and
 // database) takes rollout work without any registration.
@@ -85,6 +85,15 @@ test('the OpenAPI document validates, and every mutation without the bearer toke
   assert.equal(invalid.status, 400);
   assert.equal(invalid.json.error.type, 'invalid_run_config');
   assert.match(invalid.json.error.message, /train\.steps/);
+  // POST /runs runs `relax train`'s preflight: what the config names and this machine lacks is a 400 naming each field, with no workflow.
+  const refusedId = uniqueId('api-preflight');
+  const refused = await call('POST', '/runs', { run_id: refusedId, task: 'add3', model: { from: 'smollm2-135m-instruct' }, data: { train: '/nonexistent/relax-train.jsonl' }, train: { steps: 2 } });
+  assert.equal(refused.status, 400, JSON.stringify(refused.json));
+  assert.equal(refused.json.error.type, 'preflight_failed');
+  assert.deepEqual(refused.json.error.problems.map((p: { field: string }) => p.field), ['task', 'data.train']);
+  assert.match(refused.json.error.problems[0].message, /unknown task "add3": known tasks are add2/);
+  assert.match(refused.json.error.message, /no workflow was started/);
+  await assert.rejects(temporal.client.workflow.getHandle(refusedId).describe(), /not found/i, 'no workflow was created');
   assert.equal((await call('POST', '/runs/no-such-run/hyperparameters', { train: { lr: 1e-3 } })).status, 404);
   assert.equal((await call('GET', '/rollout/scale_out/no-such-request')).status, 404);
 });

@@ -1,7 +1,8 @@
 // Where a client and the workers find their share of Temporal, without a server: the temporal CLI's
 // config profiles (a temp TOML file read by @temporalio/envconfig) in the order explicit options >
 // TEMPORAL_* variables > profile > a running `relax dev` > localhost, and the task-queue prefix
-// (RELAX_TASK_QUEUE_PREFIX) that lets two deployments share a namespace.
+// (RELAX_TASK_QUEUE_PREFIX) that lets two deployments share a namespace, the stack services'
+// workflow ids (health manager, autoscaler, scaling operations) included.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -9,7 +10,10 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { resolveAddresses } from '../client/addresses';
 import { taskQueuePrefix, workerDeploymentSettings } from '../config/environment';
-import { capacityTaskQueue, instanceTaskQueue, roleTaskQueue, taskQueuePrefixOf, withTaskQueuePrefix } from '../config/task-queues';
+import { capacityTaskQueue, HEALTH_MANAGER_WORKFLOW_ID, instanceTaskQueue, roleTaskQueue, ROLLOUT_AUTOSCALER_WORKFLOW_ID, ROLLOUT_SCALING_WORKFLOW_ID, serviceWorkflowId, taskQueuePrefixOf, withTaskQueuePrefix } from '../config/task-queues';
+import { RelaxRollout } from '../client/scaling';
+import type { RunDatabase } from '../client/database';
+import type { Client } from '@temporalio/client';
 import { clientConnectionOptions, TemporalConnectionConfigError } from '../security/temporal-connection';
 
 let dir: string;
@@ -119,4 +123,51 @@ test('task queues, their prefix and the worker deployment name follow RELAX_TASK
   assert.throws(() => taskQueuePrefix({ RELAX_TASK_QUEUE_PREFIX: 'team a/b' }), /RELAX_TASK_QUEUE_PREFIX=team a\/b is not a valid task queue prefix/);
   assert.equal(workerDeploymentSettings({ RELAX_TASK_QUEUE_PREFIX: 'team-a' }).deploymentName, 'team-a');
   assert.equal(workerDeploymentSettings({ RELAX_TASK_QUEUE_PREFIX: 'team-a', RELAX_DEPLOYMENT_NAME: 'd' }).deploymentName, 'd');
+});
+
+/** A Temporal client that records what the scaling client starts, signals and queries, and always has a capacity provider. */
+function recordingClient(): { client: Client; calls: string[] } {
+  const calls: string[] = [];
+  const handle = (id: string) => ({
+    describe: async () => ({ status: { name: 'RUNNING' }, type: 'healthManager', runId: 'r1' }),
+    query: async (name: string) => (calls.push(`query ${name} ${id}`), {}),
+    signal: async (name: string) => void calls.push(`signal ${name} ${id}`),
+  });
+  const client = {
+    options: { namespace: 'default' },
+    workflowService: { describeTaskQueue: async (r: { taskQueue: { name: string } }) => (calls.push(`poll ${r.taskQueue.name}`), { pollers: [{}] }) },
+    workflow: {
+      start: async (type: string, o: { workflowId: string; taskQueue: string }) => (calls.push(`start ${type} ${o.workflowId} on ${o.taskQueue}`), { workflowId: o.workflowId, firstExecutionRunId: 'r1' }),
+      getHandle: handle,
+    },
+  };
+  return { client: client as unknown as Client, calls };
+}
+
+test('the stack services\' workflow ids take the prefix: relax-* by default (recorded histories replay), <prefix>-* under RELAX_TASK_QUEUE_PREFIX', async () => {
+  assert.deepEqual([ROLLOUT_SCALING_WORKFLOW_ID, ROLLOUT_AUTOSCALER_WORKFLOW_ID, HEALTH_MANAGER_WORKFLOW_ID], ['relax-rollout-scaling', 'relax-rollout-autoscaler', 'relax-health-manager']);
+  assert.equal(serviceWorkflowId('health-manager', 'team-a'), 'team-a-health-manager');
+  const saved = process.env.RELAX_TASK_QUEUE_PREFIX;
+  process.env.RELAX_TASK_QUEUE_PREFIX = 'team-a';
+  try {
+    const { client, calls } = recordingClient();
+    const rollout = new RelaxRollout(client, {} as RunDatabase);
+    await rollout.startHealthManager({});
+    await rollout.startAutoscaler({ min_engines: 1, max_engines: 2 });
+    await rollout.scaleOut({ num_replicas: 2 });
+    await rollout.healthManager();
+    await rollout.stopAutoscaler();
+    assert.deepEqual(calls.filter((c) => !c.startsWith('poll ')), [
+      'start healthManager team-a-health-manager on team-a-control',
+      'start rolloutAutoscaler team-a-rollout-autoscaler on team-a-control',
+      'start rolloutScaleOut team-a-rollout-scaling on team-a-control',
+      'query healthStatus team-a-health-manager',
+      'query autoscalerStatus team-a-rollout-autoscaler',
+      'signal stopAutoscaler team-a-rollout-autoscaler',
+    ]);
+    assert.ok(calls.filter((c) => c.startsWith('poll ')).every((c) => c === 'poll team-a-capacity'), calls.join('\n'));
+  } finally {
+    if (saved === undefined) delete process.env.RELAX_TASK_QUEUE_PREFIX;
+    else process.env.RELAX_TASK_QUEUE_PREFIX = saved;
+  }
 });

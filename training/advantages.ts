@@ -1,5 +1,6 @@
 // Advantage estimators by name, and the advantages of one train batch. A run's `algorithm.advantage`
-// names a registered estimator ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline")
+// names a registered estimator ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline",
+// "gae": PPO with a critic, computed per token in the train step)
 // or a user module ({ module, export }) whose export is an AdvantageFunction;
 // `algorithm.advantage_options` is validated by the estimator's own schema. A new estimator is one
 // function and one registerAdvantageEstimator call (verl's `register_adv_est`). The math itself is
@@ -88,6 +89,11 @@ registerAdvantageEstimator({ name: 'rloo', options: noOptions, compute: perGroup
 registerAdvantageEstimator({ name: 'reinforce_pp', options: normalizeOptions, compute: ({ rewards, options }) => reinforcePlusPlusAdvantages(rewards, options) });
 // REINFORCE++-baseline: the group mean subtracted first, then normalized over the whole batch.
 registerAdvantageEstimator({ name: 'reinforce_pp_baseline', options: normalizeOptions, compute: (input) => reinforcePlusPlusAdvantages(perGroup((r) => drGrpoAdvantages(r, r.length))(input), input.options) });
+
+// PPO with a critic (GAE): its advantages are per token and need the value head's V_old, which only
+// the trainer has, so the train step computes them (training/critic-step.ts criticSequences). This
+// entry names it and gives each sample its (KL-shaped) reward as the per-sample value the step records.
+registerAdvantageEstimator({ name: 'gae', options: noOptions, compute: ({ rewards }) => [...rewards] });
 
 /** An estimator with the run's options, ready to compute. */
 export interface ResolvedEstimator {

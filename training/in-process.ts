@@ -78,7 +78,7 @@ export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks
         if (reference) await attachReferenceLogprobs(reference, samples, mediaPromptsOf(engine));
         await buffer.put(samples);
         claimed = (await buffer.claim(step, { size: samples.length, iteration, requireRefLogprobs: reference !== undefined, fromVersion })) ?? [];
-        metrics = await computeUpdate((sequences, _rule, batch) => trainer.trainStep(sequences, rule.loss, { batch }), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion);
+        metrics = await computeUpdate((sequences, _rule, batch) => trainer.trainStep(sequences, rule.loss, { batch }), rule, await withSequenceMedia(claimed, mediaPromptsOf(engine)), stepAdvantages(rule, claimed), fromVersion, (sequences) => trainer.values(sequences));
         version = fromVersion + 1;
         engine.setWeights(version, await trainer.exportWeights());
       }

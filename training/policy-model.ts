@@ -82,7 +82,8 @@ function checkPlaceholderTokens(config: RunConfig, tokenizer: HfTokenizer, dir: 
 
 /** Freshly initialised encoder weights (seeded by the run's seed, the same in every worker): checkpoints hold no encoders to load. */
 function withFreshEncoders(model: ModelConfig, seed: number, base: () => Promise<PolicyWeights>): () => Promise<PolicyWeights> {
-  const spec = parameterSpec(model).filter((p) => parameterPart(p.name) !== 'language_model');
+  // A value head (PPO's critic) is no part of a pretrained checkpoint either: fresh, like the encoders.
+  const spec = parameterSpec(model).filter((p) => parameterPart(p.name) !== 'language_model' || p.name.startsWith('value_head.'));
   if (spec.length === 0) return base;
   let encoders: PolicyWeights | undefined;
   return async () => ({ ...(await base()), ...(encoders ??= initWeights(model, seed, spec)) });
@@ -90,6 +91,14 @@ function withFreshEncoders(model: ModelConfig, seed: number, base: () => Promise
 
 /** Resolves the run's model and task; throws RunModelError naming the field for anything unusable. */
 export async function loadRunPolicy(config: RunConfig, options: { home?: string; log?: (line: string) => void } = {}): Promise<RunPolicy> {
+  const policy = await loadPolicyModel(config, options);
+  // algorithm.advantage "gae": the policy carries PPO's value head (training/critic-step.ts).
+  if (config.algorithm.advantage !== 'gae') return policy;
+  const model = { ...policy.model, valueHead: true };
+  return { ...policy, model, ...(policy.modelDir ? { baseWeights: withFreshEncoders(model, config.seed, baseWeightsOf(policy.modelDir, runContextLength(config.model))) } : {}) };
+}
+
+async function loadPolicyModel(config: RunConfig, options: { home?: string; log?: (line: string) => void }): Promise<RunPolicy> {
   if (config.model.from === undefined) {
     const task = await loadTask(config.task);
     const tokenizer = task.tokenizer();

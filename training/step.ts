@@ -10,6 +10,7 @@ import { batchTotals, staleTokenMask, type BatchTotals } from '../engines/rl/los
 import { trainSequenceFromSample, type ScoredSequence, type TrainingLoss, type TrainSequence, type TrainStepMetrics } from '../engines/trainer';
 import { batchAdvantages, resolveAdvantageEstimator, type BatchSample, type ResolvedEstimator } from './advantages';
 import { resolvePolicyLoss, zeroAdvantageHasGradient } from './losses';
+import { criticOf, criticSequences, type ValuesFn } from './critic-step';
 import { countsZeroAdvantageSamples } from '../config/loss-aggregations';
 import type { TrainSample } from './sample-buffer';
 import type { SequenceMedia } from '../engines/media/model-inputs';
@@ -189,10 +190,14 @@ export type TrainStepFn = (sequences: readonly TrainSequence[], rule: UpdateRule
  * when no sample carries a learning signal (no update is applied). Throws the trainer's
  * NonFiniteUpdateError, applying nothing, when the loss or a gradient is not finite.
  */
-export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number): Promise<Record<string, number>> {
+export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, samples: readonly TrainSample[], advantages: readonly number[], fromVersion: number, values?: ValuesFn): Promise<Record<string, number>> {
   const staleness = rule.algorithm.max_token_staleness;
   const wholeBatch = countsZeroAdvantageSamples(rule.algorithm.loss_aggregation);
-  const sequences = trainSequences(samples, advantages, fromVersion, staleness, { keepZeroAdvantage: wholeBatch && zeroAdvantageHasGradient(rule.loss) });
+  // algorithm.advantage "gae": per-token advantages from the trainer's values before the update (training/critic-step.ts).
+  const critic = criticOf(rule.algorithm);
+  if (critic && !values) throw new Error('algorithm.advantage "gae" needs the trainer\'s value pass: pass computeUpdate its values function');
+  const withCritic = critic && (await criticSequences(values!, critic, rule.algorithm, samples, fromVersion));
+  const sequences = withCritic ? withCritic.sequences : trainSequences(samples, advantages, fromVersion, staleness, { keepZeroAdvantage: wholeBatch && zeroAdvantageHasGradient(rule.loss) });
   // No update without a learning signal, as before (zero-advantage samples kept for their KL or entropy term alone make none).
   if (!sequences.some((q) => q.advantages !== 0)) return { trained_samples: 0 };
   const m = await trainStep(sequences, rule, wholeBatch ? stepBatchTotals(samples, fromVersion, staleness, rule.maxCompletionTokens) : undefined);
@@ -211,6 +216,7 @@ export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, sa
     ...(m.lossMetrics.logprobMismatch !== undefined ? { logprob_mismatch: m.lossMetrics.logprobMismatch } : {}),
     ...(m.lossMetrics.importanceWeightMean !== undefined ? { importance_weight_mean: m.lossMetrics.importanceWeightMean } : {}),
     ...(m.lossMetrics.importanceTruncatedFraction !== undefined ? { importance_truncated_fraction: m.lossMetrics.importanceTruncatedFraction } : {}),
+    ...(withCritic ? { ...withCritic.metrics, value_loss: m.lossMetrics.valueLoss, value_clip_fraction: m.lossMetrics.valueClipFraction, value_mean: m.lossMetrics.valueMean } : {}),
   };
 }
 

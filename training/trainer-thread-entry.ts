@@ -61,6 +61,8 @@ async function handle(req: TrainerRequest): Promise<unknown> {
     }
     case 'logprobs':
       return trainerOf(req.handle).logprobs(a[0], a[1]);
+    case 'values':
+      return trainerOf(req.handle).values(a[0], a[1]);
     case 'exportWeights':
       return trainerOf(req.handle).exportWeights();
     case 'loadWeights':

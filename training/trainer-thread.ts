@@ -32,6 +32,7 @@ export interface TrainerOps {
   create: { args: [options: TrainerOptions]; result: { step: number } };
   trainStep: { args: [sequences: readonly TrainSequence[], algorithm: Algorithm, options: TrainStepOptions]; result: TrainStepMetrics };
   logprobs: { args: [sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number }]; result: Float32Array[] };
+  values: { args: [sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number }]; result: Float32Array[] };
   exportWeights: { args: []; result: PolicyWeights };
   loadWeights: { args: [weights: PolicyWeights]; result: void };
   exportOptimizerState: { args: []; result: Uint8Array };
@@ -223,6 +224,11 @@ export class RemoteTrainer {
 
   logprobs(sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
     return this.thread.call(this.handle, 'logprobs', [sequences, options]);
+  }
+
+  /** The value head's V(s_t) per target (Trainer.values; PPO with a critic). */
+  values(sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
+    return this.thread.call(this.handle, 'values', [sequences, options]);
   }
 
   exportWeights(): Promise<PolicyWeights> {

@@ -1,4 +1,4 @@
-// The rollout autoscaler: one long-running workflow (id `relax-rollout-autoscaler`, off unless
+// The rollout autoscaler: one long-running workflow (id `<prefix>-rollout-autoscaler`, off unless
 // started) that reads the rollout queue's backlog every interval (Temporal's task-queue statistics,
 // with the stages' busy time for the record), and scales between min_engines and max_engines
 // through the same scaling workflows the control API starts (as child workflows under their one id,
@@ -10,11 +10,11 @@ import { ApplicationFailure, defineQuery, defineSignal, executeChild, proxyActiv
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { CapacityActivities, RolloutObservation } from '../activities/capacity';
 import type { AutoscalerConfig } from '../config/autoscaler';
-import { CAPACITY_TASK_QUEUE, ROLLOUT_SCALING_WORKFLOW_ID, roleTaskQueue } from '../config/task-queues';
+import { CAPACITY_TASK_QUEUE, roleTaskQueue } from '../config/task-queues';
 import type { rolloutScaleIn, rolloutScaleOut } from './rollout-scaling';
 import { continueOnCurrentBuild, newerBuildIsCurrent } from './versioning';
 import type { AutoscalerDecision, AutoscalerStatus } from './operation-types';
-import { onOwnQueue, ownTaskQueuePrefix } from './task-queue';
+import { onOwnQueue, ownServiceWorkflowId, ownTaskQueuePrefix } from './task-queue';
 
 export type { AutoscalerDecision, AutoscalerStatus } from './operation-types';
 
@@ -81,7 +81,7 @@ async function scale(decision: Omit<AutoscalerDecision, 'at'>): Promise<string> 
   const child = decision.action === 'scale_out' ? ('rolloutScaleOut' as const) : ('rolloutScaleIn' as const);
   try {
     const op = await executeChild<typeof rolloutScaleOut | typeof rolloutScaleIn>(child, {
-      workflowId: ROLLOUT_SCALING_WORKFLOW_ID,
+      workflowId: ownServiceWorkflowId('rollout-scaling'),
       taskQueue: roleTaskQueue('control', ownTaskQueuePrefix()),
       args: [{ num_replicas: decision.target! }],
       // A stopped autoscaler lets a scaling operation it started finish (never half-created engines).

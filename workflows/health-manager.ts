@@ -1,4 +1,4 @@
-// The health manager: one long-running workflow per stack (id `relax-health-manager`, started with
+// The health manager: one long-running workflow per stack (id `<prefix>-health-manager`, started with
 // POST /health/manager), on the capacity queue's owner (relax dev). Every interval it checks
 // (activities/capacity.ts checkHealth): each role's worker slots are up and their workers poll the
 // role's queue, active external engines answer their probe, running runs' steps keep coming (a stall

@@ -3,3 +3,4 @@ export { trainingRun, trainingProgressQuery, pauseSignal, resumeSignal, stopSign
 export { rolloutScaleOut, rolloutScaleIn, scalingOperationQuery } from './rollout-scaling';
 export { rolloutAutoscaler, autoscalerStatusQuery, stopAutoscalerSignal } from './autoscaler';
 export { healthManager, healthStatusQuery, stopHealthManagerSignal } from './health-manager';
+export { evaluateRun } from './evaluate';

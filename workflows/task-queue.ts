@@ -1,8 +1,9 @@
 // The task queues a workflow schedules on, under the prefix of the workflow's own task queue
 // ("team-a-control" -> "team-a-rollout"): deterministic (workflowInfo, not process.env), so two
-// deployments with different RELAX_TASK_QUEUE_PREFIX share a namespace without taking each other's work.
+// deployments with different RELAX_TASK_QUEUE_PREFIX share a namespace without taking each other's work;
+// and the stack services' workflow ids under the same prefix.
 import { workflowInfo, type ActivityOptions } from '@temporalio/workflow';
-import { taskQueuePrefixOf, withTaskQueuePrefix } from '../config/task-queues';
+import { serviceWorkflowId, taskQueuePrefixOf, withTaskQueuePrefix, type StackServiceName } from '../config/task-queues';
 
 /** The prefix of the running workflow's task queue. */
 export function ownTaskQueuePrefix(): string {
@@ -12,6 +13,11 @@ export function ownTaskQueuePrefix(): string {
 /** A queue named with the default prefix (roleTaskQueue('rollout'), CAPACITY_TASK_QUEUE), under this workflow's prefix. */
 export function ownTaskQueue(queue: string): string {
   return withTaskQueuePrefix(queue, ownTaskQueuePrefix());
+}
+
+/** A stack service's workflow id under this workflow's prefix (the autoscaler's scaling children). */
+export function ownServiceWorkflowId(service: StackServiceName): string {
+  return serviceWorkflowId(service, ownTaskQueuePrefix());
 }
 
 /**
