@@ -8,6 +8,8 @@
 // shows "failed" with its reason, a run with a single evaluation draws that point, and the page's
 // polling gets no 404 (no health manager, no favicon).
 import assert from 'node:assert/strict';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { startDevStack, uniqueId, waitFor, type DevStack } from './helpers';
@@ -67,9 +69,12 @@ async function runToEnd(config: Record<string, unknown>): Promise<{ workflowStat
 test('with no health manager: a failed run shows "failed" and its reason, a single evaluation is drawn, and polling gets no 404', async () => {
   const failedId = uniqueId('dashboard-failed');
   const oneEvalId = uniqueId('dashboard-one-eval');
-  // An unknown task fails the run at its first activity (InvalidRunConfig); its RelaxStatus stays "starting".
+  // A checkpoint.init_from that does not exist passes the API's preflight (it checks what the config
+  // names on the starting machine: task, modules, files, model) and fails the run at the train
+  // worker's initPolicy (InvalidInitCheckpoint); its RelaxStatus stays "starting".
   const t0 = Date.now();
-  assert.equal((await runToEnd({ run_id: failedId, task: 'no-such-task' })).workflowStatus, 'FAILED');
+  const missing = path.join(os.tmpdir(), `${failedId}-no-such-checkpoint`);
+  assert.equal((await runToEnd({ run_id: failedId, task: 'add2', model: { context_length: 16 }, checkpoint: { init_from: missing } })).workflowStatus, 'FAILED');
   // Two steps, eval_every past the end: one held-out point, at the last step.
   assert.equal((await runToEnd({ run_id: oneEvalId, task: 'add2', model: { context_length: 16 }, algorithm: { group_size: 4 }, rollout: { prompts_per_step: 8, max_new_tokens: 4 }, train: { steps: 2, eval_every: 1000 } })).workflowStatus, 'COMPLETED');
   const bad: string[] = [];
@@ -77,7 +82,7 @@ test('with no health manager: a failed run shows "failed" and its reason, a sing
 
   const failed = await openDashboard(`run=${failedId}`, bad, errors);
   await failed.getByTestId('run-status').getByText('failed (FAILED)').waitFor({ timeout: 30_000 });
-  assert.match((await failed.getByTestId('run-failure').textContent()) ?? '', /unknown task "no-such-task"/);
+  assert.match((await failed.getByTestId('run-failure').textContent()) ?? '', /no-such-checkpoint/);
   assert.match((await failed.getByTestId('runs').locator('a', { hasText: failedId }).textContent()) ?? '', /failed · step/, 'the run list says failed too, not "starting"');
   await failed.getByTestId('events').locator('tr').first().getByText('run_failed').waitFor({ timeout: 10_000 });
   await failed.getByTestId('health').getByText('no health manager on this stack').waitFor({ timeout: 10_000 });
