@@ -9,6 +9,7 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { RetryableFailureType } from '../config/failure-types';
 import { withHyperparameters } from '../config/hyperparameters';
+import { referenceLogprobsNeeded } from '../config/reference-role';
 import { getCheckpoint, latestCheckpoint } from '../store/checkpoint-registry';
 import { rolloutSliceWithStats } from '../rollout/producers';
 import { dapoMetrics, type DapoCounts } from '../engines/rl/dapo';
@@ -45,7 +46,7 @@ async function generateHere(ctx: WorkerContext, run: RunContext, input: TrainSte
     const { samples, dapo } = await rolloutSliceWithStats({ config, task: run.task, engine, ...(run.media ? { media: run.media } : {}) }, { iteration, firstGroup: 0, groups: config.rollout.prompts_per_step }).catch((err: Error) => {
       throw asRolloutFailure(err);
     });
-    if (config.algorithm.kl_coef > 0) await attachReferenceLogprobs(await referenceOf(ctx, run), samples, run.media);
+    if (referenceLogprobsNeeded(config.algorithm, config.algorithm.kl_coef)) await attachReferenceLogprobs(await referenceOf(ctx, run), samples, run.media);
     return { samples, ...(dapo ? { dapo } : {}) };
   });
 }
@@ -75,7 +76,7 @@ async function freshBatch(ctx: WorkerContext, run: RunContext, input: TrainStepI
     return { done: await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics }) };
   }
   // The same rules as the transfer queue (float32 numbers, key order), applied in memory.
-  const request = { size: rollout.samples, iteration, requireRefLogprobs: c.algorithm.kl_coef > 0, fromVersion };
+  const request = { size: rollout.samples, iteration, requireRefLogprobs: referenceLogprobsNeeded(c.algorithm, c.algorithm.kl_coef), fromVersion };
   const buffer = new InMemorySampleBuffer();
   await buffer.put(samples);
   const batch = (await buffer.claim(step, request)) ?? [];

@@ -4,6 +4,7 @@ import type { WorkerContext } from './context';
 import { createColocatedActivities } from './colocated-step';
 import { createControlActivities } from './control';
 import { createEvaluateActivities } from './evaluate';
+import { createJudgeActivities } from './judge';
 import { createNotifyActivities } from './notify';
 import { createReferenceActivities } from './reference';
 import { createRolloutActivities } from './rollout';
@@ -19,5 +20,7 @@ export function activitiesForRole(role: Role, ctx: WorkerContext): object {
       return createReferenceActivities(ctx);
     case 'train':
       return { ...createTrainActivities(ctx), ...createColocatedActivities(ctx) };
+    case 'judge':
+      return createJudgeActivities(ctx);
   }
 }

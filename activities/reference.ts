@@ -1,11 +1,17 @@
 // Reference stage activity: log-probs of each in-flight sample's response under the frozen reference
-// policy (policy version 0 of the run), for the KL term. Served on the shared reference queue; errors
-// a retry cannot fix leave as non-retryable failures (activities/context.ts asActivityFailure).
+// policy (policy version 0 of the run), for the KL term, or, with algorithm.teacher, under on-policy
+// distillation's teacher instead (training/teacher-model.ts): the "opd" advantage and any KL term
+// then read the teacher's log-probs. Served on the shared reference queue; errors a retry cannot fix
+// leave as non-retryable failures (activities/context.ts asActivityFailure). A LoRA student's
+// reference is its base model (version 0's adapters are zero; withBaseWeights completes them), and a
+// LoRA teacher checkpoint of the same base completes with the same base weights.
 import { parseDevice } from '../engines/device';
+import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { readSamples, setReferenceLogprobs } from '../store/transfer-queue';
 import { referenceTrainerOptions } from '../training/options';
 import { withBaseWeights } from '../training/policy-model';
 import { loadPolicyWeights } from '../training/policy-versions';
+import { loadTeacher } from '../training/teacher-model';
 import { runState } from '../training/run-state';
 import { RemoteTrainer } from '../training/trainer-thread';
 import type { RunContext } from '../training/run-context';
@@ -15,6 +21,14 @@ import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity
 // The frozen reference policy of each run, forward passes only, on this process's trainer thread.
 const references = runState.slot<RemoteTrainer>('reference.model', (reference) => reference.dispose());
 
+/** What the reference role serves for the run: algorithm.teacher when set, else policy version 0 (with a LoRA run's base weights). */
+async function referenceModel(ctx: WorkerContext, run: RunContext): Promise<{ model: ModelConfig; weights: PolicyWeights }> {
+  const teacher = run.config.algorithm.teacher;
+  if (teacher) return loadTeacher(ctx.pool, teacher.from, run.policy);
+  return { model: run.model, weights: await withBaseWeights(run.policy, await loadPolicyWeights(ctx.pool, run, 0)) };
+}
+
+/** The run's reference policy (or teacher) on this process's trainer thread, made once per run. */
 export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<RemoteTrainer> {
   let reference = references.get(run.runId);
   if (reference?.lost) {
@@ -22,8 +36,8 @@ export async function referenceOf(ctx: WorkerContext, run: RunContext): Promise<
     reference = undefined;
   }
   if (!reference) {
-    const weights = await failuresMapped(() => loadPolicyWeights(ctx.pool, run, 0));
-    reference = await RemoteTrainer.create(referenceTrainerOptions(run.model, await withBaseWeights(run.policy, weights), run.config.train.share_prompts), parseDevice(ctx.device));
+    const { model, weights } = await failuresMapped(() => referenceModel(ctx, run));
+    reference = await RemoteTrainer.create(referenceTrainerOptions(model, weights, run.config.train.share_prompts), parseDevice(ctx.device));
     references.set(run.runId, reference);
   }
   return reference;

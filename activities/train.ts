@@ -28,6 +28,7 @@ import { runState } from '../training/run-state';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
 import { computeUpdate, mergeRolloutStats, resolveUpdateRule, rolloutStatsMetrics, skipReason, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia, type RolloutStats, type UpdateRule } from '../training/step';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
+import { referenceLogprobsNeeded } from '../config/reference-role';
 import { shortened } from '../config/json-limits';
 import { protectedVersions } from '../config/placement';
 import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
@@ -146,8 +147,8 @@ async function trainerAt(ctx: WorkerContext, run: RunContext, version: number): 
   const held = trainers.get(run.runId);
   if (held && held.version === version && !held.trainer.lost) {
     // The kept trainer follows the learning rate in force (setHyperparameters) from this step on.
-    const { optimizer, schedule } = trainerOptions(run.config, run.model, {});
-    await held.trainer.setLearningRate(optimizer.lr, schedule ?? { kind: 'constant' });
+    const { optimizer, schedule, valueHeadLr } = trainerOptions(run.config, run.model, {});
+    await held.trainer.setLearningRate(optimizer.lr, schedule ?? { kind: 'constant' }, valueHeadLr);
     return held.trainer;
   }
   dropTrainer(run.runId);
@@ -237,7 +238,7 @@ export async function claimBatch(ctx: WorkerContext, run: RunContext, input: Req
   const c = run.config;
   // Whether an earlier attempt already published this step's version, read alongside the claim.
   const [samples, publishedBefore] = await Promise.all([
-    transferQueueBuffer(ctx.pool, runId).claim(step, { size: c.rollout.prompts_per_step * c.algorithm.group_size, iteration, requireRefLogprobs: c.algorithm.kl_coef > 0, fromVersion, ...(maxStaleness !== undefined ? { maxStaleness } : {}) }),
+    transferQueueBuffer(ctx.pool, runId).claim(step, { size: c.rollout.prompts_per_step * c.algorithm.group_size, iteration, requireRefLogprobs: referenceLogprobsNeeded(c.algorithm, c.algorithm.kl_coef), fromVersion, ...(maxStaleness !== undefined ? { maxStaleness } : {}) }),
     getCheckpoint(ctx.pool, runId, fromVersion + 1),
   ]);
   if (!samples) {

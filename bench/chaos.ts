@@ -65,7 +65,7 @@ export interface ChaosReport {
 
 const PROMPTS = 4;
 const GROUP = 4;
-const WORKERS: Record<Role, number> = { control: 1, rollout: 2, train: 2, reference: 1 };
+const WORKERS: Record<Role, number> = { control: 1, rollout: 2, train: 2, reference: 1, judge: 0 };
 const RETENTION = { every: 3, keepLast: 2 };
 
 function runConfig(home: string, runId: string, mode: 'sync' | 'async'): RunConfigInput {

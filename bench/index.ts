@@ -60,6 +60,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'GRPO on add2 from the SFT warm start: held-out accuracy curve and wall time',
     load: async () => (await import('./grpo.js')).grpoBench,
   },
+  algorithms: {
+    describe: 'each RL algorithm (grpo, dr_grpo, rloo, gspo, cispo, sapo, dapo, ppo_critic, grpo+mis, grpo+opsm, opd from a >= 95% teacher) on add2 from the same SFT warm start for the same samples: held-out accuracy before and after, wall time, samples to 95%',
+    load: async () => (await import('./algorithms.js')).algorithmsBench,
+  },
 };
 
 export function benchNames(): string[] {

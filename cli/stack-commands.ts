@@ -92,6 +92,7 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
     .option('--rollout-workers <n>', 'rollout worker processes', intOption('--rollout-workers'), 1)
     .option('--train-workers <n>', 'train worker processes', intOption('--train-workers'), 1)
     .option('--reference-workers <n>', 'reference worker processes', intOption('--reference-workers'), 1)
+    .option('--judge-workers <n>', 'judge worker processes (they load a judge model only for runs with reward.judge)', intOption('--judge-workers'), 1)
     .option('--device <device>', 'device of the accelerator workers: cpu or cuda:N', 'cpu')
     .option('--quiet', 'echo nothing of the stack processes (their full output is still in <data-dir>/logs/)')
     .option('--verbose', 'echo every line of the stack processes (the Temporal server\'s too); by default only the workers\' warnings and errors')
@@ -119,7 +120,7 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
         temporalMetricsPort: o.temporalMetricsPort,
         dbPort: o.dbPort,
         databaseUrl: relaxEnvironment().databaseUrl,
-        workers: { control: 1, rollout: o.rolloutWorkers, train: o.trainWorkers, reference: o.referenceWorkers },
+        workers: { control: 1, rollout: o.rolloutWorkers, train: o.trainWorkers, reference: o.referenceWorkers, judge: o.judgeWorkers },
         device: o.device,
         log: (line) => {
           logs.write(line);

@@ -14,6 +14,7 @@ import { NotifyConfigSchema } from './notify-config';
 import { checkJsonLimits, RUN_CONFIG_JSON_LIMITS, shortened } from './json-limits';
 import { initConfigProblems, InitConfigSchema } from './init-config';
 import { RECIPE_NAMES, withRecipe } from './recipes';
+import { JudgeConfigSchema, judgeProblems } from './judge-config';
 import { boundedNumber as n, boundedString as str, LR_DECAY_KINDS, RUN_CONFIG_ARRAY_BOUNDS, runMemoryLimitBytes, tinyMemoryProblem } from './run-bounds';
 
 
@@ -130,9 +131,47 @@ export const CriticConfigSchema = z
     value_clip: n('algorithm.critic.value_clip').default(0.2),
     /** Whiten the token advantages over the batch (mean 0, std 1), as PPO does by default. */
     whiten: z.boolean().default(true),
+    /**
+     * The value head's peak learning rate (absolute; train.lr's schedule applies to it alike), as
+     * verl's critic.optim.lr apart from the actor's. Default 10 x train.lr (training/critic-step.ts).
+     */
+    lr: n('algorithm.critic.lr').optional(),
   })
   .strict();
 export type CriticConfig = z.infer<typeof CriticConfigSchema>;
+
+/**
+ * algorithm.teacher: on-policy distillation (engines/rl/distillation.ts). The teacher is served on
+ * the reference role in place of the reference policy: it scores the student's sampled tokens, and
+ * with algorithm.advantage "opd" A_t = kl_coef * (log pi_T - log pi_S)_t + task_coef * A_task (A_task:
+ * GRPO's group advantage of the task reward). Any KL-to-reference term (algorithm.kl_coef) is then to the teacher.
+ */
+export const TeacherConfigSchema = z
+  .object({
+    /** The teacher: a Relax checkpoint directory, <run_id>@<version|latest>, a warm start's cache directory, or any model.from source (HF directory, .gguf, named model, Hub id). */
+    from: str('algorithm.teacher.from'),
+    /** Weight of the per-token reverse KL (log pi_T - log pi_S) in the "opd" advantage. */
+    kl_coef: n('algorithm.teacher.kl_coef').default(1),
+    /** Weight of the task reward's group advantage (GRPO's) in the "opd" advantage; 0: pure distillation. */
+    task_coef: n('algorithm.teacher.task_coef').default(0),
+  })
+  .strict();
+export type TeacherConfig = z.infer<typeof TeacherConfigSchema>;
+
+/**
+ * algorithm.critic.lr's default as a multiple of train.lr. A fresh (zero) value head must learn the
+ * returns' level while the policy moves little: Adam moves a parameter by about its lr a step, so at
+ * the policy's lr (add2: 1e-3) the head barely moves in tens of steps, and raising train.lr instead
+ * wrecks the policy. verl's PPO examples run the critic at 10x the actor (critic.optim.lr 1e-5,
+ * actor 1e-6); the value head here is a linear layer on a shared backbone, which takes it well.
+ */
+export const CRITIC_LR_RATIO = 10;
+
+/** The value head's peak learning rate of a run with a critic (algorithm.critic.lr, else CRITIC_LR_RATIO x train.lr); undefined without one. */
+export function criticLearningRate(config: Pick<RunConfig, 'algorithm' | 'train'>): number | undefined {
+  if (config.algorithm.advantage !== 'gae') return undefined;
+  return config.algorithm.critic?.lr ?? CRITIC_LR_RATIO * config.train.lr;
+}
 
 /** algorithm.dapo (Yu et al. 2025, engines/rl/dapo.ts): each piece is on when present. */
 const DapoConfigSchema = z
@@ -170,7 +209,7 @@ export const RolloutCorrectionConfigSchema = z
 
 export const AlgorithmConfigSchema = z
   .object({
-    /** A registered estimator (training/advantages.ts: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline) or a user module. */
+    /** A registered estimator (training/advantages.ts: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae, opd) or a user module. */
     advantage: z.union([str('algorithm.advantage'), UserFunctionSchema]).default('grpo'),
     advantage_options: RegisteredOptionsSchema,
     /** A registered policy loss (training/losses.ts: ppo_clip, gspo, cispo, sapo) or a user module. */
@@ -207,6 +246,8 @@ export const AlgorithmConfigSchema = z
     critic: CriticConfigSchema.optional(),
     /** DAPO's rollout-side pieces (engines/rl/dapo.ts): dynamic sampling, overlong shaping and filtering. */
     dapo: DapoConfigSchema.optional(),
+    /** On-policy distillation's teacher (TeacherConfigSchema), served on the reference role; needed by advantage "opd". */
+    teacher: TeacherConfigSchema.optional(),
   })
   .strict();
 
@@ -288,6 +329,8 @@ export const RewardConfigSchema = z
     scope: z.enum(['sample', 'group']).default('sample'),
     /** Per call (per sample, or per group in group scope); a call that takes longer fails its samples. */
     timeout_ms: n('reward.timeout_ms').default(10_000),
+    /** A generative reward model scoring the samples on the judge role (config/judge-config.ts) instead of this reward. */
+    judge: JudgeConfigSchema.optional(),
   })
   .strict()
   .superRefine((r, ctx) => {
@@ -383,6 +426,7 @@ export const RunConfigSchema = z
     if (c.data && c.model.from === undefined) {
       ctx.addIssue({ code: 'custom', path: ['data'], message: "needs a pretrained model with a tokenizer and chat template: set model.from (e.g. \"smollm2-135m-instruct\")" });
     }
+    for (const p of teacherProblems(c.algorithm)) ctx.addIssue({ code: 'custom', ...p });
     if (c.algorithm.critic && c.algorithm.advantage !== 'gae') {
       ctx.addIssue({ code: 'custom', path: ['algorithm', 'critic'], message: 'configures the value model of algorithm.advantage "gae": set advantage to "gae" or remove critic' });
     }
@@ -405,6 +449,7 @@ export const RunConfigSchema = z
       });
     }
     for (const p of colocatedProblems(c)) ctx.addIssue({ code: 'custom', ...p });
+    for (const p of judgeProblems(c)) ctx.addIssue({ code: 'custom', ...p });
     if (c.mode === 'sync' && c.max_staleness !== 0) {
       ctx.addIssue({
         code: 'custom',
@@ -413,6 +458,17 @@ export const RunConfigSchema = z
       });
     }
   });
+
+/** An "opd" advantage without a teacher, or a teacher nothing uses (no "opd" advantage and no KL term). */
+function teacherProblems(a: { advantage: unknown; kl_coef: number; teacher?: TeacherConfig }): Array<{ path: string[]; message: string }> {
+  if (a.advantage === 'opd' && !a.teacher) {
+    return [{ path: ['algorithm', 'advantage'], message: '"opd" (on-policy distillation) scores the student\'s tokens with a teacher: add algorithm.teacher: { "from": "<checkpoint dir, run_id@version, warm start dir or model source>" }' }];
+  }
+  if (a.teacher && a.advantage !== 'opd' && !(a.kl_coef > 0)) {
+    return [{ path: ['algorithm', 'teacher'], message: 'is unused: set algorithm.advantage to "opd" (per-token reverse KL to the teacher as the advantage), or algorithm.kl_coef > 0 (a KL-to-teacher loss term), or remove teacher' }];
+  }
+  return [];
+}
 
 /** What placement "colocated" cannot do: everything it refuses names the field and the way out. */
 function colocatedProblems(c: { placement: string; mode: string; rollout: { parallelism: number; agent?: unknown } }): Array<{ path: string[]; message: string }> {

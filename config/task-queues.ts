@@ -5,11 +5,15 @@
 // a namespace: workers and clients take it from the environment,
 // workflow code from its own task queue (workflows/task-queue.ts), never from process.env.
 
-export const ROLES = ['control', 'rollout', 'train', 'reference'] as const;
+export const ROLES = ['control', 'rollout', 'train', 'reference', 'judge'] as const;
 export type Role = (typeof ROLES)[number];
 
 /** Roles whose activities need an accelerator; each worker of these pins itself to one device. */
-export const DEVICE_ROLES: readonly Role[] = ['rollout', 'train', 'reference'];
+export const DEVICE_ROLES: readonly Role[] = ['rollout', 'train', 'reference', 'judge'];
+
+/** Roles a stack may run none of: a judge worker only serves runs with reward.judge (relax dev --judge-workers). */
+export const OPTIONAL_ROLES = ['judge'] as const satisfies readonly Role[];
+export type OptionalRole = (typeof OPTIONAL_ROLES)[number];
 
 /** The prefix of every queue and of the worker deployment's name unless RELAX_TASK_QUEUE_PREFIX names another. */
 export const DEFAULT_TASK_QUEUE_PREFIX = 'relax';

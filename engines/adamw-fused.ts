@@ -14,7 +14,7 @@
 // p -= lr_t m / (sqrt(v) + eps'): with eps' = eps sqrt(1 - b2^t) it is the textbook update
 // lr m_hat / (sqrt(v_hat) + eps) that BucketedAdamW and PyTorch compute.
 import * as tf from '@tensorflow/tfjs';
-import { BucketedAdamW, type AdamWOptimizer, type AdamWOptions, type AdamWParameter } from './adamw';
+import { BucketedAdamW, groupLearningRate, type AdamWOptimizer, type AdamWOptions, type AdamWParameter, type GroupLearningRates } from './adamw';
 
 /** TensorFlow's ResourceHandle::ANONYMOUS_NAME: a variable owned by its handles, not by a resource manager. */
 const ANONYMOUS_NAME = 'cd2c89b7-88b7-44c8-ad83-06c2a9158347';
@@ -112,13 +112,25 @@ export class FusedAdamW implements AdamWOptimizer {
     return this.slots[index].param.name;
   }
 
-  apply(prepared: readonly tf.Tensor[], step: number, clipScale: number, lr: number): void {
+  apply(prepared: readonly tf.Tensor[], step: number, clipScale: number, stepLr: number, groupLr: GroupLearningRates = {}): void {
     const { beta1, beta2, eps, weightDecay } = this.options;
-    const scalars = [beta1 ** step, beta2 ** step, lr, beta1, beta2, eps * Math.sqrt(1 - beta2 ** step)].map((x) => tf.scalar(x));
+    // The kernel's scalars and the decay factor, one set per learning rate in use (parameter groups).
+    const made: tf.Tensor[] = [];
+    const perLr = new Map<number, { scalars: tf.Tensor[]; decay?: tf.Tensor }>();
+    const scalarsFor = (lr: number) => {
+      let s = perLr.get(lr);
+      if (!s) {
+        const scalars = [beta1 ** step, beta2 ** step, lr, beta1, beta2, eps * Math.sqrt(1 - beta2 ** step)].map((x) => tf.scalar(x));
+        s = { scalars, decay: weightDecay > 0 ? tf.scalar(1 - lr * weightDecay) : undefined };
+        made.push(...scalars, ...(s.decay ? [s.decay] : []));
+        perLr.set(lr, s);
+      }
+      return s;
+    };
     const clip = clipScale < 1 ? tf.scalar(clipScale) : undefined;
-    const decay = weightDecay > 0 ? tf.scalar(1 - lr * weightDecay) : undefined;
     try {
       this.slots.forEach((slot, i) => {
+        const { scalars, decay } = scalarsFor(groupLearningRate(stepLr, groupLr, slot.param.lrGroup));
         const variable = slot.param.variable;
         const shape = variable.shape as number[];
         slot.p ??= this.ops.create(shape);
@@ -140,7 +152,7 @@ export class FusedAdamW implements AdamWOptimizer {
         next.dispose();
       });
     } finally {
-      tf.dispose([...scalars, ...(clip ? [clip] : []), ...(decay ? [decay] : [])]);
+      tf.dispose([...made, ...(clip ? [clip] : [])]);
     }
   }
 

@@ -4,6 +4,9 @@
 // costs tens of microseconds whatever its size, the per-parameter form was a third of a small
 // model's train step. Buckets are capped (BUCKET_ELEMENTS) so a large model's temporaries stay small:
 // the update's ~12 temporaries of one bucket are part of a full fine-tuning step's peak memory.
+// Parameter groups (PyTorch's param_groups): a parameter may name an `lrGroup` whose learning rate
+// each step's apply() gives apart from the others' (PPO's value head: algorithm.critic.lr); a
+// bucket holds one group's parameters only, so its learning rate stays one scalar.
 import * as tf from '@tensorflow/tfjs';
 
 export interface AdamWOptions {
@@ -20,6 +23,16 @@ export interface AdamWParameter {
   variable: tf.Variable;
   /** Whether weight decay applies (matrices). */
   decayed: boolean;
+  /** The parameter group whose learning rate apply() takes from `groupLr` (default: the step's `lr`). */
+  lrGroup?: string;
+}
+
+/** Each parameter group's learning rate for one step, by AdamWParameter.lrGroup; a group not named here takes the step's `lr`. */
+export type GroupLearningRates = Readonly<Record<string, number>>;
+
+/** The learning rate of a parameter in `group` this step. */
+export function groupLearningRate(lr: number, groupLr: GroupLearningRates, group: string | undefined): number {
+  return group !== undefined && groupLr[group] !== undefined ? groupLr[group] : lr;
 }
 
 /** The largest bucket, in elements (16 MiB of float32): one parameter larger than this is a bucket alone. */
@@ -31,6 +44,8 @@ interface Bucket {
   elements: number;
   /** Whether weight decay applies to the bucket: its parameters are all decayed, or none is. */
   decayed: boolean;
+  /** The parameter group of every parameter in the bucket. */
+  lrGroup?: string;
   m?: tf.Variable;
   v?: tf.Variable;
 }
@@ -78,8 +93,11 @@ export interface AdamWOptimizer {
   sumsOfSquares(prepared: readonly tf.Tensor[]): Promise<Float32Array>;
   /** Names the first parameter of prepared tensor `index` whose gradient is not finite. */
   nonFiniteParameter(prepared: readonly tf.Tensor[], index: number): Promise<string>;
-  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale`, learning rate `lr`; disposes `prepared`. */
-  apply(prepared: readonly tf.Tensor[], step: number, clipScale: number, lr: number): void;
+  /**
+   * One AdamW step (`step` counts from 1) with gradients scaled by `clipScale`, learning rate `lr`
+   * (a parameter group's from `groupLr`); disposes `prepared`.
+   */
+  apply(prepared: readonly tf.Tensor[], step: number, clipScale: number, lr: number, groupLr?: GroupLearningRates): void;
   exportMoments(): Promise<Array<{ name: string; shape: number[]; m: Float32Array; v: Float32Array }>>;
   importMoments(moments: ReadonlyMap<string, { m: Float32Array; v: Float32Array }>): void;
   dispose(): void;
@@ -94,13 +112,15 @@ export class BucketedAdamW implements AdamWOptimizer {
   constructor(params: readonly AdamWParameter[], options: AdamWOptions, limit = BUCKET_ELEMENTS) {
     this.options = { beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0, ...options };
     this.order = new Map(params.map((p, i) => [p.name, i]));
-    // The decayed parameters (matrices) and the others (biases, norms) in buckets of their own, so
-    // decay is a scalar factor of a bucket, never a per-element mask (a full model's size).
-    const grouped = [true, false].flatMap((decayed) => bucketParameters(params.filter((p) => p.decayed === decayed).map((p) => ({ p, size: elementsOf(p) })), limit));
+    // The decayed parameters (matrices) and the others (biases, norms) in buckets of their own, and
+    // each parameter group's apart, so decay and the learning rate are scalars of a bucket, never
+    // per-element masks (a full model's size).
+    const groups = [...new Set(params.map((p) => p.lrGroup))];
+    const grouped = [true, false].flatMap((decayed) => groups.flatMap((lrGroup) => bucketParameters(params.filter((p) => p.decayed === decayed && p.lrGroup === lrGroup).map((p) => ({ p, size: elementsOf(p) })), limit)));
     this.buckets = grouped.map((group) => {
       const ps = group.map((g) => g.p);
       const sizes = ps.map(elementsOf);
-      return { params: ps, sizes, elements: sizes.reduce((a, b) => a + b, 0), decayed: ps[0].decayed };
+      return { params: ps, sizes, elements: sizes.reduce((a, b) => a + b, 0), decayed: ps[0].decayed, lrGroup: ps[0].lrGroup };
     });
   }
 
@@ -142,14 +162,15 @@ export class BucketedAdamW implements AdamWOptimizer {
     return b.params[0].name;
   }
 
-  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale` and learning rate `lr`; disposes `flat`. */
-  apply(flat: readonly tf.Tensor1D[], step: number, clipScale: number, lr: number): void {
+  /** One AdamW step (`step` counts from 1) with gradients scaled by `clipScale` and learning rate `lr` (a group's from `groupLr`); disposes `flat`. */
+  apply(flat: readonly tf.Tensor1D[], step: number, clipScale: number, stepLr: number, groupLr: GroupLearningRates = {}): void {
     const { beta1, beta2, eps, weightDecay } = this.options;
     const correction1 = 1 - beta1 ** step;
     // lr m_hat / (sqrt(v_hat) + eps) = (lr sqrt(c2) / c1) m / (sqrt(v) + eps sqrt(c2)): the bias
     // corrections folded into two scalars, one op fewer over the bucket.
     const root2 = Math.sqrt(1 - beta2 ** step);
     this.buckets.forEach((b, i) => {
+      const lr = groupLearningRate(stepLr, groupLr, b.lrGroup);
       b.m ??= variableOf(tf.zeros([b.elements]));
       b.v ??= variableOf(tf.zeros([b.elements]));
       tf.tidy(() => {

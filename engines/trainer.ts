@@ -24,7 +24,7 @@
 // step's metric read-back and totals in engines/trainer-metrics.ts.
 import * as tf from '@tensorflow/tfjs';
 import { publishCheckpoint, type CheckpointInfo } from './checkpoint';
-import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, valueHead, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
+import { attentionBias, checkWeights, forwardHidden, fuseFrozenProjections, unembed, unembeddingWeight, valueHead, initWeights, parameterPart, parameterSpec, parseModelConfig, ropeTables, selectedParameterSpec, trainableParameterSpec, valueHeadParameterSpec, type MediaInputs, type ModelConfig, type PolicyWeights, type TrainablePart } from './model';
 import type { AdamWOptimizer, AdamWOptions } from './adamw';
 import { createAdamW } from './adamw-fused';
 import { blockFrozenWeight, createTfjsOps } from './model-tfjs';
@@ -174,6 +174,11 @@ export interface TrainerOptions {
   seed?: number;
   optimizer: AdamWOptions;
   schedule?: LrSchedule;
+  /**
+   * The value head's peak learning rate (PPO's critic, algorithm.critic.lr: a parameter group of
+   * its own, as verl's critic.optim.lr), under the same schedule; default optimizer.lr.
+   */
+  valueHeadLr?: number;
   /** Global gradient-norm clip; default 1. Infinity disables clipping. */
   maxGradNorm?: number;
   /** Sequences per forward/backward pass; default 32. */
@@ -217,6 +222,8 @@ export interface TrainStepMetrics {
   /** Whether clipping scaled this step's gradient. */
   gradClipped: boolean;
   lr: number;
+  /** The value head's learning rate this step, when it has one of its own (TrainerOptions.valueHeadLr). */
+  valueHeadLr?: number;
   /** Optimizer steps applied so far, including this one. */
   step: number;
   sequences: number;
@@ -300,6 +307,9 @@ export class NonFiniteUpdateError extends Error {
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/** The AdamW parameter group (engines/adamw.ts lrGroup) of the value head, when TrainerOptions.valueHeadLr gives it its own learning rate. */
+const VALUE_HEAD_GROUP = 'value_head';
+
 /** The learning rate of optimizer step `step` (0-based). */
 export function learningRate(peak: number, schedule: LrSchedule, step: number): number {
   const warmup = schedule.warmupSteps ?? 0;
@@ -318,6 +328,7 @@ function checkOptions(o: TrainerOptions): void {
     throw new Error(`trainer options: ${field} ${why}`);
   };
   if (!(o.optimizer.lr > 0)) fail('optimizer.lr', `must be > 0, got ${o.optimizer.lr}`);
+  if (o.valueHeadLr !== undefined && !(o.valueHeadLr > 0)) fail('valueHeadLr', `must be > 0, got ${o.valueHeadLr}`);
   if (o.optimizer.weightDecay !== undefined && !(o.optimizer.weightDecay >= 0)) fail('optimizer.weightDecay', `must be >= 0, got ${o.optimizer.weightDecay}`);
   if (o.maxGradNorm !== undefined && !(o.maxGradNorm > 0)) fail('maxGradNorm', `must be > 0, got ${o.maxGradNorm}`);
   if (o.microBatchSize !== undefined && !(Number.isInteger(o.microBatchSize) && o.microBatchSize >= 1)) fail('microBatchSize', `must be an integer >= 1, got ${o.microBatchSize}`);
@@ -353,6 +364,7 @@ export class Trainer {
   private readonly fusedHead: boolean;
   private optimizer: AdamWOptions;
   private schedule: LrSchedule;
+  private valueHeadLr: number | undefined;
   private readonly maxGradNorm: number;
   private readonly microBatchSize: number;
   private readonly microBatchTokens: number | undefined;
@@ -367,6 +379,7 @@ export class Trainer {
     this.model = options.model;
     this.optimizer = options.optimizer;
     this.schedule = options.schedule ?? { kind: 'constant' };
+    this.valueHeadLr = options.valueHeadLr;
     this.maxGradNorm = options.maxGradNorm ?? 1;
     this.microBatchSize = options.microBatchSize ?? 32;
     this.microBatchTokens = options.microBatchTokens;
@@ -388,8 +401,9 @@ export class Trainer {
         return [p.name, variable];
       }),
     );
+    const valueHead = new Set(valueHeadParameterSpec(this.model).map((p) => p.name));
     this.adamw = createAdamW(
-      trained.map((p) => ({ name: p.name, variable: this.variables.get(p.name)!, decayed: p.shape.length >= 2 })),
+      trained.map((p) => ({ name: p.name, variable: this.variables.get(p.name)!, decayed: p.shape.length >= 2, ...(valueHead.has(p.name) ? { lrGroup: VALUE_HEAD_GROUP } : {}) })),
       this.optimizer,
     );
     for (const p of parameterSpec(this.model).filter((q) => !isTrained.has(q.name))) {
@@ -447,20 +461,22 @@ export class Trainer {
     return this.stepsApplied;
   }
 
-  /** The peak learning rate and its schedule in force. */
-  get learningRateSchedule(): { lr: number; schedule: LrSchedule } {
-    return { lr: this.optimizer.lr, schedule: { ...this.schedule } };
+  /** The peak learning rate and its schedule in force (and the value head's peak, when it has its own). */
+  get learningRateSchedule(): { lr: number; schedule: LrSchedule; valueHeadLr?: number } {
+    return { lr: this.optimizer.lr, schedule: { ...this.schedule }, ...(this.valueHeadLr !== undefined ? { valueHeadLr: this.valueHeadLr } : {}) };
   }
 
   /**
    * Changes the peak learning rate and its schedule from the next train step on (a mid-run
    * hyperparameter update); the weights, AdamW moments and step count stay. The schedule is read at
-   * the step count, so step `n` gets learningRate(lr, schedule, n) of the new values.
+   * the step count, so step `n` gets learningRate(lr, schedule, n) of the new values. `valueHeadLr`:
+   * the value head's peak (TrainerOptions.valueHeadLr); undefined: the value head follows `lr`.
    */
-  setLearningRate(lr: number, schedule: LrSchedule): void {
-    checkOptions({ model: this.model, optimizer: { ...this.optimizer, lr }, schedule });
+  setLearningRate(lr: number, schedule: LrSchedule, valueHeadLr?: number): void {
+    checkOptions({ model: this.model, optimizer: { ...this.optimizer, lr }, schedule, valueHeadLr });
     this.optimizer = { ...this.optimizer, lr };
     this.schedule = { ...schedule };
+    this.valueHeadLr = valueHeadLr;
   }
 
   /**
@@ -593,28 +609,17 @@ export class Trainer {
    * log-probs): row i has tokens.length - 1 entries. A sequence is its tokens, or its tokens and media.
    */
   async logprobs(sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
-    const size = options.microBatchSize ?? this.microBatchSize;
-    const out: Float32Array[] = [];
-    for (let start = 0; start < sequences.length; start += size) {
-      if (start > 0) await yieldToEventLoop();
-      const chunk = sequences.slice(start, start + size).map((s) => ('tokens' in s ? s : { tokens: s }));
-      const batch = padBatch(this.model, chunk.map((s) => ({ ...s, lossMask: [] })), false);
+    return this.perTarget(sequences, options.microBatchSize, (chunk, batch) => {
       // Input columns before the shortest prompt are the same in a group's rows: packed, computed once.
       const promptLengths = chunk.map((s) => s.promptLength);
       const from = this.sharePrompts && !batch.media && promptLengths.every((p) => p !== undefined && p >= 1) ? Math.min(...(promptLengths as number[])) : 0;
       const shared = from > 0 ? sharedPrefixes(batch, from) : undefined;
       const packed = shared && packGroups(batch, from, chunk.map((s) => s.tokens.length - 1), shared, 0);
-      const lp = tf.tidy(() => {
-        const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
-        if (packed) return this.headOutputs(this.packedHidden(this.packedTensors(packed), batch.B, batch.T, false), targets).logprobs;
-        const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
-        return this.headOutputs(this.hidden(inputs, false, 0, mediaTensors(batch)), targets).logprobs;
-      });
-      const values = (await lp.data()) as Float32Array;
-      lp.dispose();
-      chunk.forEach((s, b) => out.push(values.slice(b * batch.T, b * batch.T + s.tokens.length - 1)));
-    }
-    return out;
+      const targets = tf.tensor2d(batch.targets, [batch.B, batch.T], 'int32');
+      if (packed) return this.headOutputs(this.packedHidden(this.packedTensors(packed), batch.B, batch.T, false), targets).logprobs;
+      const inputs = tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32');
+      return this.headOutputs(this.hidden(inputs, false, 0, mediaTensors(batch)), targets).logprobs;
+    });
   }
 
   /**
@@ -623,15 +628,24 @@ export class Trainer {
    */
   async values(sequences: ReadonlyArray<ScoredSequence>, options: { microBatchSize?: number } = {}): Promise<Float32Array[]> {
     if (!this.model.valueHead) throw new Error('values: this model has no value head (set valueHead: true in its config; a run sets it with algorithm.advantage "gae")');
-    const size = options.microBatchSize ?? this.microBatchSize;
+    return this.perTarget(sequences, options.microBatchSize, (_, batch) => this.valuesOf(this.hidden(tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32'), false, 0, mediaTensors(batch))));
+  }
+
+  /**
+   * One number per target of each sequence (logprobs, values): the sequences in chunks of
+   * `microBatchSize` (default the trainer's), each padded and given to `compute` (inside tf.tidy) for
+   * a [B, T] tensor, read back and cut to each sequence's tokens.length - 1 targets.
+   */
+  private async perTarget(sequences: ReadonlyArray<ScoredSequence>, microBatchSize: number | undefined, compute: (chunk: Array<Exclude<ScoredSequence, ArrayLike<number>>>, batch: PaddedBatch) => tf.Tensor): Promise<Float32Array[]> {
+    const size = microBatchSize ?? this.microBatchSize;
     const out: Float32Array[] = [];
     for (let start = 0; start < sequences.length; start += size) {
       if (start > 0) await yieldToEventLoop();
       const chunk = sequences.slice(start, start + size).map((s) => ('tokens' in s ? s : { tokens: s }));
       const batch = padBatch(this.model, chunk.map((s) => ({ ...s, lossMask: [] })), false);
-      const v = tf.tidy(() => this.valuesOf(this.hidden(tf.tensor2d(batch.inputs, [batch.B, batch.T], 'int32'), false, 0, mediaTensors(batch))));
-      const data = (await v.data()) as Float32Array;
-      v.dispose();
+      const rows = tf.tidy(() => compute(chunk, batch));
+      const data = (await rows.data()) as Float32Array;
+      rows.dispose();
       chunk.forEach((s, b) => out.push(data.slice(b * batch.T, b * batch.T + s.tokens.length - 1)));
     }
     return out;
@@ -709,7 +723,7 @@ export class Trainer {
         totals.add(metric, share);
       }
       await yieldToEventLoop();
-      const { gradNorm, clipScale, lr } = await this.applyUpdate(varList, summed, loss);
+      const { gradNorm, clipScale, lr, valueHeadLr } = await this.applyUpdate(varList, summed, loss);
       const { mean, ratioMin, ratioMax } = totals;
       const lossMetrics = totals.lossMetrics();
       return {
@@ -719,6 +733,7 @@ export class Trainer {
         gradNorm,
         gradClipped: clipScale < 1,
         lr,
+        ...(valueHeadLr !== undefined ? { valueHeadLr } : {}),
         step: this.stepsApplied,
         sequences: sequences.length,
         lossTokens: full.lossTokens,
@@ -846,12 +861,13 @@ export class Trainer {
   }
 
   /** Clips the summed gradients to maxGradNorm and applies AdamW at the scheduled learning rate, unless a gradient is not finite. */
-  private async applyUpdate(varList: tf.Variable[], summed: tf.NamedTensorMap, loss: TrainingLoss): Promise<{ gradNorm: number; clipScale: number; lr: number }> {
+  private async applyUpdate(varList: tf.Variable[], summed: tf.NamedTensorMap, loss: TrainingLoss): Promise<{ gradNorm: number; clipScale: number; lr: number; valueHeadLr?: number }> {
     // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
     const flat = this.adamw.prepare(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)));
     let gradNorm: number;
     let clipScale: number;
     let lr: number;
+    let valueHeadLr: number | undefined;
     try {
       const squares = await this.adamw.sumsOfSquares(flat);
       const bad = squares.findIndex((x) => !Number.isFinite(x));
@@ -861,12 +877,14 @@ export class Trainer {
       gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
       clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;
       lr = learningRate(this.optimizer.lr, this.schedule, this.stepsApplied);
-      this.adamw.apply(flat, this.stepsApplied + 1, clipScale, lr);
+      // The value head's own peak under the same schedule (warmup and decay alike).
+      valueHeadLr = this.valueHeadLr === undefined ? undefined : learningRate(this.valueHeadLr, this.schedule, this.stepsApplied);
+      this.adamw.apply(flat, this.stepsApplied + 1, clipScale, lr, valueHeadLr === undefined ? {} : { [VALUE_HEAD_GROUP]: valueHeadLr });
     } finally {
       tf.dispose(flat);
     }
     this.stepsApplied += 1;
-    return { gradNorm, clipScale, lr };
+    return { gradNorm, clipScale, lr, ...(valueHeadLr !== undefined ? { valueHeadLr } : {}) };
   }
 
   /** Optimizer state (AdamW moments + step) as safetensors bytes, to resume training elsewhere. */

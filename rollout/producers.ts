@@ -169,8 +169,8 @@ export async function rolloutSliceWithStats(ctx: RolloutContext, slice: RolloutS
         reward: shaped.reward, ...(rewards ? { rewards } : {}),
         policyVersion: r.policyVersion, ...(r.tokenVersions ? { tokenVersions: r.tokenVersions } : {}),
         ...(r.mediaIds?.length ? { media: r.mediaIds } : {}),
-        // Scored: ready to train on (advantages come from the train batch).
-        ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompt.text)}: ${r.error}` } : { status: 'scored' as const }),
+        // Scored: ready to train on (advantages come from the train batch); with reward.judge, generated: the judge role scores it next.
+        ...(r.error !== null ? { status: 'failed' as const, error: `on prompt ${JSON.stringify(prompt.text)}: ${r.error}` } : { status: config.reward.judge ? ('generated' as const) : ('scored' as const) }),
       };
     }),
   );

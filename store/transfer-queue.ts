@@ -482,6 +482,28 @@ export async function setReferenceLogprobs(db: Queryable, runId: string, updates
   });
 }
 
+/** A judge's verdict on one sample (reward.judge): its reward, or why it failed. */
+export type JudgedReward = SampleKey & ({ reward: number; error?: undefined } | { reward?: undefined; error: string });
+
+/**
+ * Writes the judge's verdicts on samples awaiting one (status 'generated'): a reward makes the sample
+ * 'scored' (the reward the rollout computed kept as rewards.task, the judge's as rewards.judge), an
+ * error makes it 'failed'. A retry skips what is written. Returns how many samples it updated.
+ */
+export async function setJudgedRewards(db: Queryable, runId: string, verdicts: readonly JudgedReward[]): Promise<number> {
+  checkKeys(verdicts, 'verdicts');
+  verdicts.forEach((v, i) => (v.error === undefined ? checkFinite(v.reward, `verdicts[${i}].reward`) : undefined));
+  const { rowCount } = await db.query(
+    `UPDATE samples s SET reward = u.reward,
+            rewards = CASE WHEN u.error IS NULL THEN COALESCE(s.rewards, '{}'::jsonb) || jsonb_strip_nulls(jsonb_build_object('task', s.reward, 'judge', u.reward)) ELSE s.rewards END,
+            status = CASE WHEN u.error IS NULL THEN 'scored' ELSE 'failed' END, error = u.error, updated_at = now()
+       FROM unnest($2::integer[], $3::integer[], $4::integer[], $5::real[], $6::text[]) AS u(iteration, group_index, sample_index, reward, error)
+      WHERE ${KEY_JOIN} AND s.status = 'generated'`,
+    [runId, ...keyColumns(verdicts), verdicts.map((v) => (v.error === undefined ? v.reward : null)), verdicts.map((v) => v.error ?? null)],
+  );
+  return rowCount ?? 0;
+}
+
 export interface AdvantageUpdate extends SampleKey {
   advantage: number;
 }

@@ -72,6 +72,42 @@ test('bucketed AdamW = the per-parameter reference, with clipping and decay on m
   }
 });
 
+test("parameter groups: a group's learning rate from apply() (bucketed and fused), the others at the step's lr; one step moves each by its own", async () => {
+  const shapes: number[][] = [[2, 3], [3], [4, 2], [1]];
+  const init = shapes.map((s, k) => Array.from({ length: s.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(k * 7 + i)));
+  const grads = [0, 1].map((s) => shapes.map((sh, k) => Array.from({ length: init[k].length }, (_, i) => Math.cos(s * 3 + k + i * 0.7))));
+  const options = { lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1 };
+  const inHead = (k: number) => k === 2 || k === 3; // a matrix and a bias in the group "head"
+  const lrOf = (k: number) => (inHead(k) ? 0.1 : 0.01);
+  for (const kind of ['bucketed', 'fused'] as const) {
+    await (kind === 'fused' ? loadTfjsBackend({ kind: 'cpu' }, 'native') : tf.setBackend('cpu'));
+    const vars = shapes.map((s, k) => tf.variable(tf.tensor(init[k], s), true, `adamw-group-${kind}-${k}`));
+    const params = vars.map((v, k) => ({ name: `p${k}`, variable: v, decayed: shapes[k].length >= 2, ...(inHead(k) ? { lrGroup: 'head' } : {}) }));
+    const opt = kind === 'fused' ? createAdamW(params, options) : new BucketedAdamW(params, options);
+    assert.equal(opt instanceof FusedAdamW, kind === 'fused');
+    for (let s = 0; s < 2; s++) {
+      opt.apply(opt.prepare(grads[s].map((g, k) => tf.tensor(g, shapes[k]))), s + 1, 1, options.lr, { head: 0.1, unused: 5 });
+      if (s > 0) continue;
+      // Adam's first step is lr * g / (|g| + eps) = lr * sign(g), plus the decay lr * wd * p on matrices.
+      for (let k = 0; k < shapes.length; k++) {
+        const got = Array.from(await vars[k].data());
+        got.forEach((x, i) => {
+          const decay = shapes[k].length >= 2 ? lrOf(k) * options.weightDecay * init[k][i] : 0;
+          assert.ok(Math.abs(init[k][i] - x - decay - lrOf(k) * Math.sign(grads[0][k][i])) < 1e-5, `${kind} step 1: p${k}[${i}] moved by its group's lr ${lrOf(k)}`);
+        });
+      }
+    }
+    for (let k = 0; k < shapes.length; k++) {
+      const want = referenceAdamW(init[k], grads.map((g) => g[k]), { ...options, lr: lrOf(k), wd: shapes[k].length >= 2 ? options.weightDecay : 0, clip: [1, 1] });
+      const got = Array.from(await vars[k].data());
+      got.forEach((x, i) => assert.ok(Math.abs(x - want[i]) < 1e-5, `${kind} p${k}[${i}]: ${x} vs ${want[i]}`));
+    }
+    opt.dispose();
+    tf.dispose(vars);
+  }
+  await tf.setBackend('cpu');
+});
+
 test('a non-finite gradient is found in its bucket and named', async () => {
   await tf.setBackend('cpu');
   const vars = [tf.variable(tf.zeros([2]), true, 'nf-a'), tf.variable(tf.zeros([3]), true, 'nf-b')];

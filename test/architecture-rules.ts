@@ -42,7 +42,7 @@ const ALLOWED_IMPORTS: Record<Layer, Layer[]> = {
 export const LAYERS = Object.keys(ALLOWED_IMPORTS) as Layer[];
 // Per importing layer: the target layers it may import only type-only, and the modules exempt from that.
 const TYPE_ONLY_IMPORTS: Partial<Record<Layer, { targets: Layer[]; valueModules: string[] }>> = {
-  workflows: { targets: ['activities', 'config'], valueModules: ['config/task-queues', 'config/json-limits', 'config/failure-types', 'config/hyperparameters', 'config/placement', 'config/evaluation'] }, // config/evaluation: the evaluateRun workflow checks its input (plain code, no imports)
+  workflows: { targets: ['activities', 'config'], valueModules: ['config/task-queues', 'config/json-limits', 'config/failure-types', 'config/hyperparameters', 'config/placement', 'config/evaluation', 'config/reference-role'] }, // config/evaluation: the evaluateRun workflow checks its input (plain code, no imports); config/reference-role: whether an iteration runs the reference stage (plain code, no imports)
   client: { targets: ['workflows'], valueModules: [] },
 };
 // Modules every layer but workflows may import whatever its row says: the one logger (telemetry/log.ts), which all service code writes through, and its fastify options.

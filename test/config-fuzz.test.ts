@@ -179,7 +179,8 @@ function namesField(problems: string[], mutation: Mutation): boolean {
     if (mutation.path === '') return field === 'config';
     // The memory estimate names model.d_model; it is what a model size or train.micro_batch leads to.
     if (/parameters/.test(p) && field === 'model.d_model') return mutation.path.startsWith('model.') || mutation.path === 'train.micro_batch';
-    return related(field) || p.split('; ').some((part) => related(part.slice(0, part.indexOf(': '))));
+    // A cross-field rule names the other field and this one in its message (clip_low 0.5 > clip_high: "algorithm.clip_high: must be >= algorithm.clip_low").
+    return related(field) || p.split('; ').some((part) => related(part.slice(0, part.indexOf(': ')))) || (mutation.path.includes('.') && p.includes(mutation.path));
   });
 }
 

@@ -221,7 +221,7 @@ export async function startDevStack(args: string[] = [], env: Record<string, str
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-dev-stack-'));
   const [temporalPort, apiPort] = [await freePort(), await freePort()];
   const dev = spawnRelax(
-    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', String(apiPort), '--reference-workers', '0', ...(process.env.RELAX_TEST_VERBOSE ? [] : ['--quiet']), ...args],
+    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', String(apiPort), '--reference-workers', '0', '--judge-workers', '0', ...(process.env.RELAX_TEST_VERBOSE ? [] : ['--quiet']), ...args],
     { RELAX_HOME: home, DATABASE_URL: db.url, TEMPORAL_ADDRESS: '', ...env },
   );
   const api = (await dev.waitForLine(/^\s+API:\s+http/, 120_000)).trim().split(/\s+/)[1];

@@ -12,7 +12,7 @@ import { loadTfjsBackend } from '../engines/backends';
 import { initWeights, parameterSpec, TINY_MODEL, trainableParameterSpec, type ModelConfig } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
-import { parseRunConfig } from '../config/run-config';
+import { criticLearningRate, parseRunConfig } from '../config/run-config';
 import { criticOf, criticSequences } from '../training/critic-step';
 import { resolvePolicyLoss } from '../training/losses';
 import type { TrainSample } from '../training/sample-buffer';
@@ -54,8 +54,37 @@ test('with LoRA the value head trains beside the adapters: a step changes it and
   trainer.dispose();
 });
 
+test('algorithm.critic.lr: the value head has its own learning rate (default 10x train.lr) under the same schedule; one step moves it by its lr, the rest by theirs', async () => {
+  assert.equal(criticLearningRate(parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae' }, train: { lr: 1e-3 } })), 1e-2);
+  assert.equal(criticLearningRate(parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae', critic: { lr: 3e-3 } } })), 3e-3);
+  assert.equal(criticLearningRate(parseRunConfig({ task: 'add2' })), undefined);
+  assert.throws(() => parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae', critic: { lr: 0 } } }), /algorithm\.critic\.lr/);
+  // Warmup over 2 steps: the first step runs at half of each peak (1e-3 -> 5e-4, 2e-2 -> 1e-2).
+  const trainer = Trainer.create({ model: MODEL, seed: 2, optimizer: { lr: 1e-3 }, valueHeadLr: 2e-2, schedule: { kind: 'constant', warmupSteps: 2 } });
+  const algorithm = parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae' } }).algorithm;
+  const [old] = await trainer.values([[1, 2, 3, 4]]);
+  const before = await trainer.exportWeights();
+  const seq = { tokens: [1, 2, 3, 4], lossMask: [0, 1, 1], oldLogprobs: [0, -1, -1], advantages: [0, 1, -1], oldValues: Array.from(old), returns: [0, 1, 1] };
+  const m = await trainer.trainStep([seq], await resolvePolicyLoss(algorithm));
+  assert.equal(m.lr, 5e-4);
+  assert.equal(m.valueHeadLr, 1e-2);
+  const after = await trainer.exportWeights();
+  // Adam's first step moves every parameter with a gradient by lr * |g| / (|g| + eps): its lr, at most.
+  const moved = (names: string[]) => Math.max(...names.flatMap((n) => Array.from(after[n], (x, i) => Math.abs(x - before[n][i]))));
+  const head = ['value_head.weight', 'value_head.bias'];
+  const rest = Object.keys(before).filter((n) => !head.includes(n));
+  assert.ok(Math.abs(moved(head) - 1e-2) < 1e-5, `the value head moved by ${moved(head)}, expected its lr 1e-2`);
+  assert.ok(Math.abs(moved(rest) - 5e-4) < 1e-6, `the policy moved by ${moved(rest)}, expected its lr 5e-4`);
+  // A mid-run change of the learning rates (setHyperparameters) reaches the value head too.
+  trainer.setLearningRate(1e-3, { kind: 'constant' }, 4e-2);
+  assert.deepEqual(trainer.learningRateSchedule, { lr: 1e-3, schedule: { kind: 'constant' }, valueHeadLr: 4e-2 });
+  assert.equal((await trainer.trainStep([seq], await resolvePolicyLoss(algorithm))).valueHeadLr, 4e-2);
+  assert.throws(() => Trainer.create({ model: MODEL, optimizer: { lr: 1e-3 }, valueHeadLr: -1 }), /valueHeadLr must be > 0/);
+  trainer.dispose();
+});
+
 test('PPO with a critic: GAE from the trainer\'s values, clipped value loss falls, explained variance rises', async () => {
-  const trainer = Trainer.create({ model: MODEL, seed: 3, optimizer: { lr: 3e-3 }, maxGradNorm: 10 });
+  const trainer = Trainer.create({ model: MODEL, seed: 3, optimizer: { lr: 3e-3 }, valueHeadLr: 3e-2, maxGradNorm: 10 });
   const algorithm = parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae', critic: { gamma: 1, lambda: 1, vf_coef: 1, value_clip: 10 } } }).algorithm;
   const critic = criticOf(algorithm)!;
   const loss = await resolvePolicyLoss(algorithm);

@@ -38,11 +38,31 @@ test('GAE with gamma = lambda = 1 is the Monte-Carlo return minus the value', ()
   assert.throws(() => gaeAdvantages([0, 1], [0.5], 1, 1), /1 values for 2 rewards/);
 });
 
-test('whitened advantages have mean 0 and std 1 over every token of the batch', () => {
-  // tokens [1, 3] and [5]: mean 3, population std sqrt(8/3) = 1.6329932
-  const [a, b] = whitenAdvantages([[1, 3], [5]], 0);
-  assertClose(a, [-1.2247449, 0]);
-  assertClose(b, [1.2247449]);
+test("whitened advantages: verl's masked_whiten, (A - mean) / sqrt(unbiased var + eps) over the batch's (mask-1) tokens", () => {
+  // tokens [1, 3] and [5]: mean 3, unbiased variance ((-2)^2 + 0 + 2^2) / (3 - 1) = 4, std 2
+  const [a, b] = whitenAdvantages([[1, 3], [5]], undefined, 0);
+  assertClose(a, [-1, 0]);
+  assertClose(b, [1]);
+  // With masks the statistics skip the mask-0 token (100) and every token is whitened by them.
+  const [c, d] = whitenAdvantages([[1, 100, 3], [5]], [[1, 0, 1], [1]], 0);
+  assertClose(c, [-1, 48.5, 0]);
+  assertClose(d, [1]);
+  // One token: centred only (no variance to divide by).
+  assertClose(whitenAdvantages([[7]])[0], [0]);
+});
+
+test('GAE skips environment tokens (mask 0) as verl does, and the final reward lands on the last action token', () => {
+  // Response: action, env, action, env; final reward 1, gamma 0.9, lambda 0.8.
+  // Rewards with the mask: the reward on token 2 (the last mask-1 token), KL only on action tokens.
+  const mask = [1, 0, 1, 0];
+  assertClose(tokenLevelRewards(1, 4, [0.1, 0.2, 0.3, 0.4], 0.5, mask), [-0.05, 0, 0.85, 0]);
+  // V = [0.5, 9, 0.7, 9] (the env tokens' values never enter):
+  // t=3 env: A_3 = 0 (nothing after); t=2: delta = 0.85 + 0.9 * 0 - 0.7 = 0.15, A_2 = 0.15
+  // t=1 env: A_1 = A_2 = 0.15; t=0: delta = -0.05 + 0.9 * 0.7 - 0.5 = 0.08, A_0 = 0.08 + 0.72 * 0.15 = 0.188
+  // R = A + V = [0.688, 9.15, 0.85, 9]
+  const { advantages, returns } = gaeAdvantages([-0.05, 0, 0.85, 0], [0.5, 9, 0.7, 9], 0.9, 0.8, mask);
+  assertClose(advantages, [0.188, 0.15, 0.15, 0]);
+  assertClose(returns, [0.688, 9.15, 0.85, 9]);
 });
 
 test('explained variance = 1 - Var(R - V) / Var(R)', () => {

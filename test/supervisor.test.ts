@@ -85,7 +85,7 @@ before(async () => {
   temporalPort = await freePort();
   // A stack.json left world-readable by an older version: relax dev must replace it with a 0600 one.
   fs.writeFileSync(stackFile(), '{}', { mode: 0o644 });
-  dev = spawnRelax(['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--train-workers', '0', '--reference-workers', '0', '--api-port', '0', '--quiet'], env);
+  dev = spawnRelax(['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--train-workers', '0', '--reference-workers', '0', '--judge-workers', '0', '--api-port', '0', '--quiet'], env);
   await dev.waitForLine(/^Press Ctrl-C to stop/, 80_000);
 });
 

@@ -1,6 +1,6 @@
 // Advantage estimators by name, and the advantages of one train batch. A run's `algorithm.advantage`
 // names a registered estimator ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline",
-// "gae": PPO with a critic, computed per token in the train step)
+// "gae": PPO with a critic, and "opd": on-policy distillation, both computed per token in the train step)
 // or a user module ({ module, export }) whose export is an AdvantageFunction;
 // `algorithm.advantage_options` is validated by the estimator's own schema. A new estimator is one
 // function and one registerAdvantageEstimator call (verl's `register_adv_est`). The math itself is
@@ -94,6 +94,11 @@ registerAdvantageEstimator({ name: 'reinforce_pp_baseline', options: normalizeOp
 // the trainer has, so the train step computes them (training/critic-step.ts criticSequences). This
 // entry names it and gives each sample its (KL-shaped) reward as the per-sample value the step records.
 registerAdvantageEstimator({ name: 'gae', options: noOptions, compute: ({ rewards }) => [...rewards] });
+
+// On-policy distillation (training/opd-step.ts): its advantages are per token, the teacher's log-probs
+// (the reference stage's) minus the rollout's, plus algorithm.teacher.task_coef times this entry's
+// per-sample value: GRPO's group advantage of the task reward (A_task), the value the step records.
+registerAdvantageEstimator({ name: 'opd', options: normalizeOptions, compute: perGroup((r, o) => grpoAdvantages(r, r.length, o)) });
 
 /** An estimator with the run's options, ready to compute. */
 export interface ResolvedEstimator {

@@ -26,13 +26,16 @@ export function criticOf(algorithm: Algorithm): CriticConfig | undefined {
   return { gamma: 1, lambda: 0.95, vf_coef: 0.5, value_clip: 0.2, whiten: true, ...algorithm.critic };
 }
 
-/** One response's token-level rewards: its final reward, and -kl_coef * KL_t per token with kl_mode "reward". */
-export function sampleTokenRewards(s: Pick<TrainSample, 'reward' | 'responseTokens' | 'rolloutLogprobs' | 'refLogprobs'>, algorithm: Algorithm): Float64Array {
+/**
+ * One response's token-level rewards: its final reward on its last action token, and -kl_coef * KL_t
+ * per action token with kl_mode "reward" (action tokens: loss mask 1; environment tokens get none).
+ */
+export function sampleTokenRewards(s: Pick<TrainSample, 'reward' | 'responseTokens' | 'rolloutLogprobs' | 'refLogprobs' | 'lossMask'>, algorithm: Algorithm): Float64Array {
   const n = s.responseTokens.length;
-  if (algorithm.kl_mode !== 'reward' || !(algorithm.kl_coef > 0)) return tokenLevelRewards(s.reward ?? 0, n);
+  if (algorithm.kl_mode !== 'reward' || !(algorithm.kl_coef > 0)) return tokenLevelRewards(s.reward ?? 0, n, undefined, 0, s.lossMask);
   if (!s.rolloutLogprobs || !s.refLogprobs) throw new Error('a sample has no rollout or reference log-probs, which the per-token KL reward of kl_mode "reward" needs');
   const kl = Float64Array.from({ length: n }, (_, t) => klEstimate(s.rolloutLogprobs![t], s.refLogprobs![t], algorithm.kl_estimator));
-  return tokenLevelRewards(s.reward ?? 0, n, kl, algorithm.kl_coef);
+  return tokenLevelRewards(s.reward ?? 0, n, kl, algorithm.kl_coef, s.lossMask);
 }
 
 /** The response part (targets promptLength - 1 ..) of a full-sequence row. */
@@ -55,8 +58,9 @@ function fullRow(response: ArrayLike<number>, promptLength: number): Float32Arra
 export async function criticSequences(values: ValuesFn, critic: CriticConfig, algorithm: Algorithm, samples: ReadonlyArray<TrainSample & { sequenceMedia?: SequenceMedia }>, fromVersion: number): Promise<{ sequences: TrainSequence[]; metrics: Record<string, number> }> {
   const full = await values(samples.map((s) => ({ tokens: [...Array.from(s.promptTokens), ...Array.from(s.responseTokens)], ...(s.sequenceMedia ? { media: s.sequenceMedia } : {}), promptLength: s.promptTokens.length })));
   const oldValues = samples.map((s, i) => responseOf(full[i], s.promptTokens.length));
-  const gae = samples.map((s, i) => gaeAdvantages(sampleTokenRewards(s, algorithm), oldValues[i], critic.gamma, critic.lambda));
-  const advantages = critic.whiten ? whitenAdvantages(gae.map((g) => g.advantages)) : gae.map((g) => g.advantages);
+  // GAE and whitening over the action tokens (the sample's loss mask), as verl's response_mask.
+  const gae = samples.map((s, i) => gaeAdvantages(sampleTokenRewards(s, algorithm), oldValues[i], critic.gamma, critic.lambda, s.lossMask));
+  const advantages = critic.whiten ? whitenAdvantages(gae.map((g) => g.advantages), samples.map((s) => s.lossMask)) : gae.map((g) => g.advantages);
   const sequences = samples.map((s, i) => {
     const P = s.promptTokens.length;
     const stale = algorithm.max_token_staleness;

@@ -5,7 +5,7 @@
 // rollout.parallelism 1 computes. For benchmarks (the baseline the workflow's overhead is measured
 // against), the fast learning tests, and notebook-style use.
 import type { RunConfig } from '../config/run-config';
-import type { PolicyWeights } from '../engines/model';
+import { initWeights, valueHeadParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { loadTask } from '../envs/registry';
@@ -15,6 +15,7 @@ import { mediaPromptsOf } from '../rollout/media-prompts';
 import { rolloutSlice } from '../rollout/producers';
 import { policyModelConfig, referenceTrainerOptions, trainerOptions } from './options';
 import { InMemorySampleBuffer, type TrainSample } from './sample-buffer';
+import { loadTeacher } from './teacher-model';
 import { attachReferenceLogprobs, computeUpdate, resolveUpdateRule, rolloutStats, rolloutStatsMetrics, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia } from './step';
 
 export interface StepReport {
@@ -43,23 +44,37 @@ export interface InProcessResult {
   weights: PolicyWeights;
 }
 
+/** algorithm.advantage "gae": the policy carries PPO's value head, as training/policy-model.ts loadRunPolicy gives a run's. */
+function withCriticHead(config: RunConfig, model: ModelConfig): ModelConfig {
+  return config.algorithm.advantage === 'gae' ? { ...model, valueHead: true } : model;
+}
+
+/** `init` with a fresh value head where the model has one and `init` does not (a warm start without a critic), as engines/checkpoint.ts loadCheckpoint. */
+function withValueHead(model: ModelConfig, init: PolicyWeights): PolicyWeights {
+  return model.valueHead && !('value_head.weight' in init) ? { ...init, ...initWeights(model, 0, valueHeadParameterSpec(model)) } : init;
+}
+
 /**
  * Runs config.train.steps sync RL steps from `init`; hooks see each step. A step whose samples all
  * failed is skipped (within train.failure_budget; over it FailureBudgetExceededError is thrown).
  */
 export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks: { onStep?: (r: StepReport) => void; evalEvery?: number } = {}): Promise<InProcessResult> {
+  if (config.reward.judge) throw new Error('reward.judge: the judge role scores samples in the workflow (relax train), not in the in-process loop; remove reward.judge here');
   const started = performance.now();
   const task = await loadTask(config.task);
-  const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
-  const trainer = Trainer.create(trainerOptions(config, model, init));
-  const reference = config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, init, config.train.share_prompts)) : undefined;
+  const model = withCriticHead(config, policyModelConfig(config.model, task.tokenizer().vocabSize, task));
+  const initial = withValueHead(model, init);
+  const trainer = Trainer.create(trainerOptions(config, model, initial));
+  // The reference policy for the KL term, or on-policy distillation's teacher in its place (training/teacher-model.ts).
+  const teacher = config.algorithm.teacher && (await loadTeacher(undefined, config.algorithm.teacher.from, { model }));
+  const reference = teacher ? Trainer.create(referenceTrainerOptions(teacher.model, teacher.weights, config.train.share_prompts)) : config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, initial, config.train.share_prompts)) : undefined;
   const engine = await RolloutEngine.create(model);
   const rule = await resolveUpdateRule(config.algorithm, { maxCompletionTokens: config.rollout.max_new_tokens });
   const buffer = new InMemorySampleBuffer();
   const evalEvery = hooks.evalEvery ?? config.train.eval_every;
   const evaluate = (t: Task) => evaluateGreedy(engine, t, t.heldOut(), config.rollout.max_new_tokens);
   try {
-    engine.setWeights(0, init);
+    engine.setWeights(0, initial);
     const initialAccuracy = (await evaluate(task)).accuracy;
     const curve: StepReport[] = [];
     let finalAccuracy = initialAccuracy;

@@ -3,7 +3,7 @@
 // the wasm backend's heap and this machine's memory (RELAX_MAX_RUN_MEMORY_GB). (Sampling is rollout's:
 // rollout/producers.ts samplingParams.)
 import { formatBytes, memoryLimitText, runMemoryLimitBytes } from '../config/run-bounds';
-import { TINY_POLICY_DEFAULTS, runContextLength, type RunConfig } from '../config/run-config';
+import { TINY_POLICY_DEFAULTS, criticLearningRate, runContextLength, type RunConfig } from '../config/run-config';
 import { nativeTfjsAvailable } from '../engines/backends';
 import { withoutLora } from '../engines/lora';
 import { parameterCount, shapeSize, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
@@ -50,10 +50,12 @@ export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'nam
 /** The trainer a run trains with, starting from `weights`. */
 export function trainerOptions(config: RunConfig, model: ModelConfig, weights: PolicyWeights): TrainerOptions {
   const t = config.train;
+  const valueHeadLr = criticLearningRate(config);
   return {
     model,
     weights,
     optimizer: { lr: t.lr, weightDecay: t.weight_decay },
+    ...(valueHeadLr !== undefined ? { valueHeadLr } : {}),
     schedule: { kind: t.lr_decay, warmupSteps: t.warmup_steps, totalSteps: t.steps },
     maxGradNorm: t.grad_clip,
     microBatchSize: t.micro_batch,

@@ -11,6 +11,7 @@ import { trainSequenceFromSample, type ScoredSequence, type TrainingLoss, type T
 import { batchAdvantages, resolveAdvantageEstimator, type BatchSample, type ResolvedEstimator } from './advantages';
 import { resolvePolicyLoss, zeroAdvantageHasGradient } from './losses';
 import { criticOf, criticSequences, type ValuesFn } from './critic-step';
+import { opdOf, opdSequences } from './opd-step';
 import { countsZeroAdvantageSamples } from '../config/loss-aggregations';
 import type { TrainSample } from './sample-buffer';
 import type { SequenceMedia } from '../engines/media/model-inputs';
@@ -197,7 +198,11 @@ export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, sa
   const critic = criticOf(rule.algorithm);
   if (critic && !values) throw new Error('algorithm.advantage "gae" needs the trainer\'s value pass: pass computeUpdate its values function');
   const withCritic = critic && (await criticSequences(values!, critic, rule.algorithm, samples, fromVersion));
-  const sequences = withCritic ? withCritic.sequences : trainSequences(samples, advantages, fromVersion, staleness, { keepZeroAdvantage: wholeBatch && zeroAdvantageHasGradient(rule.loss) });
+  // algorithm.advantage "opd": per-token reverse KL to the teacher (its log-probs are the samples' refLogprobs; training/opd-step.ts).
+  const teacher = opdOf(rule.algorithm);
+  const withTeacher = teacher && opdSequences(teacher, samples, advantages, (s, a) => trainSequences([s], [a], fromVersion, staleness, { keepZeroAdvantage: true })[0]);
+  const perToken = withCritic || withTeacher;
+  const sequences = perToken ? perToken.sequences : trainSequences(samples, advantages, fromVersion, staleness, { keepZeroAdvantage: wholeBatch && zeroAdvantageHasGradient(rule.loss) });
   // No update without a learning signal, as before (zero-advantage samples kept for their KL or entropy term alone make none).
   if (!sequences.some((q) => q.advantages !== 0)) return { trained_samples: 0 };
   const m = await trainStep(sequences, rule, wholeBatch ? stepBatchTotals(samples, fromVersion, staleness, rule.maxCompletionTokens) : undefined);
@@ -216,7 +221,8 @@ export async function computeUpdate(trainStep: TrainStepFn, rule: UpdateRule, sa
     ...(m.lossMetrics.logprobMismatch !== undefined ? { logprob_mismatch: m.lossMetrics.logprobMismatch } : {}),
     ...(m.lossMetrics.importanceWeightMean !== undefined ? { importance_weight_mean: m.lossMetrics.importanceWeightMean } : {}),
     ...(m.lossMetrics.importanceTruncatedFraction !== undefined ? { importance_truncated_fraction: m.lossMetrics.importanceTruncatedFraction } : {}),
-    ...(withCritic ? { ...withCritic.metrics, value_loss: m.lossMetrics.valueLoss, value_clip_fraction: m.lossMetrics.valueClipFraction, value_mean: m.lossMetrics.valueMean } : {}),
+    ...(withTeacher ? withTeacher.metrics : {}),
+    ...(withCritic ? { ...withCritic.metrics, value_loss: m.lossMetrics.valueLoss, value_clip_fraction: m.lossMetrics.valueClipFraction, value_mean: m.lossMetrics.valueMean, ...(m.valueHeadLr !== undefined ? { value_head_lr: m.valueHeadLr } : {}) } : {}),
   };
 }
 

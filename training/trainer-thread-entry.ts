@@ -75,7 +75,7 @@ async function handle(req: TrainerRequest): Promise<unknown> {
       return { step: trainer.step };
     }
     case 'setLearningRate':
-      return trainerOf(req.handle).setLearningRate(a[0], a[1]);
+      return trainerOf(req.handle).setLearningRate(a[0], a[1], a[2]);
     case 'dispose':
       trainers.get(req.handle)?.dispose();
       trainers.delete(req.handle);

@@ -37,7 +37,7 @@ export interface TrainerOps {
   loadWeights: { args: [weights: PolicyWeights]; result: void };
   exportOptimizerState: { args: []; result: Uint8Array };
   importOptimizerState: { args: [bytes: Uint8Array]; result: { step: number } };
-  setLearningRate: { args: [lr: number, schedule: LrSchedule]; result: void };
+  setLearningRate: { args: [lr: number, schedule: LrSchedule, valueHeadLr?: number]; result: void };
   dispose: { args: []; result: void };
 }
 export type TrainerOp = keyof TrainerOps;
@@ -247,8 +247,8 @@ export class RemoteTrainer {
     this.stepCount = (await this.thread.call(this.handle, 'importOptimizerState', [bytes])).step;
   }
 
-  setLearningRate(lr: number, schedule: LrSchedule): Promise<void> {
-    return this.thread.call(this.handle, 'setLearningRate', [lr, schedule]);
+  setLearningRate(lr: number, schedule: LrSchedule, valueHeadLr?: number): Promise<void> {
+    return this.thread.call(this.handle, 'setLearningRate', [lr, schedule, valueHeadLr]);
   }
 
   /** Frees the trainer's tensors on the thread (a lost trainer has none left). */

@@ -40,6 +40,12 @@ export function sftRecipeOf(sft: SftInitConfig): SftRecipe {
 /** config/recipes.ts ADD2_SFT_INIT as the SftRecipe the quickstart and the benchmarks warm-start add2 with. */
 export const ADD2_SFT: SftRecipe = sftRecipeOf(ADD2_SFT_INIT);
 
+/**
+ * An add2 teacher for on-policy distillation (algorithm.teacher): the same SFT run on to >= 95%
+ * held-out, cached under its own key (measured: 95.2% after 2,250 steps, 381 s on 2 shared cores).
+ */
+export const ADD2_TEACHER_SFT: SftRecipe = { ...ADD2_SFT, maxSteps: 12_000, evalEvery: 50, band: [0.95, 1], target: 0.95 };
+
 export interface WarmStart {
   weights: PolicyWeights;
   /** Held-out greedy accuracy of the warm start. */

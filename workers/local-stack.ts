@@ -7,7 +7,7 @@
 import { withoutTemporalConnectionEnv } from '../security/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Role } from '../config/task-queues';
+import type { OptionalRole, Role } from '../config/task-queues';
 import { openStore } from '../store/db';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
 import { relaxEnvironment } from '../config/environment';
@@ -29,7 +29,8 @@ export interface LocalStackOptions {
   /** Used when databaseUrl is not set; 0 picks a free port. */
   dbPort: number;
   databaseUrl?: string;
-  workers: Record<Role, number>;
+  /** Worker processes per role; an optional role (OPTIONAL_ROLES: judge) absent runs none. */
+  workers: Omit<Record<Role, number>, OptionalRole> & Partial<Record<OptionalRole, number>>;
   device: string;
   log: (line: string) => void;
   /** The supervisor's own lines (a child died, restarts and their delay); default: log. */

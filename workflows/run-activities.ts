@@ -6,6 +6,7 @@
 import { proxyActivities, type ActivityOptions } from '@temporalio/workflow';
 import type { ColocatedActivities, ColocatedStepInput, ColocatedStepResult } from '../activities/colocated-step';
 import type { ControlActivities } from '../activities/control';
+import type { JudgeActivities } from '../activities/judge';
 import type { ReferenceActivities } from '../activities/reference';
 import type { RolloutActivities } from '../activities/rollout';
 import type { TrainActivities, TrainStepInput, TrainStepResult } from '../activities/train';
@@ -43,6 +44,8 @@ const ROLLOUT: ActivityOptions = {
 };
 
 const REFERENCE: ActivityOptions = { ...ROLLOUT, taskQueue: roleTaskQueue('reference') };
+// The judge (reward.judge) heartbeats like rollout; a dead judge worker's batch moves to another one.
+const JUDGE: ActivityOptions = { ...ROLLOUT, taskQueue: roleTaskQueue('judge') };
 
 /** The options with the call's summary, on the queue of this workflow's task-queue prefix. */
 function summarized(options: ActivityOptions, summary: string | undefined): ActivityOptions {
@@ -54,6 +57,7 @@ export const trainShared = (summary?: string) => proxyActivities<TrainActivities
 export const warmStartActivities = (summary?: string) => proxyActivities<TrainActivities>(summarized(WARM_START, summary));
 export const rollout = (summary?: string) => proxyActivities<RolloutActivities>(summarized(ROLLOUT, summary));
 export const reference = (summary?: string) => proxyActivities<ReferenceActivities>(summarized(REFERENCE, summary));
+export const judge = (summary?: string) => proxyActivities<JudgeActivities>(summarized(JUDGE, summary));
 
 /** The trainer instance the run trains on, kept across steps until it fails. */
 export interface TrainerChoice {

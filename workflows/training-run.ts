@@ -19,11 +19,12 @@ import {
 import type { RunConfig } from '../config/run-config';
 import { COLOCATED_LOOKAHEAD } from '../config/placement';
 import { hyperparametersOf, type Hyperparameters } from '../config/hyperparameters';
+import { referenceLogprobsNeeded } from '../config/reference-role';
 import { setHyperparameters, validateUpdate } from './hyperparameter-updates';
 import { continueOnCurrentBuild } from './versioning';
 import { failWorkflowOnNonRetryable, refuseOversizedInput } from './failures';
 import { notifierFor, notifyingFailure, type Notifier } from './notifications';
-import { colocatedOnSomeInstance, control, reference, rollout, trainOnSomeInstance, trainShared, warmStartActivities, type TrainerChoice } from './run-activities';
+import { colocatedOnSomeInstance, control, judge, reference, rollout, trainOnSomeInstance, trainShared, warmStartActivities, type TrainerChoice } from './run-activities';
 import type { GenerateResult } from '../activities/rollout';
 import type { TrainStepResult } from '../activities/train';
 import { progressView, publishProgress, recordPace, scheduleOfThisRun, type Visibility } from './run-status';
@@ -334,8 +335,21 @@ async function rolloutIteration(run: RunState, iteration: number, policyVersion:
       rollout(`rollout step ${iteration + 1} (${s.groups * config.algorithm.group_size} samples, v${policyVersion})`).generate({ runId, iteration, policyVersion, hyperparameters, ...s }),
     ),
   ).catch(failWorkflowOnNonRetryable);
-  if (hyperparameters.algorithm.kl_coef > 0) await reference(`reference log-probs step ${iteration + 1}`).referenceLogprobs({ runId, iteration });
-  return { slices: generated, busyMs: Date.now() - rolloutStarted, hyperparameters };
+  // reward.judge: the samples wait as 'generated' until the judge role scores them; its statistics replace the slices'.
+  // No patch: reward is a strict schema, so no run started before reward.judge existed has one, and those issue the same commands.
+  const judged = config.reward.judge ? await judge(`judge step ${iteration + 1}`).judgeSamples({ runId, iteration }).catch(failWorkflowOnNonRetryable) : undefined;
+  // A teacher (algorithm.teacher) is served on the reference role too. No patch: runs started before it existed have none, so they issue the same commands.
+  if (referenceLogprobsNeeded(config.algorithm, hyperparameters.algorithm.kl_coef)) await reference(`reference log-probs step ${iteration + 1}`).referenceLogprobs({ runId, iteration });
+  return { slices: judged ? [{ ...judged, ...dapoOf(generated) }] : generated, busyMs: Date.now() - rolloutStarted, hyperparameters };
+}
+
+/** The slices' DAPO counts (overlong filtering), carried beside the judge's statistics: the train step sums them. */
+function dapoOf(slices: GenerateResult[]): Pick<GenerateResult, 'dapo'> {
+  const counts = slices.flatMap((s) => (s.dapo ? [s.dapo] : []));
+  if (!counts.length) return {};
+  const dapo = { ...counts[0] };
+  for (const c of counts.slice(1)) for (const k of Object.keys(dapo) as Array<keyof typeof dapo>) dapo[k] += c[k];
+  return { dapo };
 }
 
 /**
