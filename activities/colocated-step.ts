@@ -21,7 +21,7 @@ import { attachReferenceLogprobs, rolloutStats, rolloutStatsFromMetrics, rollout
 import { failuresMapped, spanned, withHeartbeats, type WorkerContext } from './context';
 import { referenceOf } from './reference';
 import { asRolloutFailure, measured, RunPolicies } from './rollout';
-import { claimBatch, heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainOnBatch, type Claim, type Pipelining, type TrainStepInput, type TrainStepResult } from './train';
+import { budgetVerdict, claimBatch, heldTrainerWeights, oneStepAtATime, skipStep, startStep, trainOnBatch, type Claim, type Pipelining, type TrainStepInput, type TrainStepResult } from './train';
 
 /** What the step's rollout produced, for the workflow's progress (the samples stay in Postgres). */
 export interface ColocatedRollout extends RolloutStats {
@@ -69,7 +69,7 @@ async function freshBatch(ctx: WorkerContext, run: RunContext, input: TrainStepI
     verdict = stepVerdict(rollout, budget, step);
   } catch (err) {
     await write();
-    throw err;
+    verdict = await budgetVerdict(ctx, run, rollout, step, iteration, budget); // throws again, naming the scorer and the first error
   }
   if (verdict === 'skip') {
     await write();

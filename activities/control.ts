@@ -8,7 +8,7 @@ import { nativeTfjsAvailable } from '../engines/backends';
 import { checkTrainerFitsMemory, checkTrainerFitsWasm } from '../training/options';
 import { loadRunPolicy, RunModelError } from '../training/policy-model';
 
-import { checkAgentCommandAllowed, NotAllowedError } from '../envs/module-policy';
+import { checkAgentCommandAllowed, checkRunPathsAllowed, NotAllowedError } from '../envs/module-policy';
 import { loadUserExport, UserModuleError, validateRewardConfig } from '../envs/user-modules';
 import { AlgorithmConfigError } from '../training/advantages';
 import { resolveUpdateRule } from '../training/step';
@@ -53,6 +53,7 @@ function parsed(input: unknown): RunConfig {
 async function checkWhatItNames(config: RunConfig): Promise<void> {
   try {
     checkAgentCommandAllowed(config.rollout.agent?.command);
+    checkRunPathsAllowed(config);
   } catch (err) {
     if (err instanceof NotAllowedError) throw notAllowed(err);
     throw err;

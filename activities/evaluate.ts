@@ -7,6 +7,7 @@
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import { evaluationMetrics, HELD_OUT_DATASET, parseEvaluationInput, type EvaluationInput, type EvaluationRequest, type EvaluationResult } from '../config/evaluation';
 import { readDatasetRows } from '../envs/datasets';
+import { checkDataPathAllowed } from '../envs/module-policy';
 import type { TaskPrompt } from '../envs/task';
 import { loadRewardFunction } from '../envs/user-modules';
 import { evaluateSampled, SampledEvalError } from '../rollout/evaluate';
@@ -54,6 +55,7 @@ async function promptsOf(run: RunContext, request: EvaluationRequest): Promise<T
   if (request.dataset === undefined) prompts = run.task.heldOut();
   else {
     const data = run.config.data;
+    checkDataPathAllowed('dataset', request.dataset); // NotAllowed: outside this worker's RELAX_ALLOWED_DATA_ROOTS
     const rows = await readDatasetRows(request.dataset, data ? { prompt_field: data.prompt_field, answer_field: data.answer_field } : {}).catch((err: Error) => {
       throw invalid(`dataset: ${err.message}`);
     });

@@ -18,7 +18,7 @@ import type { PolicyWeights } from '../engines/model';
 import { recordMetrics } from '../store/metrics';
 import { tensorboardScalars } from './run-tensorboard';
 import { previousSpanEnd, recordSpan } from '../store/spans';
-import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, recordStepAdvantages, type TrainStep } from '../store/transfer-queue';
+import { getTrainStep, markStepApplied, markStepSkipped, pruneConsumed, readSamples, recordStepAdvantages, type TrainStep } from '../store/transfer-queue';
 import { checkTrainerFitsMemory, trainerOptions } from '../training/options';
 import { initialPolicyWeights, withBaseWeights } from '../training/policy-model';
 import { loadOptimizerState, loadPolicyWeights, prunePolicyVersions, publishPolicyVersion, resolveInitFrom } from '../training/policy-versions';
@@ -26,7 +26,7 @@ import type { RunContext } from '../training/run-context';
 import { RemoteTrainer } from '../training/trainer-thread';
 import { runState } from '../training/run-state';
 import { transferQueueBuffer, type TrainSample } from '../training/sample-buffer';
-import { computeUpdate, mergeRolloutStats, resolveUpdateRule, rolloutStatsMetrics, skipReason, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia, type RolloutStats, type UpdateRule } from '../training/step';
+import { computeUpdate, FailureBudgetExceededError, mergeRolloutStats, resolveUpdateRule, rolloutStatsMetrics, scorerOf, skipReason, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia, type RolloutStats, type UpdateRule } from '../training/step';
 import type { NonRetryableFailureType, RetryableFailureType } from '../config/failure-types';
 import { referenceLogprobsNeeded } from '../config/reference-role';
 import { shortened } from '../config/json-limits';
@@ -457,6 +457,21 @@ export async function skipStep(ctx: WorkerContext, input: SkipStepInput): Promis
 }
 
 /**
+ * stepVerdict on iteration `iteration`'s rollout; over the budget, the failure names the run's
+ * scorers and quotes the iteration's first failed sample's error (from the transfer queue).
+ */
+export async function budgetVerdict(ctx: WorkerContext, run: RunContext, stats: RolloutStats, step: number, iteration: number, budget = run.config.train.failure_budget): Promise<'train' | 'skip'> {
+  try {
+    return stepVerdict(stats, budget, step);
+  } catch (err) {
+    if (!(err instanceof FailureBudgetExceededError)) throw err;
+    const [first] = await readSamples(ctx.pool, run.runId, { iteration, status: 'failed', limit: 1 }).catch(() => []);
+    const quoted = first?.error ? { first: { key: `${first.iteration}/${first.groupIndex}/${first.sampleIndex}`, error: first.error } } : {};
+    return stepVerdict(stats, budget, step, { scorer: scorerOf(run.config), ...quoted });
+  }
+}
+
+/**
  * The workflow's train step: the failure budget's verdict on the iteration's rollout (its slices
  * merged) comes first: over the budget the run fails (FailureBudgetExceeded, non-retryable), a
  * rollout that failed entirely is skipped (skipStep), else the step trains (trainStep). The same
@@ -467,10 +482,11 @@ async function trainStepActivity(ctx: WorkerContext, input: TrainStepInput): Pro
   if (!input.rollout) return trainStep(ctx, input);
   const { runId, step, fromVersion } = input;
   const rollout = mergeRolloutStats(input.rollout);
-  const budget = (await runContext(ctx, runId)).config.train.failure_budget;
+  const run = await runContext(ctx, runId);
+  const budget = run.config.train.failure_budget;
   const rolloutMetrics = { ...rolloutStatsMetrics(rollout), ...dapoMetrics(sumDapoCounts(input.rollout.map((s) => s.dapo))), ...input.rolloutMetrics };
   const result =
-    stepVerdict(rollout, budget, step) === 'skip'
+    (await budgetVerdict(ctx, run, rollout, step, input.iteration ?? step - 1)) === 'skip'
       ? await skipStep(ctx, { runId, step, fromVersion, reason: skipReason(rollout, budget, step), rolloutMetrics })
       : await trainStep(ctx, { ...input, rolloutMetrics });
   return { ...result, rollout };

@@ -7,7 +7,7 @@ import { RunConfigError } from '../config/run-config';
 import { ConfigInputError } from '../config/config-file';
 import { PreflightError } from '../config/preflight';
 import { parseDevice } from '../engines/device';
-import { relaxEnvironment } from '../config/environment';
+import { fileCreationMask, relaxEnvironment } from '../config/environment';
 import { describeBenches, loadBench } from '../bench';
 import { formatChecks, runChecks } from './doctor';
 import { openStore } from '../store/db';
@@ -16,6 +16,7 @@ import { chromeTrace, listSpans, utilization } from '../store/spans';
 import { exportPolicyVersion } from '../training/export';
 import { registerModelCommands } from './model';
 import { addTemporalFlags, TEMPORAL_COMMANDS } from './temporal-flags';
+import { registerReplayCommand } from './replay';
 import { registerRunCommands, RUN_COMMANDS, UsageError } from './runs';
 import { registerHealthCommand } from './health';
 import { registerScheduleCommands } from './schedule';
@@ -47,6 +48,7 @@ export function buildProgram(): Command {
   registerHealthCommand(program);
   addTemporalFlags(program, [...new Set([...TEMPORAL_COMMANDS, ...RUN_COMMANDS, 'schedule', 'eval'])]);
   registerTraceCommand(program);
+  registerReplayCommand(program);
   registerTensorboardCommand(program);
   registerBenchCommand(program);
   return program;
@@ -156,6 +158,8 @@ export function packageVersion(): string {
  */
 export async function main(argv: string[] = process.argv): Promise<void> {
   try {
+    // Everything relax and its children create (database, histories, checkpoints, logs) is private by default.
+    process.umask(fileCreationMask());
     await buildProgram().parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {

@@ -47,7 +47,7 @@ export const RUN_CONFIG_BOUNDS = {
   'lora.rank': int(1, 1024),
   'lora.alpha': positive(4096),
   'lora.dropout': real(0, 1, { exclusiveMax: true }),
-  'algorithm.group_size': int(2, 1024),
+  'algorithm.group_size': int(1, 1024),
   'algorithm.clip_low': positive(1),
   'algorithm.clip_high': positive(10),
   'algorithm.kl_coef': real(0, 100),
@@ -166,9 +166,16 @@ export function boundedNumber(path: BoundedPath): z.ZodNumber {
 }
 
 /** The zod schema of a non-empty string at `path`, at most RUN_CONFIG_STRING_BOUNDS[path] characters. */
+/** Names an `export` field may not take: every object inherits them, none is a module's own export. */
+export const RESERVED_EXPORT_NAMES: readonly string[] = ['constructor', '__proto__', 'prototype'];
+
 export function boundedString(path: StringBoundedPath): z.ZodString {
   const max = RUN_CONFIG_STRING_BOUNDS[path];
-  return z.string().min(1).max(max, `must be at most ${max} characters`);
+  const s = z.string().min(1).max(max, `must be at most ${max} characters`);
+  if (!path.endsWith('.export')) return s;
+  return s.refine((name) => !RESERVED_EXPORT_NAMES.includes(name), {
+    message: `must name the module's own export (a function or class it exports); ${RESERVED_EXPORT_NAMES.map((n) => JSON.stringify(n)).join(', ')} are inherited by every object, never exports`,
+  });
 }
 
 /** True when `value` lies within `bound`. */

@@ -71,6 +71,13 @@ export function configuredModuleRoots(env: NodeJS.ProcessEnv = process.env): str
   return (env[MODULE_ROOTS_SETTING] ?? '').split(':').map((s) => s.trim()).filter(Boolean);
 }
 
+export const DATA_ROOTS_SETTING = 'RELAX_ALLOWED_DATA_ROOTS';
+
+/** RELAX_ALLOWED_DATA_ROOTS as given (paths joined by ':'); empty when unset (envs/module-policy.ts then allows its defaults). */
+export function configuredDataRoots(env: NodeJS.ProcessEnv = process.env): string[] {
+  return (env[DATA_ROOTS_SETTING] ?? '').split(':').map((s) => s.trim()).filter(Boolean);
+}
+
 /** True when this worker lets runs name an agent command (RELAX_ALLOW_AGENT_COMMANDS=1). */
 export function agentCommandsAllowed(env: NodeJS.ProcessEnv = process.env): boolean {
   return /^(1|true|yes)$/i.test(env[AGENT_COMMANDS_SETTING] ?? '');

@@ -104,3 +104,21 @@ export const SUPERVISED_ENV = 'RELAX_SUPERVISED';
 export function supervisedWorker(env: NodeJS.ProcessEnv = process.env): boolean {
   return env[SUPERVISED_ENV] === '1';
 }
+
+export const UMASK_SETTING = 'RELAX_UMASK';
+
+/**
+ * RELAX_UMASK: the file-creation mask every relax process runs with (cli/main.ts), so what it and its
+ * children (the embedded database, the Temporal dev server, workers) create is private: default 077
+ * (files 0600, directories 0700); 027 lets the group read (a shared deployment's group), 007 lets it
+ * write too. Other users never get access: a mask without all of 007 is refused.
+ */
+export function fileCreationMask(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = (env[UMASK_SETTING] ?? '').trim();
+  if (raw === '') return 0o077;
+  if (!/^0?[0-7]{3}$/.test(raw)) throw new Error(`${UMASK_SETTING}=${raw} is not an octal file-creation mask: use 077 (the default: private), 027 (the group reads) or 007 (the group reads and writes)`);
+  const mask = parseInt(raw, 8);
+  if ((mask & 0o007) !== 0o007) throw new Error(`${UMASK_SETTING}=${raw} would give other users access to the data directory (the database, workflow histories, checkpoints): keep the last digit 7, e.g. 077 or 027`);
+  return mask;
+}
+

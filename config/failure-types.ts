@@ -37,6 +37,8 @@ export const NON_RETRYABLE_FAILURE_TYPES = [
   'RunNotStarted',
   /** An Update sent to a run that has already ended. */
   'RunFinished',
+  /** An evaluation that cannot run as asked (config/evaluation.ts: bad k, dataset, version or run). */
+  'InvalidEvaluation',
 ] as const;
 
 export const RETRYABLE_FAILURE_TYPES = [

@@ -114,12 +114,29 @@ async function modelProblems(from: string | undefined, probes: PreflightProbes):
   }
 }
 
+/** `<run_id>@<version|latest>`: a policy version in the checkpoint registry (checked by the worker, which has the database). */
+const REGISTRY_REF = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}@(\d+|latest)$/;
+
+/**
+ * A model a run loads beside its policy (algorithm.teacher.from, reward.judge.from): an existing
+ * directory (a Relax checkpoint, a warm start's cache, a Hugging Face directory: the loader reads its
+ * format) or file, a registry reference when `registry`, else a model.from source.
+ */
+async function sideModelProblems(field: string, from: string | undefined, probes: PreflightProbes, registry: boolean): Promise<PreflightProblem[]> {
+  if (from === undefined || (registry && REGISTRY_REF.test(from)) || fs.existsSync(path.resolve(from))) return [];
+  const problems = await modelProblems(from, probes);
+  return problems.map((p) => ({ field, message: `${p.message}${registry ? ' (or <run_id>@<version|latest> of a run in the checkpoint registry)' : ''}` }));
+}
+
 /** Every preflight problem of a parsed config (empty: nothing it names is missing). */
 export async function preflightProblems(config: RunConfig, probes: PreflightProbes): Promise<PreflightProblem[]> {
   return [
     ...taskProblems(config.task, probes),
     ...moduleProblems(config, probes),
     ...(await modelProblems(config.model.from, probes)),
+    ...(await sideModelProblems('algorithm.teacher.from', config.algorithm.teacher?.from, probes, true)),
+    ...(await sideModelProblems('reward.judge.from', config.reward.judge?.from, probes, false)),
+    ...(config.reward.judge && 'module' in config.reward.judge.parse ? moduleProblem('reward.judge.parse.module', config.reward.judge.parse.module, probes) : []),
     ...fileProblem('data.train', config.data?.train, probes),
     ...fileProblem('data.eval', config.data?.eval, probes),
   ];

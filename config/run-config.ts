@@ -427,6 +427,7 @@ export const RunConfigSchema = z
       ctx.addIssue({ code: 'custom', path: ['data'], message: "needs a pretrained model with a tokenizer and chat template: set model.from (e.g. \"smollm2-135m-instruct\")" });
     }
     for (const p of teacherProblems(c.algorithm)) ctx.addIssue({ code: 'custom', ...p });
+    for (const p of groupSizeProblems(c.algorithm)) ctx.addIssue({ code: 'custom', ...p });
     if (c.algorithm.critic && c.algorithm.advantage !== 'gae') {
       ctx.addIssue({ code: 'custom', path: ['algorithm', 'critic'], message: 'configures the value model of algorithm.advantage "gae": set advantage to "gae" or remove critic' });
     }
@@ -458,6 +459,17 @@ export const RunConfigSchema = z
       });
     }
   });
+
+/** Advantages that need no group of samples per prompt: a critic's values, a teacher's log-probs, batch normalization. */
+export const GROUPLESS_ADVANTAGES: readonly string[] = ['gae', 'opd', 'reinforce_pp'];
+
+/** group_size 1 (one sample per prompt) where the advantage or DAPO's dynamic sampling needs a group to compare. */
+function groupSizeProblems(a: { advantage: unknown; group_size: number; dapo?: { dynamic_sampling?: unknown } }): Array<{ path: string[]; message: string }> {
+  if (a.group_size >= 2) return [];
+  if (a.dapo?.dynamic_sampling) return [{ path: ['algorithm', 'group_size'], message: 'must be >= 2 with algorithm.dapo.dynamic_sampling, which keeps the groups whose samples differ in reward; got 1' }];
+  if (GROUPLESS_ADVANTAGES.includes(String(a.advantage))) return [];
+  return [{ path: ['algorithm', 'group_size'], message: `must be >= 2 for advantage ${JSON.stringify(a.advantage)}, which compares the samples of a prompt; 1 (one sample per prompt) suits ${GROUPLESS_ADVANTAGES.map((x) => `"${x}"`).join(', ')}` }];
+}
 
 /** An "opd" advantage without a teacher, or a teacher nothing uses (no "opd" advantage and no KL term). */
 function teacherProblems(a: { advantage: unknown; kl_coef: number; teacher?: TeacherConfig }): Array<{ path: string[]; message: string }> {

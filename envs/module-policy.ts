@@ -3,12 +3,17 @@
 // decides. `RELAX_ALLOWED_MODULE_ROOTS` (paths joined by ':') lists the directories user modules
 // (reward, env, generate, task, algorithm modules) may resolve under; unset, only the worker's
 // working directory and Relax's own package are allowed. `RELAX_ALLOW_AGENT_COMMANDS=1` lets runs
-// name `rollout.agent.command` (off by default: an agent command is any program). See docs/security.md.
+// name `rollout.agent.command` (off by default: an agent command is any program).
+// `RELAX_ALLOWED_DATA_ROOTS` lists the directories a run's files may lie under (checkpoint.dir,
+// checkpoint.init_from, data.train/eval, model.from, algorithm.teacher.from, reward.judge.from and
+// evaluation datasets, where they name paths); unset, the worker's working directory, RELAX_HOME, the
+// warm-start cache and the Hugging Face cache. See docs/security.md.
 import fs from 'node:fs';
 import path from 'node:path';
-import { AGENT_COMMANDS_SETTING, agentCommandsAllowed, configuredModuleRoots, MODULE_ROOTS_SETTING, PACKAGE_ROOT } from '../config/environment';
+import { AGENT_COMMANDS_SETTING, agentCommandsAllowed, configuredDataRoots, configuredModuleRoots, DATA_ROOTS_SETTING, hubEnvironment, MODULE_ROOTS_SETTING, PACKAGE_ROOT, relaxEnvironment } from '../config/environment';
+import type { RunConfig } from '../config/run-config';
 
-export { AGENT_COMMANDS_SETTING, agentCommandsAllowed, MODULE_ROOTS_SETTING };
+export { AGENT_COMMANDS_SETTING, agentCommandsAllowed, DATA_ROOTS_SETTING, MODULE_ROOTS_SETTING };
 
 /** A module or agent command this worker's allow-list refuses (a retry cannot change that). */
 export class NotAllowedError extends Error {
@@ -22,11 +27,14 @@ export class NotAllowedError extends Error {
   }
 }
 
+/** The real path of `p`, or of its nearest existing ancestor with the rest appended (a directory not made yet). */
 function realpath(p: string): string {
+  const full = path.resolve(p);
   try {
-    return fs.realpathSync(p);
+    return fs.realpathSync(full);
   } catch {
-    return path.resolve(p);
+    const parent = path.dirname(full);
+    return parent === full ? full : path.join(realpath(parent), path.basename(full));
   }
 }
 
@@ -66,4 +74,59 @@ export function checkAgentCommandAllowed(command: readonly string[] | undefined,
       `${AGENT_COMMANDS_SETTING}=1 is set in the workers' environment (an agent command runs any program as the worker's user)`,
     AGENT_COMMANDS_SETTING,
   );
+}
+
+/** The directories a run's files (checkpoints, datasets, models) may lie under, as real paths. */
+export function allowedDataRoots(env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): string[] {
+  const configured = configuredDataRoots(env);
+  const relax = relaxEnvironment(env);
+  const roots = configured.length ? configured.map((r) => path.resolve(cwd, r)) : [cwd, relax.home, relax.warmStartCache, hubEnvironment(env).cacheDir];
+  return [...new Set(roots.map(realpath))];
+}
+
+/** `<run_id>@<version|latest>`: a policy version in the checkpoint registry, not a path. */
+const REGISTRY_REF = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}@(\d+|latest)$/;
+
+/** A model source that names a path (not a named model or a Hub id): it exists here, or looks like a path. */
+function isPathSource(from: string, cwd: string): boolean {
+  return path.isAbsolute(from) || /^\.{1,2}([\\/]|$)/.test(from) || /\.gguf$/i.test(from) || fs.existsSync(path.resolve(cwd, from));
+}
+
+/**
+ * Throws NotAllowedError unless `file` (a path a run names in `field`) lies under an allowed data
+ * root. Relative paths are taken from `cwd`, as the workers take them.
+ */
+export function checkDataPathAllowed(field: string, file: string, env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): void {
+  const roots = allowedDataRoots(env, cwd);
+  const real = realpath(path.resolve(cwd, file));
+  if (roots.some((root) => isUnder(real, root))) return;
+  throw new NotAllowedError(
+    `${field} ${JSON.stringify(file)} resolves to ${real}, outside the directories this worker keeps run files in (${roots.join(', ')}): ` +
+      `use a path under one of them, or add its directory to ${DATA_ROOTS_SETTING} in the workers' environment`,
+    DATA_ROOTS_SETTING,
+  );
+}
+
+/** The paths a run config names, by field: what checkRunPathsAllowed checks. Registry references, named models and Hub ids are not paths. */
+export function runConfigPaths(config: RunConfig, cwd: string = process.cwd()): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  const add = (field: string, value: string | undefined, kind: 'path' | 'source' | 'checkpoint') => {
+    if (value === undefined) return;
+    if (kind !== 'path' && REGISTRY_REF.test(value)) return;
+    if (kind === 'source' && !isPathSource(value, cwd)) return;
+    out.push([field, value]);
+  };
+  add('checkpoint.dir', config.checkpoint.dir, 'path');
+  add('checkpoint.init_from', config.checkpoint.init_from, 'checkpoint');
+  add('data.train', config.data?.train, 'path');
+  add('data.eval', config.data?.eval, 'path');
+  add('model.from', config.model.from, 'source');
+  add('algorithm.teacher.from', config.algorithm.teacher?.from, 'source');
+  add('reward.judge.from', config.reward.judge?.from, 'source');
+  return out;
+}
+
+/** Throws NotAllowedError for the first path the run names outside this worker's allowed data roots. */
+export function checkRunPathsAllowed(config: RunConfig, env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): void {
+  for (const [field, file] of runConfigPaths(config, cwd)) checkDataPathAllowed(field, file, env, cwd);
 }

@@ -24,6 +24,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { RunConfig } from '../config/run-config';
 import { checkModuleAllowed } from './module-policy';
+import { RESERVED_EXPORT_NAMES } from '../config/bounded';
 import { rewardTarget, sandboxedExport, SANDBOX_CALL, scoreSandboxed, taskRewardTarget } from './sandbox-proxies';
 import { stopSandboxes } from './sandbox';
 import { sandboxEnabled } from './sandbox-protocol';
@@ -254,6 +255,9 @@ function exportNames(mod: unknown): string[] {
 }
 
 export function pickExport(mod: unknown, spec: string, exportName: string, resolved: string, cwd: string, field: ModuleField = 'reward'): unknown {
+  if (RESERVED_EXPORT_NAMES.includes(exportName)) {
+    throw new UserModuleError(`${moduleLabel(field).replace(/\.module$/, '')}.export ${JSON.stringify(exportName)} is inherited by every object, never a module's own export: name the function or class ${JSON.stringify(spec)} exports`, 'missing_export', spec, cwd);
+  }
   const container = (typeof mod === 'object' || typeof mod === 'function') && mod !== null ? (mod as Record<string, unknown>) : undefined;
   let value: unknown = container && Object.prototype.hasOwnProperty.call(container, exportName) ? container[exportName] : undefined;
   // "default" also means module.exports itself (module.exports = function ...).

@@ -102,13 +102,17 @@ async function main() {
   const warmStartCache = process.env.RELAX_WARM_START_CACHE || fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-warm-starts-'));
   // `out`: a file descriptor for the runner's output (default: this process's stdout).
   // Every file's wall time, from every lane and pass of this invocation, for the summary at the end.
+  // The suites put checkpoints, homes and datasets in temporary directories: the workers they start
+  // allow run files there and in the repository (envs/module-policy.ts allowedDataRoots); the
+  // policy's defaults and refusals are tested with their own environment (test/run-paths.test.ts).
+  const dataRoots = process.env.RELAX_ALLOWED_DATA_ROOTS || [os.tmpdir(), root, path.join(os.homedir(), '.cache', 'huggingface')].join(':');
   const durations = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'relax-test-durations-')), 'durations.jsonl');
   const run = (testFiles, env = {}, out = 'inherit') => {
     // TAP for the closing lines CI reads, and each file's wall time (slowest first) at the end, to
     // keep the CI budget in view.
     const reporters = ['--test-reporter=tap', '--test-reporter-destination=stdout', `--test-reporter=${path.join(root, 'scripts', 'test-file-durations.mjs')}`, '--test-reporter-destination=stdout'];
     const args = ['--test', '--test-concurrency=1', '--test-timeout=900000', ...reporters, ...testFiles];
-    const runner = spawn(process.execPath, args, { cwd: root, stdio: ['inherit', out, out], env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, RELAX_TEST_DURATIONS: durations, RELAX_TEST_LANE: 'main', ...env } });
+    const runner = spawn(process.execPath, args, { cwd: root, stdio: ['inherit', out, out], env: { ...process.env, TEMPORAL_ADDRESS: server.address, RELAX_WARM_START_CACHE: warmStartCache, RELAX_TEST_DURATIONS: durations, RELAX_ALLOWED_DATA_ROOTS: dataRoots, RELAX_TEST_LANE: 'main', ...env } });
     return new Promise((resolve) => runner.once('exit', (c, signal) => resolve(c ?? (signal ? 1 : 0))));
   };
   let code;

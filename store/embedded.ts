@@ -25,12 +25,38 @@ export const PASSWORD_FILE = 'relax-db-password';
 const MAX_CONNECTIONS = 64;
 const AUTH_TIMEOUT_MS = 10_000;
 
+const umaskedRoots = new Set<string>();
+
+/**
+ * PGlite's file system (emscripten's NODEFS) chmods every file it writes to 0666 itself, past the
+ * process's umask (measured: 970 of 971 files of a new database). Under `dataDir`, a chmod keeps
+ * only the bits the umask allows (RELAX_UMASK, default 077: files 0600), as Postgres itself creates
+ * them. Installed once per directory; other paths are chmodded as asked.
+ */
+function chmodsUnderUmask(dataDir: string): void {
+  const root = path.resolve(dataDir);
+  if (umaskedRoots.size === 0) {
+    const chmodSync = fs.chmodSync;
+    fs.chmodSync = (file: fs.PathLike, mode: fs.Mode) => {
+      if (typeof mode !== 'number') return chmodSync(file, mode);
+      const full = path.resolve(String(file));
+      const under = [...umaskedRoots].some((r) => full === r || full.startsWith(r + path.sep));
+      if (!under) return chmodSync(file, mode);
+      const mask = process.umask(0);
+      process.umask(mask);
+      return chmodSync(file, mode & ~mask);
+    };
+  }
+  umaskedRoots.add(root);
+}
+
 /**
  * Starts PGlite in this process. `dataDir` persists the database across restarts; omit it for an
  * in-memory database (tests). `port` 0 picks a free port. `password`: the one clients must give;
  * default: the data directory's password file (created on first start), or a random one in memory.
  */
 export async function startEmbeddedPostgres(opts: { dataDir?: string; port?: number; host?: string; password?: string } = {}): Promise<EmbeddedPostgres> {
+  if (opts.dataDir) chmodsUnderUmask(opts.dataDir);
   const db = new PGlite(opts.dataDir);
   await db.waitReady;
   const passwordFile = opts.dataDir && opts.password === undefined ? path.join(opts.dataDir, PASSWORD_FILE) : undefined;

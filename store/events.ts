@@ -73,3 +73,16 @@ export async function hyperparametersRecorded(db: Queryable, runId: string, orig
   );
   return rows.length > 0;
 }
+
+/**
+ * The hyperparameters in force at train step `step`: those of the last `hyperparameters_set` event
+ * that took effect at or before it (the newest when two name the same step); undefined when none did.
+ */
+export async function hyperparametersInForce<H>(db: Queryable, runId: string, step: number): Promise<H | undefined> {
+  const { rows } = await db.query<{ detail: { hyperparameters?: H } }>(
+    `SELECT detail FROM run_events WHERE run_id = $1 AND kind = 'hyperparameters_set' AND (detail->>'step')::int <= $2 ORDER BY (detail->>'step')::int DESC, id DESC LIMIT 1`,
+    [runId, step],
+  );
+  return rows[0]?.detail.hyperparameters;
+}
+

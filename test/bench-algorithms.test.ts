@@ -52,6 +52,11 @@ test('bench algorithms: options are checked, and each algorithm config parses', 
     assert.equal(c.rollout.prompts_per_step * c.algorithm.group_size, 1024, `${spec.name}: the same samples per step`);
     assert.deepEqual(parseRunConfig(c), c, spec.name);
   }
+  // OPD needs no group: one sample for each of 8x the prompts, the same 1024 samples per step (and a teacher).
+  const opd = algorithmConfig(base, ALGORITHMS.find((s) => s.name === 'opd')!, '/teacher');
+  assert.deepEqual([opd.algorithm.group_size, opd.rollout.prompts_per_step, opd.algorithm.teacher?.from], [1, 1024, '/teacher']);
+  const small = algorithmConfig(baseConfig(parseAlgorithmsOptions({ prompts: '4' })), ALGORITHMS.find((s) => s.name === 'opd')!, '/teacher');
+  assert.equal(small.rollout.prompts_per_step, 32, '--set prompts=4: 4 prompts x 8 samples become 32 prompts x 1');
   const dapo = algorithmConfig(base, ALGORITHMS.find((s) => s.name === 'dapo')!);
   assert.equal(dapo.algorithm.dapo?.overlong_penalty?.cache_tokens, 1);
   assert.equal(algorithmConfig(base, ALGORITHMS.find((s) => s.name === 'ppo_critic')!).algorithm.critic?.lambda, 0.95);

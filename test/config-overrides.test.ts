@@ -143,3 +143,17 @@ test('preflight names the unknown task, a missing model and missing dataset file
   await assert.rejects(preflightRunConfig({ task: 'add3' }, probes), (e: Error) => e instanceof PreflightError && /\(no workflow was started\): task: unknown task "add3"/.test(e.message));
   await assert.rejects(preflightRunConfig({ train: { steps: -1 } }, probes), RunConfigError, 'an invalid config is a RunConfigError first');
 });
+
+test("preflight names a missing teacher, judge model and judge parse module; an existing directory or a registry reference passes", async () => {
+  const probes: PreflightProbes = { taskNames, isTaskModule: () => false, checkModelSource: async (from) => Promise.reject(new Error(`model source "${from}" is not found`)) };
+  const judge = (from: string, parse: object) => ({ judge: { from, prompt_template: 'Is {response} right? ', parse } });
+  const missing = await preflightProblems(
+    parseRunConfig({ algorithm: { advantage: 'opd', teacher: { from: 'no/such-teacher' } }, reward: judge('no/such-judge', { module: './no-such-parse.js' }) }),
+    probes,
+  );
+  assert.deepEqual(missing.map((p) => p.field), ['algorithm.teacher.from', 'reward.judge.from', 'reward.judge.parse.module']);
+  assert.match(missing[0].message, /model source "no\/such-teacher" is not found \(or <run_id>@<version\|latest> of a run in the checkpoint registry\)/);
+  assert.match(missing[2].message, /module "\.\/no-such-parse\.js" is not found/);
+  const fine = await preflightProblems(parseRunConfig({ algorithm: { advantage: 'opd', teacher: { from: 'teacher-run@latest' } }, reward: judge(tmp, { pattern: '(yes|no)', map: { yes: 1, no: 0 } }) }), probes);
+  assert.deepEqual(fine, [], 'a registry reference and an existing directory pass (their loaders check the format)');
+});

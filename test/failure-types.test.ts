@@ -14,6 +14,7 @@ import type { RunState } from '../workflows/training-run';
 import type { TrainingProgress } from '../workflows/definitions';
 import { asActivityFailure, NON_RETRYABLE_FAILURE_TYPES, RETRYABLE_FAILURE_TYPES, type WorkerContext } from '../activities/context';
 import { createControlActivities } from '../activities/control';
+import { createEvaluateActivities } from '../activities/evaluate';
 import { createTrainActivities } from '../activities/train';
 import { parseRunConfig, type RunConfig, type RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
@@ -53,6 +54,7 @@ const workerCtx = (role: Role): WorkerContext => ({ pool: db.pool, role, device:
 const activityEnv = new MockActivityEnvironment();
 const control = () => createControlActivities(workerCtx('control'));
 const train = () => createTrainActivities(workerCtx('train'));
+const evaluate = () => createEvaluateActivities(workerCtx('rollout'));
 
 /** What `fn` throws (or rejects with). */
 async function thrown(fn: () => unknown): Promise<unknown> {
@@ -120,6 +122,12 @@ const NON_RETRYABLE: Record<(typeof NON_RETRYABLE_FAILURE_TYPES)[number], () => 
   InvalidHyperparameters: async () => thrown(async () => validateUpdate(await updatableRun('running'), { train: { lr: -1 } })),
   RunNotStarted: async () => thrown(async () => validateUpdate(undefined, { train: { lr: 1e-3 } })),
   RunFinished: async () => thrown(async () => validateUpdate(await updatableRun('completed'), { train: { lr: 1e-3 } })),
+  InvalidEvaluation: async () => {
+    const runId = await startedRun(TINY);
+    const failure = await thrown(() => activityEnv.run(evaluate().evaluateSamples, { run_id: runId, version: 7 }));
+    assert.match((failure as Error).message, /has no policy version 7; its retained versions are 0/);
+    return failure;
+  },
 };
 
 /** The part of a workflow's run state the Update's validator reads. */

@@ -131,6 +131,8 @@ export interface WorkerStack {
   home: string;
   workers: TestProcess[];
   temporal: Awaited<ReturnType<typeof temporalClient>>;
+  /** `work`, failing at once (with the worker's last output) if a worker exits before it settles. */
+  whileAlive<T>(work: Promise<T>): Promise<T>;
   /** Kills the workers, closes the client and the database, removes home. */
   close(): Promise<void>;
 }
@@ -147,6 +149,13 @@ export async function startWorkerStack(roles: Role[], extraEnv: Record<string, s
     home,
     workers,
     temporal,
+    async whileAlive<T>(work: Promise<T>): Promise<T> {
+      let running = true;
+      const died = new Promise<never>((_, reject) =>
+        workers.forEach((w, i) => void w.exited.then((code) => running && reject(new Error(`the ${roles[i]} worker exited (${code ?? w.child.signalCode}); its output:\n${w.output.slice(-30).join('\n')}`)))),
+      );
+      return Promise.race([work, died]).finally(() => (running = false));
+    },
     async close() {
       await Promise.all(workers.map((w) => w.stop('SIGKILL')));
       await temporal.close();

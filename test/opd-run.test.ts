@@ -5,8 +5,8 @@
 // (the reverse KL on its own samples falls). CI-sized: the teacher is the quickstart's warm start
 // (ADD2_SFT, ~56%, which grpo-learning caches) and the student the short SFT other suites share
 // (~9%, dapo-run's and hyperparameters-run's cache key), so nothing is trained for this suite alone.
-// That the student's accuracy rises to a >= 95% teacher's is the bench's (relax bench algorithms,
-// ADD2_TEACHER_SFT, which takes 3-6 minutes to train cold): measured 56.4% -> 69.8% in 40 steps.
+// That the student's accuracy rises past 95% with a 99% teacher is the bench's (relax bench
+// algorithms, ADD2_TEACHER_SFT, which takes about 6 minutes to train cold): 95% after 81,920 samples.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';

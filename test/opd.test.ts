@@ -61,6 +61,19 @@ test('config: algorithm.teacher with its coefficients, "opd" needs a teacher, an
   assert.throws(() => parseRunConfig({ task: 'add2', algorithm: { advantage: 'opd', teacher: {} } }), /algorithm\.teacher\.from/);
 });
 
+test('config: group_size 1 (one sample per prompt) for advantages that need no group (opd, gae, reinforce_pp), refused for group baselines and dynamic sampling', async () => {
+  assert.equal(parseRunConfig({ task: 'add2', algorithm: { advantage: 'opd', group_size: 1, teacher: { from: 'x' } } }).algorithm.group_size, 1);
+  assert.equal(parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae', group_size: 1, critic: {} } }).algorithm.group_size, 1);
+  assert.equal(parseRunConfig({ task: 'add2', algorithm: { advantage: 'reinforce_pp', group_size: 1 } }).algorithm.group_size, 1);
+  assert.throws(() => parseRunConfig({ task: 'add2', algorithm: { group_size: 1 } }), /algorithm\.group_size: must be >= 2 for advantage "grpo", which compares the samples of a prompt; 1 \(one sample per prompt\) suits "gae", "opd", "reinforce_pp"/);
+  assert.throws(() => parseRunConfig({ task: 'add2', algorithm: { advantage: 'gae', critic: {}, group_size: 1, dapo: { dynamic_sampling: {} } } }), /algorithm\.group_size: must be >= 2 with algorithm\.dapo\.dynamic_sampling/);
+  assert.throws(() => parseRunConfig({ task: 'add2', algorithm: { group_size: 0 } }), /algorithm\.group_size/);
+  // With one sample per prompt, the opd estimator's task advantage is 0 (no group baseline), not NaN.
+  const algorithm = parseRunConfig({ task: 'add2', algorithm: { advantage: 'opd', group_size: 1, teacher: { from: 'x' } } }).algorithm;
+  const rule = await resolveAdvantageEstimator(algorithm);
+  assert.deepEqual(batchAdvantages(rule, algorithm, [{ groupKey: '0/0', reward: 1 }, { groupKey: '0/1', reward: 0 }]), [0, 0]);
+});
+
 /** One group of three responses to the prompt [1, 2, 3], rewards 1, 0, 0, with student and teacher log-probs. */
 function group(): TrainSample[] {
   const rows = [

@@ -3,11 +3,13 @@
 // or FailureBudgetExceededError with the message the run fails with), and attaching the reference
 // policy's log-probs to the in-flight samples only. No services.
 import assert from 'node:assert/strict';
+import { parseRunConfig } from '../config/run-config';
 import { test } from 'node:test';
 import type { ScoredSequence } from '../engines/trainer';
 import {
   attachReferenceLogprobs,
   FailureBudgetExceededError,
+  scorerOf,
   mergeRolloutStats,
   rolloutStats,
   rolloutStatsFromMetrics,
@@ -52,9 +54,17 @@ test('stepVerdict: over the budget throws FailureBudgetExceededError naming the 
   const over = () => stepVerdict({ samples: 10, failed: 2, rewardSum: 4, rewardMean: 0.5 }, 0.1, 7);
   assert.throws(over, (err: unknown) => {
     assert.ok(err instanceof FailureBudgetExceededError);
-    assert.equal(err.message, "step 7: the reward failed on 2 of 10 samples, over train.failure_budget (0.1); see the failed samples' errors in the transfer queue");
+    assert.equal(err.message, "step 7: the reward failed on 2 of 10 samples, over train.failure_budget (0.1); every failed sample's error is in the transfer queue (samples with status 'failed')");
     return true;
   });
+  // With its cause: the scorer named, the first error quoted (cut at 500 characters).
+  const cause = { scorer: scorerOf(parseRunConfig({ reward: { module: './r.js' }, env: { module: './e.js', export: 'Env' } })), first: { key: '6/0/1', error: `TypeError: x is undefined${'!'.repeat(600)}` } };
+  assert.equal(cause.scorer, 'reward.module ./r.js (export default), env.module ./e.js (export Env)');
+  assert.equal(scorerOf(parseRunConfig({})), 'the built-in reward of task add2');
+  assert.throws(
+    () => stepVerdict({ samples: 10, failed: 2, rewardSum: 4, rewardMean: 0.5 }, 0.1, 7, cause),
+    (err: Error) => err.message.startsWith('step 7: the reward failed on 2 of 10 samples, over train.failure_budget (0.1); scored by reward.module ./r.js (export default), env.module ./e.js (export Env); the first error (sample 6/0/1): TypeError: x is undefined!!') && err.message.includes("!...; every failed sample's error") && err.message.length < 900,
+  );
   // Every sample failed and the budget does not allow it: the run fails, it is not skipped.
   assert.throws(() => stepVerdict({ samples: 4, failed: 4, rewardSum: 0, rewardMean: 0 }, 0.5, 1), FailureBudgetExceededError);
   assert.throws(() => stepVerdict({ samples: 4, failed: 1, rewardSum: 0, rewardMean: 0 }, 0, 1), FailureBudgetExceededError);

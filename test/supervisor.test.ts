@@ -85,6 +85,10 @@ before(async () => {
   temporalPort = await freePort();
   // A stack.json left world-readable by an older version: relax dev must replace it with a 0600 one.
   fs.writeFileSync(stackFile(), '{}', { mode: 0o644 });
+  // A file an older version left readable and writable by everyone: relax dev makes it private.
+  fs.writeFileSync(path.join(home, 'left-by-an-older-version'), 'x');
+  fs.chmodSync(path.join(home, 'left-by-an-older-version'), 0o666);
+  fs.chmodSync(home, 0o755);
   dev = spawnRelax(['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--train-workers', '0', '--reference-workers', '0', '--judge-workers', '0', '--api-port', '0', '--quiet'], env);
   await dev.waitForLine(/^Press Ctrl-C to stop/, 80_000);
 });
@@ -194,6 +198,22 @@ test('a worker killed again and again is restarted after growing delays', async 
     if (kill === 3) await waitFor('the last replacement to poll its task queue', () => pollsRollout(replacement), 40_000, 250);
   }
   assert.deepEqual(delays, [1, 2, 4]);
+});
+
+test('no file or directory under the data directory is readable or writable by others (RELAX_UMASK 077)', () => {
+  const open: string[] = [];
+  const walk = (p: string): number => {
+    const st = fs.lstatSync(p);
+    if (st.isSymbolicLink()) return 0;
+    if ((st.mode & 0o077) !== 0) open.push(`${path.relative(home, p) || '.'} ${(st.mode & 0o777).toString(8)}`);
+    return 1 + (st.isDirectory() ? fs.readdirSync(p).reduce((n, name) => n + walk(path.join(p, name)), 0) : 0);
+  };
+  const seen = walk(home);
+  // The embedded database (hundreds of files), the Temporal dev server's, the logs, the API token, stack.json.
+  assert.ok(seen > 100 && fs.existsSync(path.join(home, 'pglite')), `walked ${seen} entries`);
+  assert.deepEqual(open, [], 'group or other bits set');
+  assert.equal(fs.statSync(home).mode & 0o777, 0o700);
+  assert.equal(fs.statSync(path.join(home, 'left-by-an-older-version')).mode & 0o777, 0o600, 'an older 0666 file was made private');
 });
 
 test('after kill -9 of relax dev, every process it started exits within seconds', async () => {

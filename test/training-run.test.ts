@@ -187,6 +187,9 @@ test('a step whose reward failures exceed train.failure_budget fails the run, na
   const failure = await runFailure({ ...SMALL_RUN, reward: { module: FLAKY_REWARD }, train: { ...SMALL_RUN.train, failure_budget: 0.01 } });
   assert.equal(failure.type, 'FailureBudgetExceeded');
   assert.match(failure.message, /over train\.failure_budget \(0\.01\)/);
+  // It names the module and quotes the first failed sample's error, read back from the transfer queue.
+  assert.ok(failure.message.includes(`scored by reward.module ${FLAKY_REWARD} (export default)`), failure.message);
+  assert.match(failure.message, /the first error \(sample 0\/\d+\/\d+\): .*flaky reward/);
 });
 
 test('a reward module that does not resolve fails the run at start, naming the module', async () => {

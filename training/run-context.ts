@@ -2,6 +2,7 @@
 // runs table (the config is immutable once the run is registered): its config, task, policy model,
 // checkpoint root and, for a model with encoders, its media store.
 import path from 'node:path';
+import { checkRunPathsAllowed } from '../envs/module-policy';
 import type { Pool } from 'pg';
 import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
@@ -53,6 +54,8 @@ async function load(pool: Pool, runId: string): Promise<RunContext> {
   // The control worker checked the run fits in memory at start; a rollout host may be smaller and
   // still serve it (the trainer checks its own memory before it allocates: activities/train.ts).
   const config = parseRunConfig(run.config, { memoryLimitBytes: Infinity });
+  // This worker's own allow-list decides which files a run may read and write here (NotAllowedError).
+  checkRunPathsAllowed(config);
   let policy: RunPolicy;
   try {
     policy = await loadRunPolicy(config);

@@ -80,15 +80,40 @@ export class FailureBudgetExceededError extends Error {
   }
 }
 
+/** What a failing step's message names: the run's scorers and the first failed sample's error. */
+export interface FailureCause {
+  /** The modules that score the samples (scorerOf). */
+  scorer: string;
+  /** The first failed sample ("iteration/group/sample") and its error, when it was looked up. */
+  first?: { key: string; error: string };
+}
+
+/** The user code and models that can fail a run's samples, as its config names them (or the task's built-in reward). */
+export function scorerOf(config: Pick<RunConfig, 'task' | 'reward' | 'env' | 'generate'>): string {
+  const parts = [
+    ...(config.reward.module ? [`reward.module ${config.reward.module} (export ${config.reward.export})`] : []),
+    ...(config.reward.judge ? [`reward.judge from ${config.reward.judge.from}`] : []),
+    ...(config.env.module ? [`env.module ${config.env.module} (export ${config.env.export})`] : []),
+    ...(config.generate.module ? [`generate.module ${config.generate.module} (export ${config.generate.export})`] : []),
+  ];
+  return parts.length ? parts.join(', ') : `the built-in reward of task ${config.task}`;
+}
+
+/** The longest first error a failure message quotes. */
+const QUOTED_ERROR_CHARS = 500;
+
 /**
  * The failure budget's verdict on step `step`'s rollout: 'train'; 'skip' when every sample failed
  * within train.failure_budget (nothing to train on, no version is published, the run goes on); or
- * FailureBudgetExceededError when more failed than the budget allows.
+ * FailureBudgetExceededError when more failed than the budget allows, naming `cause`'s scorer and
+ * quoting its first error when given.
  */
-export function stepVerdict(stats: RolloutStats, failureBudget: number, step: number): 'train' | 'skip' {
+export function stepVerdict(stats: RolloutStats, failureBudget: number, step: number, cause?: FailureCause): 'train' | 'skip' {
   if (stats.failed > failureBudget * stats.samples) {
+    const first = cause?.first;
+    const quoted = first ? `; the first error (sample ${first.key}): ${first.error.length > QUOTED_ERROR_CHARS ? `${first.error.slice(0, QUOTED_ERROR_CHARS)}...` : first.error}` : '';
     throw new FailureBudgetExceededError(
-      `step ${step}: the reward failed on ${stats.failed} of ${stats.samples} samples, over train.failure_budget (${failureBudget}); see the failed samples' errors in the transfer queue`,
+      `step ${step}: the reward failed on ${stats.failed} of ${stats.samples} samples, over train.failure_budget (${failureBudget})${cause ? `; scored by ${cause.scorer}` : ''}${quoted}; every failed sample's error is in the transfer queue (samples with status 'failed')`,
     );
   }
   return stats.samples > 0 && stats.failed === stats.samples ? 'skip' : 'train';

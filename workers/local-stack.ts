@@ -186,8 +186,36 @@ async function openStackDatabase(opts: LocalStackOptions, cleanups: Array<() => 
   return { databaseUrl, embedded: embedded !== undefined };
 }
 
+/**
+ * Takes away, under `dir`, the permission bits this process's umask withholds from what it creates:
+ * a data directory written by an older version (PGlite's 0666 files, a 0644 temporal.db) becomes as
+ * private as a new one. Symlinks are not followed; what is not ours is left as it is.
+ */
+export function tightenModes(dir: string, mask = currentUmask()): number {
+  let changed = 0;
+  const visit = (p: string) => {
+    const st = fs.lstatSync(p);
+    if (st.isSymbolicLink()) return;
+    if ((st.mode & mask) !== 0 && st.uid === process.getuid?.()) {
+      fs.chmodSync(p, st.mode & 0o7777 & ~mask);
+      changed++;
+    }
+    if (st.isDirectory()) for (const name of fs.readdirSync(p)) visit(path.join(p, name));
+  };
+  if (fs.existsSync(dir)) visit(dir);
+  return changed;
+}
+
+function currentUmask(): number {
+  const mask = process.umask(0);
+  process.umask(mask);
+  return mask;
+}
+
 export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
   fs.mkdirSync(opts.home, { recursive: true });
+  const tightened = tightenModes(opts.home);
+  if (tightened) (opts.notice ?? opts.log)(`[relax] ${tightened} files and directories under ${opts.home} were readable or writable by others: made private (RELAX_UMASK)`);
   const notice = opts.notice ?? opts.log;
   await checkPortsFree([
     { port: opts.temporalPort, flag: '--temporal-port' },

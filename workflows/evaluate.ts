@@ -16,7 +16,7 @@ const EVALUATE: ActivityOptions = {
   taskQueue: roleTaskQueue('rollout'),
   startToCloseTimeout: '60 minutes',
   heartbeatTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', maximumAttempts: 10, nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURE_TYPES, 'InvalidEvaluation'] },
+  retry: { initialInterval: '1 second', maximumAttempts: 10, nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURE_TYPES] },
 };
 
 export async function evaluateRun(input: EvaluationInput): Promise<EvaluationResult> {
