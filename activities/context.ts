@@ -1,7 +1,8 @@
 // What every activity of a worker process shares: its database pool and who it is, the run's
 // context, heartbeats while long work runs, stage events and spans, and the one mapping from the
 // core's errors to Temporal failures (non-retryable where a retry cannot help, with a stable type).
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { ApplicationFailure, CancelledFailure, Context } from '@temporalio/activity';
 import type { Pool } from 'pg';
 import type { Role } from '../config/task-queues';
 import { NON_RETRYABLE_FAILURE_TYPES, type NonRetryableFailureType, type RetryableFailureType } from '../config/failure-types';
@@ -21,6 +22,7 @@ import { AlgorithmConfigError } from '../training/advantages';
 import { RunModelError } from '../training/policy-model';
 import { FailureBudgetExceededError } from '../training/step';
 import { loadRunContext, RunTaskError, UnknownRunError, type RunContext } from '../training/run-context';
+import { componentLog } from '../telemetry/log';
 
 /** The one list of failure types (config/failure-types.ts), here for activity code and tests. */
 export { NON_RETRYABLE_FAILURE_TYPES, RETRYABLE_FAILURE_TYPES } from '../config/failure-types';
@@ -147,11 +149,46 @@ export async function recordStageEvent(ctx: WorkerContext, runId: string, kind: 
   });
 }
 
+/** An attempt's scope: the activity it belongs to, and the signal that ends it (cancelled, timed out, or superseded). */
+interface AttemptScope {
+  key: string;
+  attempt: number;
+  controller: AbortController;
+}
+
+const attemptScope = new AsyncLocalStorage<AttemptScope>();
+/** The attempts running in this process, by activity (workflow run and activity id): at most one each. */
+const runningAttempts = new Map<string, { scope: AttemptScope; settled: Promise<unknown> }>();
+/** How long a new attempt waits for the one it supersedes to end before it goes on anyway. */
+export const SUPERSEDED_ATTEMPT_WAIT_MS = 30_000;
+const attemptLog = componentLog('attempts');
+const why = (signal: AbortSignal): string => (signal.reason instanceof Error ? signal.reason.message : String(signal.reason));
+
+/** Why the server or the workflow ended this attempt, or undefined for a cancellation it should ride out (the worker's own shutdown, which has its grace period). */
+function endedBy(ctx: Context): string | undefined {
+  const details = ctx.cancellationDetails;
+  if (details?.workerShutdown) return undefined;
+  const reason = ctx.cancellationSignal.reason;
+  return details?.timedOut ? 'TIMED_OUT' : details?.notFound ? 'NOT_FOUND' : details?.paused ? 'PAUSED' : details?.reset ? 'RESET' : reason instanceof Error ? reason.message : String(reason ?? 'CANCELLED');
+}
+
 /**
- * Runs `fn` while heartbeating every `everyMs`, so a worker that dies mid-activity is noticed within
- * the activity's heartbeat timeout however long `fn` takes (it must not block the event loop longer).
+ * Throws CancelledFailure when this attempt has ended (its heartbeat timed out, the server no longer
+ * knows it, the workflow cancelled it, or a newer attempt of the same activity started here): call
+ * it before writing results, so an attempt Temporal has given up on never writes over its retry's.
  */
-export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): Promise<T> {
+export function assertAttemptCurrent(): void {
+  const scope = attemptScope.getStore();
+  if (scope?.controller.signal.aborted) throw new CancelledFailure(`attempt ${scope.attempt} ended: ${why(scope.controller.signal)}`);
+}
+
+/** This attempt's signal (aborted when it ends), for work that can stop early; undefined outside an activity. */
+export function attemptSignal(): AbortSignal | undefined {
+  return attemptScope.getStore()?.controller.signal;
+}
+
+/** Heartbeats every `everyMs` while `fn` runs, and nothing else: for a wait inside an activity (whose attempt scope, if any, is its caller's). */
+export async function heartbeatWhile<T>(fn: () => Promise<T>, everyMs = 1_000): Promise<T> {
   const ctx = Context.current();
   ctx.heartbeat();
   const timer = setInterval(() => ctx.heartbeat(), everyMs);
@@ -160,6 +197,63 @@ export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): 
   } finally {
     clearInterval(timer);
   }
+}
+
+/**
+ * Runs long activity work with heartbeats every `everyMs`, one attempt at a time: a new attempt of
+ * the same activity (same workflow run and activity id) ends the one still running in this process
+ * and waits for it (at most SUPERSEDED_ATTEMPT_WAIT_MS); an attempt the server timed out or the
+ * workflow cancelled rejects at once with CancelledFailure, and its work, which checks
+ * assertAttemptCurrent before it writes, stops at its next check. Nested calls only heartbeat.
+ */
+export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): Promise<T> {
+  const ctx = Context.current();
+  ctx.heartbeat();
+  const timer = setInterval(() => ctx.heartbeat(), everyMs);
+  try {
+    if (attemptScope.getStore()) return await fn();
+    return await oneAttempt(ctx, fn);
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+async function oneAttempt<T>(ctx: Context, fn: () => Promise<T>): Promise<T> {
+  const info = ctx.info;
+  const key = `${info.workflowExecution?.workflowId ?? ''}/${info.workflowExecution?.runId ?? ''}/${info.activityId}`;
+  const previous = runningAttempts.get(key);
+  if (previous) {
+    previous.scope.controller.abort(new Error(`superseded by attempt ${info.attempt}`));
+    const waited = await Promise.race([previous.settled.then(() => true, () => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), SUPERSEDED_ATTEMPT_WAIT_MS).unref())]);
+    attemptLog.warn({ activity: info.activityType, key }, `attempt ${info.attempt} of ${info.activityType} starts after attempt ${previous.scope.attempt} ${waited ? 'ended' : `did not end within ${SUPERSEDED_ATTEMPT_WAIT_MS} ms`}`);
+  }
+  const scope: AttemptScope = { key, attempt: info.attempt, controller: new AbortController() };
+  const started = performance.now();
+  const onCancel = () => {
+    const why = endedBy(ctx);
+    if (why) scope.controller.abort(new Error(why));
+  };
+  ctx.cancellationSignal.addEventListener('abort', onCancel, { once: true });
+  if (ctx.cancellationSignal.aborted) onCancel();
+  const work = attemptScope.run(scope, fn);
+  const settled = work.then(
+    () => undefined,
+    () => undefined,
+  );
+  const entry = { scope, settled };
+  runningAttempts.set(key, entry);
+  void settled.then(() => {
+    if (runningAttempts.get(key) === entry) runningAttempts.delete(key);
+    ctx.cancellationSignal.removeEventListener('abort', onCancel);
+    if (scope.controller.signal.aborted) attemptLog.warn({ activity: info.activityType, key }, `attempt ${info.attempt} of ${info.activityType} stopped (${why(scope.controller.signal)}) ${((performance.now() - started) / 1000).toFixed(1)} s after it started`);
+  });
+  const ended = new Promise<never>((_, reject) => {
+    const stop = () => reject(new CancelledFailure(`attempt ${info.attempt} of ${info.activityType} ended: ${why(scope.controller.signal)}`));
+    if (scope.controller.signal.aborted) stop();
+    else scope.controller.signal.addEventListener('abort', stop, { once: true });
+  });
+  ended.catch(() => undefined);
+  return Promise.race([work, ended]);
 }
 
 /** Runs one stage's work and records its span (stage_spans) when it completes. */

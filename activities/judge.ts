@@ -15,7 +15,7 @@ import type { RunContext } from '../training/run-context';
 import { RunModelError } from '../training/policy-model';
 import { runState, whenLoaded } from '../training/run-state';
 import { rolloutStats } from '../training/step';
-import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { assertAttemptCurrent, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import type { GenerateResult } from './rollout';
 
 export interface JudgeSamplesInput {
@@ -77,6 +77,7 @@ async function judgeSamples(ctx: WorkerContext, { runId, iteration }: JudgeSampl
     ...(reward ? { parseModule: { reward, task: run.task } } : {}),
     discard: (model) => discardJudge(runId, model),
   });
+  assertAttemptCurrent(); // an attempt Temporal gave up on writes nothing
   await setJudgedRewards(ctx.pool, runId, pending.map((s, i) => ({ iteration, groupIndex: s.groupIndex, sampleIndex: s.sampleIndex, ...(verdicts[i].error === null ? { reward: verdicts[i].reward as number } : { error: verdicts[i].error as string }) })));
   const all = await readSamples(ctx.pool, runId, { iteration });
   const stats = rolloutStats(all.map((s) => ({ reward: s.status === 'failed' || s.status === 'generated' ? null : s.reward })));

@@ -16,7 +16,7 @@ import { runState } from '../training/run-state';
 import { RemoteTrainer } from '../training/trainer-thread';
 import type { RunContext } from '../training/run-context';
 import { attachReferenceLogprobs } from '../training/step';
-import { failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { assertAttemptCurrent, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 
 // The frozen reference policy of each run, forward passes only, on this process's trainer thread.
 const references = runState.slot<RemoteTrainer>('reference.model', (reference) => reference.dispose());
@@ -48,6 +48,7 @@ async function referenceLogprobsActivity(ctx: WorkerContext, { runId, iteration 
   const reference = await referenceOf(ctx, run);
   // The iteration's in-flight samples that have no reference log-probs yet (a retry skips what is written).
   const set = await attachReferenceLogprobs(reference, await readSamples(ctx.pool, runId, { iteration }), run.media);
+  assertAttemptCurrent(); // an attempt Temporal gave up on writes nothing
   const updated = await setReferenceLogprobs(ctx.pool, runId, set.map((r) => ({ iteration: r.iteration, groupIndex: r.groupIndex, sampleIndex: r.sampleIndex, refLogprobs: r.refLogprobs })));
   return { samples: updated };
 }

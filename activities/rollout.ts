@@ -24,7 +24,7 @@ import type { RunContext } from '../training/run-context';
 import { runState, whenLoaded, type RunSlot } from '../training/run-state';
 import { transferQueueBuffer } from '../training/sample-buffer';
 import { rolloutStats, type RolloutStats } from '../training/step';
-import { asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type EngineFigures, type ExternalEngineHandle, type WorkerContext } from './context';
+import { assertAttemptCurrent, asActivityFailure, FAILURE_MESSAGE_MAX_CHARS, failuresMapped, runContext, spanned, withHeartbeats, workerInfoActivity, type EngineFigures, type ExternalEngineHandle, type WorkerContext } from './context';
 import type { LoadedVersion } from './reports';
 
 export type { LoadedVersion } from './reports';
@@ -176,6 +176,7 @@ async function generate(ctx: WorkerContext, input: GenerateActivityInput): Promi
     if (err instanceof EngineUnconfirmedError) throw await asEngineFailure(ctx.externalEngine, err);
     throw asRolloutFailure(err);
   });
+  assertAttemptCurrent(); // an attempt Temporal gave up on (timed out, superseded) writes nothing over its retry's
   // The sampling this iteration used, as metrics of the step that trains on it (step = iteration + 1).
   await Promise.all([transferQueueBuffer(ctx.pool, input.runId, { engine: ctx.identity }).put(samples), recordMetrics(ctx.pool, input.runId, input.iteration + 1, { temperature: config.rollout.temperature, top_p: config.rollout.top_p })]);
   return { ...rolloutStats(samples), ...(dapo ? { dapo } : {}), worker: ctx.identity };

@@ -32,7 +32,7 @@ import { referenceLogprobsNeeded } from '../config/reference-role';
 import { shortened } from '../config/json-limits';
 import { protectedVersions } from '../config/placement';
 import { withHyperparameters, type Hyperparameters } from '../config/hyperparameters';
-import { FAILURE_MESSAGE_MAX_CHARS, failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
+import { assertAttemptCurrent, FAILURE_MESSAGE_MAX_CHARS, heartbeatWhile, failuresMapped, recordStageEvent, runContext, withHeartbeats, workerInfoActivity, type WorkerContext } from './context';
 import { warmStart, type WarmStartInput } from './warm-start';
 import { componentLog } from '../telemetry/log';
 import { dapoMetrics, sumDapoCounts, type DapoCounts } from '../engines/rl/dapo';
@@ -91,7 +91,7 @@ const stepsRunning = new Map<string, Promise<unknown>>();
 /** Runs `fn` after the run's train step already running in this process (if any) has ended, heartbeating while it waits. */
 export async function oneStepAtATime<T>(runId: string, fn: () => Promise<T>): Promise<T> {
   const before = stepsRunning.get(runId);
-  const mine = (before ? withHeartbeats(() => before.catch(() => undefined)) : Promise.resolve()).then(fn);
+  const mine = (before ? heartbeatWhile(() => before.catch(() => undefined)) : Promise.resolve()).then(fn);
   stepsRunning.set(runId, mine);
   try {
     return await mine;
@@ -277,7 +277,7 @@ async function publishVersion(ctx: WorkerContext, run: RunContext, state: Traine
     return await publishPolicyVersion(ctx.pool, run, version, step, state.weights, state.optimizerState);
   } catch (err) {
     if (!(err instanceof CheckpointOverwriteError)) throw err;
-    const theirs = await withHeartbeats(() => registeredBySameStep(ctx, run.runId, version, step));
+    const theirs = await heartbeatWhile(() => registeredBySameStep(ctx, run.runId, version, step));
     if (!theirs) throw err;
     trainLog.warn({ run: run.runId }, `version ${version} was published by a concurrent attempt of step ${step}; adopting it`);
     dropTrainer(run.runId);
@@ -422,6 +422,8 @@ export async function trainOnBatch(ctx: WorkerContext, input: TrainStepInput, st
     // adopted by the retry, which records the same set: colocated-step.ts). A step that cannot be
     // recorded, or whose predecessor failed, fails: the updated trainer is not kept.
     const notKept = (err: unknown) => Promise.reject((dropTrainer(runId), err));
+    // An attempt Temporal gave up on (timed out, superseded) publishes nothing; its trainer is not kept.
+    await Promise.resolve().then(assertAttemptCurrent).catch(notKept);
     await pipelining?.beforePublish().catch(notKept);
     [, published] = await Promise.all([recording.catch(notKept), publishVersion(ctx, run, state, version, step).catch(notKept)]);
   }
