@@ -182,11 +182,6 @@ export function assertAttemptCurrent(): void {
   if (scope?.controller.signal.aborted) throw new CancelledFailure(`attempt ${scope.attempt} ended: ${why(scope.controller.signal)}`);
 }
 
-/** This attempt's signal (aborted when it ends), for work that can stop early; undefined outside an activity. */
-export function attemptSignal(): AbortSignal | undefined {
-  return attemptScope.getStore()?.controller.signal;
-}
-
 /** Heartbeats every `everyMs` while `fn` runs, and nothing else: for a wait inside an activity (whose attempt scope, if any, is its caller's). */
 export async function heartbeatWhile<T>(fn: () => Promise<T>, everyMs = 1_000): Promise<T> {
   const ctx = Context.current();

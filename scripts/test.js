@@ -48,7 +48,10 @@ const WASM_SUITES = ['trainer', 'gradient-checkpointing', 'model', 'engines', 'l
 // fault-injection and dev-restart.
 const PRESENTATION_SUITES = ['web-ui', 'dashboard', 'cli', 'client-example', 'client-package'];
 const LEARNING_SUITES = ['grpo-learning', 'calculator-learning', 'multimodal-run', 'multimodal-audio-run', 'ppo-critic-run', 'dapo-run', 'opd-run'];
-const LOAD_SUITES = ['long-train-step'];
+// The engines under load, and the attempt and resume suites: they assert on worker attempts (a frozen
+// worker's old attempt stops) and on the engines' determinism (a resumed run's weights bitwise equal),
+// through the same step bookkeeping the chaos suite checks on PostgreSQL.
+const LOAD_SUITES = ['long-train-step', 'attempts', 'resume-determinism'];
 const REPEATED_BY_CHAOS = ['fault-injection', 'dev-restart'];
 // And the memory suite: it asserts on the workers' RSS, not on what the database holds. On
 // PostgreSQL the rollout worker's RSS climbs about 1 MB a run over its first ~15 runs and then stays

@@ -18,7 +18,7 @@ import { relaxEnvironment } from '../config/environment';
 import { freePort } from '../workers/ports';
 import { startTemporalServer, type TemporalServer } from '../workers/temporal-server';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
-import { checkCheckpointRegistry, freshDatabase, spawnRelax, uniqueId, waitFor, type TestDatabase, type TestProcess } from './helpers';
+import { checkCheckpointRegistry, freshDatabase, SupervisedWorkers, uniqueId, waitFor, type TestDatabase } from './helpers';
 
 const STEPS = 40;
 let db: TestDatabase;
@@ -26,31 +26,10 @@ let home: string;
 let temporalPort: number;
 let temporal: TemporalServer;
 let config: RunConfigInput;
-/** Worker processes that are up and polling, with their role. */
-const live = new Map<TestProcess, Role>();
-/** Every worker process started, ready or not, so teardown can end them all. */
-const spawned = new Set<TestProcess>();
-let stopping = false;
+let workers: SupervisedWorkers;
 
 function startTemporal(): Promise<TemporalServer> {
   return startTemporalServer({ port: temporalPort, dbFilename: path.join(home, 'temporal.db') });
-}
-
-/** Starts a worker of `role` and, like `relax dev`, replaces it whenever it dies. */
-async function supervise(role: Role): Promise<void> {
-  const p = spawnRelax(['worker', '--role', role, ...(role === 'control' ? [] : ['--device', 'cpu'])], {
-    TEMPORAL_ADDRESS: `127.0.0.1:${temporalPort}`,
-    DATABASE_URL: db.url,
-    RELAX_HOME: home,
-  });
-  spawned.add(p);
-  void p.exited.then(() => {
-    spawned.delete(p);
-    live.delete(p);
-    if (!stopping) supervise(role).catch(() => undefined);
-  });
-  await p.waitForLine(/^relax worker ready/);
-  live.set(p, role);
 }
 
 before(async () => {
@@ -69,12 +48,12 @@ before(async () => {
   // second pass reads what the first trained.
   const warm = await loadOrTrainWarmStart(parseRunConfig(base), { lr: 3e-3, batchSize: 64, maxSteps: 2000, evalEvery: 10, band: [0.05, 0.6] }, relaxEnvironment().warmStartCache);
   config = { ...base, checkpoint: { init_from: warm.dir, every: 5, keep_last: 2 } };
-  await Promise.all((['control', 'control', 'rollout', 'rollout', 'reference', 'train', 'train'] as Role[]).map(supervise));
+  workers = new SupervisedWorkers(() => ({ TEMPORAL_ADDRESS: `127.0.0.1:${temporalPort}`, DATABASE_URL: db.url, RELAX_HOME: home }));
+  await Promise.all((['control', 'control', 'rollout', 'rollout', 'reference', 'train', 'train'] as Role[]).map((r) => workers.start(r)));
 });
 
 after(async () => {
-  stopping = true;
-  await Promise.all([...spawned].map((p) => p.stop('SIGKILL')));
+  await workers?.stopAll();
   await temporal?.stop();
   await db?.close();
   fs.rmSync(home, { recursive: true, force: true });
@@ -111,10 +90,7 @@ async function runUnderFaults(t: TestContext, mode: 'sync' | 'async'): Promise<v
     }
     await new Promise((r) => setTimeout(r, 200 + rng() * 800));
     // A role whose every worker was just killed has none until its replacement is ready.
-    const victims = await waitFor(`a live ${roles[i]} worker`, async () => {
-      const found = [...live.entries()].filter(([, role]) => role === roles[i]).map(([p]) => p);
-      return found.length ? found : undefined;
-    }, 60_000);
+    const victims = await workers.one(roles[i]);
     const victim = victims[Math.floor(rng() * victims.length)];
     victim.child.kill('SIGKILL');
     const atStep = (await progress())?.step;

@@ -124,6 +124,44 @@ export async function startWorkerProcess(role: Role, env: { TEMPORAL_ADDRESS: st
   return p;
 }
 
+/** Worker processes replaced whenever they die, as `relax dev` would: the fault suites' stack. */
+export class SupervisedWorkers {
+  /** Workers that are up and polling, with their role. */
+  readonly live = new Map<TestProcess, Role>();
+  /** Every worker process started, ready or not, so stopAll can end them all. */
+  private readonly spawned = new Set<TestProcess>();
+  private stopping = false;
+
+  constructor(private readonly env: () => NodeJS.ProcessEnv) {}
+
+  /** Starts a worker of `role` (and, whenever it dies, its replacement); resolves when it is ready. */
+  async start(role: Role): Promise<void> {
+    const p = spawnRelax(['worker', '--role', role, ...(role === 'control' ? [] : ['--device', 'cpu'])], this.env());
+    this.spawned.add(p);
+    void p.exited.then(() => {
+      this.spawned.delete(p);
+      this.live.delete(p);
+      if (!this.stopping) this.start(role).catch(() => undefined);
+    });
+    await p.waitForLine(/^relax worker ready/);
+    this.live.set(p, role);
+  }
+
+  /** A live worker of `role` (waiting for a replacement if none is up). */
+  one(role: Role): Promise<TestProcess[]> {
+    return waitFor(`a live ${role} worker`, async () => {
+      const found = [...this.live.entries()].filter(([, r]) => r === role).map(([p]) => p);
+      return found.length ? found : undefined;
+    }, 60_000);
+  }
+
+  /** Kills every worker; none is replaced. */
+  async stopAll(): Promise<void> {
+    this.stopping = true;
+    await Promise.all([...this.spawned].map((p) => p.stop('SIGKILL')));
+  }
+}
+
 /** Worker processes of the given roles on a fresh database and the shared Temporal server, with a client. */
 export interface WorkerStack {
   db: TestDatabase;

@@ -4,8 +4,11 @@
 // (training/trainer-thread.ts), so the worker's main thread keeps heartbeating. Asserted from
 // Temporal's history and the workers' own metrics: each update was one micro-batch that computed
 // for more than 15 s, every activity ran exactly one attempt, nothing timed out, and no worker's
-// event loop (control, rollout, train) ever lagged by a second or more: the rollout engine, its
-// ONNX Runtime sessions and their builds run on a thread of their own too (engines/rollout-thread.ts).
+// event loop (control, rollout, train) ever lagged by 2 s or more (a train call on the main thread
+// would lag it by its 15 s and more): the rollout engine, its ONNX Runtime sessions and their builds
+// run on a thread of their own too (engines/rollout-thread.ts). Beside the burners the worst lags of
+// identical runs vary: 0.47-1.30 s here (2026-12-07, two builds, five runs; the idle control worker's
+// too), so the bound is 2 s, well under the 10 s heartbeat timeout it protects.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
@@ -67,7 +70,7 @@ async function eventLoopLags(urls: string[]): Promise<number[]> {
   );
 }
 
-test('SmolLM2 GRPO + LoRA beside CPU burners: a train call longer than the heartbeat timeout, one attempt per activity, no timeout, every worker\'s event loop under 1 s', async () => {
+test('SmolLM2 GRPO + LoRA beside CPU burners: a train call longer than the heartbeat timeout, one attempt per activity, no timeout, every worker\'s event loop under 2 s', async () => {
   const config = { ...realModelRecipe({ modelFrom: modelDir, steps: STEPS, evalEvery: STEPS, promptsPerStep: PROMPTS, groupSize: GROUP, lr: 5e-4, rank: 16, maxNewTokens: 32, eval: evalFile, microBatchTokens: 4096 }), reward: { module: HASH_REWARD } };
   // Every worker's metrics: control, rollout (a blocking engine would stall it), train (a blocking trainer would).
   const metricsUrls = stack.workers.map((w) => /\bmetrics (http:\/\/\S+)/.exec(w.output.find((l) => /^relax worker ready/.test(l)) ?? '')?.[1]);
@@ -111,5 +114,5 @@ test('SmolLM2 GRPO + LoRA beside CPU burners: a train call longer than the heart
   const timedOut = events.filter((e) => e.activityTaskTimedOutEventAttributes).map((e) => typeOf.get(String(e.activityTaskTimedOutEventAttributes?.scheduledEventId)));
   assert.deepEqual(timedOut, [], 'no activity timed out');
   console.log(`[test] worst event-loop lag: ${stack.workers.map((w, i) => `${['control', 'rollout', 'train'][i]} ${worstLags[i].toFixed(3)} s`).join(', ')}`);
-  worstLags.forEach((lag, i) => assert.ok(lag < 1, `the ${['control', 'rollout', 'train'][i]} worker's event loop lagged < 1 s (worst ${lag.toFixed(3)} s)`));
+  worstLags.forEach((lag, i) => assert.ok(lag < 2, `the ${['control', 'rollout', 'train'][i]} worker's event loop lagged < 2 s (worst ${lag.toFixed(3)} s)`));
 });
