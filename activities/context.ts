@@ -202,27 +202,44 @@ export async function heartbeatWhile<T>(fn: () => Promise<T>, everyMs = 1_000): 
  * assertAttemptCurrent before it writes, stops at its next check. Nested calls only heartbeat.
  */
 export async function withHeartbeats<T>(fn: () => Promise<T>, everyMs = 1_000): Promise<T> {
+  if (attemptScope.getStore()) return heartbeatWhile(fn, everyMs);
   const ctx = Context.current();
+  const scope: AttemptScope = { key: attemptKey(ctx), attempt: ctx.info.attempt, controller: new AbortController() };
   ctx.heartbeat();
-  const timer = setInterval(() => ctx.heartbeat(), everyMs);
+  let lastTick = performance.now();
+  const timer = setInterval(() => {
+    // A gap between ticks longer than the heartbeat timeout means this process was frozen (SIGSTOP,
+    // a paging machine) for longer than the server waits: it has given up on this attempt. Timers
+    // run before the I/O that would resume the attempt's work, so the work sees the attempt ended.
+    const now = performance.now();
+    const gap = now - lastTick;
+    lastTick = now;
+    const timeout = ctx.info.heartbeatTimeoutMs;
+    if (timeout && gap > timeout && !scope.controller.signal.aborted) scope.controller.abort(new Error(`frozen ${(gap / 1000).toFixed(1)} s, past the ${timeout / 1000} s heartbeat timeout`));
+    ctx.heartbeat();
+  }, everyMs);
   try {
-    if (attemptScope.getStore()) return await fn();
-    return await oneAttempt(ctx, fn);
+    return await oneAttempt(ctx, scope, fn);
   } finally {
     clearInterval(timer);
   }
 }
 
-async function oneAttempt<T>(ctx: Context, fn: () => Promise<T>): Promise<T> {
+/** The activity an attempt belongs to: its workflow run and activity id. */
+function attemptKey(ctx: Context): string {
   const info = ctx.info;
-  const key = `${info.workflowExecution?.workflowId ?? ''}/${info.workflowExecution?.runId ?? ''}/${info.activityId}`;
+  return `${info.workflowExecution?.workflowId ?? ''}/${info.workflowExecution?.runId ?? ''}/${info.activityId}`;
+}
+
+async function oneAttempt<T>(ctx: Context, scope: AttemptScope, fn: () => Promise<T>): Promise<T> {
+  const info = ctx.info;
+  const key = scope.key;
   const previous = runningAttempts.get(key);
   if (previous) {
     previous.scope.controller.abort(new Error(`superseded by attempt ${info.attempt}`));
     const waited = await Promise.race([previous.settled.then(() => true, () => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), SUPERSEDED_ATTEMPT_WAIT_MS).unref())]);
     attemptLog.warn({ activity: info.activityType, key }, `attempt ${info.attempt} of ${info.activityType} starts after attempt ${previous.scope.attempt} ${waited ? 'ended' : `did not end within ${SUPERSEDED_ATTEMPT_WAIT_MS} ms`}`);
   }
-  const scope: AttemptScope = { key, attempt: info.attempt, controller: new AbortController() };
   const started = performance.now();
   const onCancel = () => {
     const why = endedBy(ctx);

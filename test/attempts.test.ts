@@ -72,11 +72,13 @@ test('a rollout worker frozen past its heartbeat timeout: on SIGCONT the old att
     (HEARTBEAT_TIMEOUT_S + 20) * 1000,
     500,
   );
+  // And past the heartbeat timeout by the worker's own clock (the server counts from the last heartbeat it got, earlier).
+  await new Promise((r) => setTimeout(r, Math.max(0, stoppedAt + (HEARTBEAT_TIMEOUT_S + 2) * 1000 - Date.now())));
   const frozenS = (Date.now() - stoppedAt) / 1000;
   const linesBefore = rollout.output.length;
   rollout.child.kill('SIGCONT');
   const resumedAt = Date.now();
-  const stopped = await rollout.waitForLine(/attempt 1 of generate stopped \((TIMED_OUT|NOT_FOUND|superseded by attempt \d+)\)/, 15_000);
+  const stopped = await rollout.waitForLine(/attempt 1 of generate stopped \((frozen [\d.]+ s, past the 10 s heartbeat timeout|TIMED_OUT|NOT_FOUND|superseded by attempt \d+)\)/, 15_000);
   const stopS = (Date.now() - resumedAt) / 1000;
   assert.ok(rollout.output.length > linesBefore);
   // The retry's generate completes (its span is written): the worker's memory then, with the run's engine still held.
