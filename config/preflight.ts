@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { parseRunConfig, type RunConfig, type RunConfigInput } from './run-config';
+import { parseRunConfig, POLICY_VERSION_REFERENCE, type RunConfig, type RunConfigInput } from './run-config';
 
 export interface PreflightProbes {
   /** The built-in task names. */
@@ -114,16 +114,13 @@ async function modelProblems(from: string | undefined, probes: PreflightProbes):
   }
 }
 
-/** `<run_id>@<version|latest>`: a policy version in the checkpoint registry (checked by the worker, which has the database). */
-const REGISTRY_REF = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}@(\d+|latest)$/;
-
 /**
  * A model a run loads beside its policy (algorithm.teacher.from, reward.judge.from): an existing
  * directory (a Relax checkpoint, a warm start's cache, a Hugging Face directory: the loader reads its
  * format) or file, a registry reference when `registry`, else a model.from source.
  */
 async function sideModelProblems(field: string, from: string | undefined, probes: PreflightProbes, registry: boolean): Promise<PreflightProblem[]> {
-  if (from === undefined || (registry && REGISTRY_REF.test(from)) || fs.existsSync(path.resolve(from))) return [];
+  if (from === undefined || (registry && POLICY_VERSION_REFERENCE.test(from)) || fs.existsSync(path.resolve(from))) return [];
   const problems = await modelProblems(from, probes);
   return problems.map((p) => ({ field, message: `${p.message}${registry ? ' (or <run_id>@<version|latest> of a run in the checkpoint registry)' : ''}` }));
 }

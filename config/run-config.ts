@@ -319,6 +319,9 @@ export const CheckpointConfigSchema = z
  * A user reward function loaded by module path (envs/user-modules.ts). Without `module` the task's
  * built-in reward scores the samples and the other fields are unused.
  */
+/** `<run_id>@<version|latest>`: a policy version in the checkpoint registry, where a path is also accepted (checkpoint.init_from, algorithm.teacher.from). */
+export const POLICY_VERSION_REFERENCE = /^([A-Za-z0-9][A-Za-z0-9._-]{0,63})@(\d+|latest)$/;
+
 export const RewardConfigSchema = z
   .object({
     /** A file path (absolute, or relative to the worker's working directory) or a package name. */

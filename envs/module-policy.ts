@@ -11,7 +11,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { AGENT_COMMANDS_SETTING, agentCommandsAllowed, configuredDataRoots, configuredModuleRoots, DATA_ROOTS_SETTING, hubEnvironment, MODULE_ROOTS_SETTING, PACKAGE_ROOT, relaxEnvironment } from '../config/environment';
-import type { RunConfig } from '../config/run-config';
+import { POLICY_VERSION_REFERENCE, type RunConfig } from '../config/run-config';
 
 export { AGENT_COMMANDS_SETTING, agentCommandsAllowed, DATA_ROOTS_SETTING, MODULE_ROOTS_SETTING };
 
@@ -84,9 +84,6 @@ export function allowedDataRoots(env: NodeJS.ProcessEnv = process.env, cwd: stri
   return [...new Set(roots.map(realpath))];
 }
 
-/** `<run_id>@<version|latest>`: a policy version in the checkpoint registry, not a path. */
-const REGISTRY_REF = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}@(\d+|latest)$/;
-
 /** A model source that names a path (not a named model or a Hub id): it exists here, or looks like a path. */
 function isPathSource(from: string, cwd: string): boolean {
   return path.isAbsolute(from) || /^\.{1,2}([\\/]|$)/.test(from) || /\.gguf$/i.test(from) || fs.existsSync(path.resolve(cwd, from));
@@ -112,7 +109,7 @@ export function runConfigPaths(config: RunConfig, cwd: string = process.cwd()): 
   const out: Array<[string, string]> = [];
   const add = (field: string, value: string | undefined, kind: 'path' | 'source' | 'checkpoint') => {
     if (value === undefined) return;
-    if (kind !== 'path' && REGISTRY_REF.test(value)) return;
+    if (kind !== 'path' && POLICY_VERSION_REFERENCE.test(value)) return;
     if (kind === 'source' && !isPathSource(value, cwd)) return;
     out.push([field, value]);
   };

@@ -203,6 +203,7 @@ export interface InitFromSource {
 }
 
 /** `<run_id>@<version>` or `<run_id>@latest`; run_id as in the run config (1-64 of [A-Za-z0-9._-]). */
+// The same pattern as config/run-config.ts POLICY_VERSION_REFERENCE (store may not import config).
 export const INIT_FROM_REFERENCE = /^([A-Za-z0-9][A-Za-z0-9._-]{0,63})@(\d+|latest)$/;
 
 async function pathExists(p: string): Promise<boolean> {

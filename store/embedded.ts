@@ -27,6 +27,13 @@ const AUTH_TIMEOUT_MS = 10_000;
 
 const umaskedRoots = new Set<string>();
 
+/** This process's file-creation mask (reading it means setting it: put back at once). */
+export function currentUmask(): number {
+  const mask = process.umask(0);
+  process.umask(mask);
+  return mask;
+}
+
 /**
  * PGlite's file system (emscripten's NODEFS) chmods every file it writes to 0666 itself, past the
  * process's umask (measured: 970 of 971 files of a new database). Under `dataDir`, a chmod keeps
@@ -42,9 +49,7 @@ function chmodsUnderUmask(dataDir: string): void {
       const full = path.resolve(String(file));
       const under = [...umaskedRoots].some((r) => full === r || full.startsWith(r + path.sep));
       if (!under) return chmodSync(file, mode);
-      const mask = process.umask(0);
-      process.umask(mask);
-      return chmodSync(file, mode & ~mask);
+      return chmodSync(file, mode & ~currentUmask());
     };
   }
   umaskedRoots.add(root);

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { OptionalRole, Role } from '../config/task-queues';
 import { openStore } from '../store/db';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
+import { currentUmask, startEmbeddedPostgres, type EmbeddedPostgres } from '../store/embedded';
 import { relaxEnvironment } from '../config/environment';
 import { freePort } from './ports';
 import { describePortOwner, portIsFree } from './port-owner';
@@ -204,12 +204,6 @@ export function tightenModes(dir: string, mask = currentUmask()): number {
   };
   if (fs.existsSync(dir)) visit(dir);
   return changed;
-}
-
-function currentUmask(): number {
-  const mask = process.umask(0);
-  process.umask(mask);
-  return mask;
 }
 
 export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
