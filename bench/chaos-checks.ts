@@ -150,6 +150,19 @@ function readProcess(pid: number): ProcessInfo | undefined {
   }
 }
 
+/** A live process by pid, or undefined. */
+export const processInfo = (pid: number): ProcessInfo | undefined => readProcess(pid);
+
+/** Its state letter from /proc (R, S, D, T = stopped, ...), or undefined when it is gone. */
+export function processState(pid: number): string | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
+  }
+}
+
 export function processTable(): ProcessInfo[] {
   return fs
     .readdirSync('/proc')

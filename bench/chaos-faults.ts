@@ -39,6 +39,8 @@ export class DevProcess {
   readonly exited: Promise<void>;
   private lines: string[] = [];
   private readyCount = new Map<string, number>();
+  /** The control API's URL, from relax dev's summary. */
+  apiUrl: string | undefined;
 
   constructor(args: string[], env: NodeJS.ProcessEnv, logFile: string) {
     this.child = spawn(process.execPath, [RELAX_BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -47,6 +49,8 @@ export class DevProcess {
       out.write(`${line}\n`);
       this.lines.push(line);
       if (this.lines.length > 200) this.lines.shift();
+      const api = /^\s+API:\s+(http\S+)/.exec(line);
+      if (api) this.apiUrl = api[1];
       const ready = /^\[(\w+)#\d+\] relax worker ready/.exec(line);
       if (ready) this.readyCount.set(ready[1], (this.readyCount.get(ready[1]) ?? 0) + 1);
     });

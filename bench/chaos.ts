@@ -1,10 +1,14 @@
-// `relax bench chaos [--set kills=N] [--json]`: the reliability suite. A real `relax dev` stack
-// (2 rollout, 2 train, 1 reference, 1 control worker) as a child process trains two add2 runs at
-// once (one sync, one async) while the bench kill -9s random worker processes of every role, kill
-// -9s the Temporal dev server and kills and restarts `relax dev` itself on the same data directory
-// and ports. Then it stops the runs, checks Postgres (bench/chaos-checks.ts: exactly-once steps,
-// versions, checkpoints), stops the stack and looks for processes it left behind. Every count but
-// kills / restarts / runs is 0 when reliability held. docs/benchmarks.md ("chaos") has the numbers.
+// `relax bench chaos [--set kills=N] [--set stops=N] [--json]`: the reliability suite. A real `relax
+// dev` stack (2 rollout, 2 train, 1 reference, 1 control worker) as a child process trains two add2
+// runs at once (one sync, one async) while the bench kill -9s random worker processes of every role,
+// kill -9s the Temporal dev server and kills and restarts `relax dev` itself on the same data
+// directory and ports; then, with stops, freezes processes instead (bench/chaos-stops.ts: SIGSTOP of
+// workers of every role, of the trainer mid-publish and a rollout worker mid-sync, of an external
+// engine; resumed later or never). Then it stops the runs, checks Postgres (bench/chaos-checks.ts:
+// exactly-once steps, versions, checkpoints), stops the stack and looks for processes it left
+// behind. Every count but kills / stops / restarts / runs is 0 when reliability held, and
+// stalled_s_max (the longest a run applied no step while the faults went on) stays under the
+// deadline docs/benchmarks.md ("chaos") gives with the numbers.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -20,6 +24,10 @@ import { freePort } from '../workers/ports';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { checkRunIntegrity, descendants, processesMentioning, stillAlive, type ProcessInfo, type RunIntegrity } from './chaos-checks';
 import { DevProcess, killTemporal, schedule, sleep, until, withTimeout, WorkerKiller, type ChaosEvent } from './chaos-faults';
+import { ChaosEngine, stalledSecondsMax, stopSchedule, WorkerStopper, type StopEvent, type StopOutcome } from './chaos-stops';
+import { appliedStepTimes } from '../store/step-records';
+import { listRolloutEngines } from '../store/rollout-engines';
+import { workerLivenessMs } from '../config/environment';
 import type { Bench } from './index';
 
 export interface ChaosOptions {
@@ -35,12 +43,28 @@ export interface ChaosOptions {
   maxRestartDelaySeconds: number;
   /** The signal that ends `relax dev` at a dev restart. */
   devSignal: 'SIGKILL' | 'SIGTERM';
+  /** SIGSTOPs after the kills: how many (bench/chaos-stops.ts stopSchedule: workers of every role, at the failpoints, the engine), or exactly these. */
+  stops: number | StopEvent[];
+  /** A resumed stop is held this long, drawn between the two (seconds): past the 10 s heartbeat timeout, under the liveness timeout. */
+  stopHoldSeconds: [number, number];
+  /** Register an external engine (`relax serve --engine`) before the stops; one stop freezes it for good. */
+  engine: boolean;
+  /** The stack's RELAX_WORKER_LIVENESS_S (default: its default, 30 s). */
+  livenessSeconds?: number;
   seed: number;
   log: (line: string) => void;
 }
 
 export interface ChaosReport {
   kills: number;
+  stops: number;
+  /** Stops never resumed whose worker relax dev's liveness check killed, and the longest it took (s from SIGSTOP). */
+  liveness_kills: number;
+  liveness_kill_s_max: number;
+  /** External engines marked failed (the frozen one must be: its worker probes it while it waits). */
+  engines_marked_failed: number;
+  /** The longest time one run applied no step, from the first fault until the runs had recovered (s). */
+  stalled_s_max: number;
   restarts: number;
   dev_restarts: number;
   temporal_restarts: number;
@@ -92,14 +116,19 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const dbPort = await freePort();
   const address = `127.0.0.1:${temporalPort}`;
   const database = await chaosDatabase();
-  const env = { ...process.env, RELAX_HOME: home, TEMPORAL_ADDRESS: '', DATABASE_URL: database.url ?? '' };
+  const failpointsDir = path.join(home, 'failpoints');
+  fs.mkdirSync(failpointsDir, { mode: 0o700 });
+  // RELAX_ENGINE_TOKEN: the external engine's, which the rollout worker driving it sends.
+  const env = { ...process.env, RELAX_HOME: home, TEMPORAL_ADDRESS: '', DATABASE_URL: database.url ?? '', RELAX_FAILPOINTS_DIR: failpointsDir, RELAX_ENGINE_TOKEN: randomUUID(),
+    ...(o.livenessSeconds !== undefined ? { RELAX_WORKER_LIVENESS_S: String(o.livenessSeconds) } : {}) };
+  const stopEvents = typeof o.stops === 'number' ? stopSchedule(o.stops, seededRandom(o.seed + 1), o.engine) : o.stops;
   const args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--db-port', String(dbPort), '--api-port', '0',
     '--rollout-workers', String(WORKERS.rollout), '--train-workers', String(WORKERS.train), '--reference-workers', String(WORKERS.reference), '--verbose']; // --verbose: the workers' ready lines, which DevProcess counts
   const logFile = path.join(home, 'dev.log');
   const seen = new Map<string, ProcessInfo>();
   const remember = (ps: ProcessInfo[]) => ps.forEach((p) => seen.set(`${p.pid}:${p.startTime}`, p));
   const report: ChaosReport = {
-    kills: 0, restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
+    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
     runs_started: 0, runs_completed: 0, steps_applied: 0, lost_samples: 0, double_trained_samples: 0, duplicate_versions: 0,
     missing_versions: 0, corrupt_checkpoints: 0, retained_checkpoints: 0, dev_kill_leftovers: 0, orphan_processes: 0,
     database: database.url ? 'postgres' : 'embedded', wall_s: 0, problems: [],
@@ -107,6 +136,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const rng = seededRandom(o.seed);
   const killer = new WorkerKiller(o.maxRestartDelaySeconds * 1000);
   let dev: DevProcess | undefined;
+  let engine: ChaosEngine | undefined;
+  let stopper: WorkerStopper | undefined;
   let finished = false;
   let connection: Connection | undefined;
   let client: Client | undefined;
@@ -149,7 +180,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       report.runs_started += 1;
     }
     await until('both runs to apply their first step', async () => ((await stepsOf(ids)).every((s) => s >= 1) ? true : undefined), 300_000, 500);
-    o.log(`[chaos] stack up (pid ${dev!.pid}), runs ${ids.join(', ')} training; ${o.kills} kills, ${o.devRestarts} relax dev restarts, ${o.temporalRestarts} Temporal restarts`);
+    o.log(`[chaos] stack up (pid ${dev!.pid}), runs ${ids.join(', ')} training; ${o.kills} kills, ${o.devRestarts} relax dev restarts, ${o.temporalRestarts} Temporal restarts, ${stopEvents.length} stops`);
+    const faultsFrom = Date.now();
 
     const events = schedule(o.kills, o.devRestarts, o.temporalRestarts, rng);
     let lastSteps = await stepsOf(ids);
@@ -182,12 +214,30 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       }
     }
 
+    if (stopEvents.length > 0) {
+      if (stopEvents.some((e) => e.kind === 'engine')) engine = await ChaosEngine.start(dev!, home, env, o.log);
+      stopper = new WorkerStopper({ dev: () => dev!, failpointsDir, livenessMs: workerLivenessMs(env), holdS: o.stopHoldSeconds, rng, engine, log: o.log });
+      for (const event of stopEvents) {
+        const need = await stepsOf(ids);
+        const outcome = await stopper.stop(event);
+        report.stops += 1;
+        logStop(o.log, outcome);
+        if (outcome.killedAfterS !== undefined) {
+          report.liveness_kills += 1;
+          report.liveness_kill_s_max = Math.max(report.liveness_kill_s_max, outcome.killedAfterS);
+        }
+        // Paced like the kills: the next stop waits until some run applied a step.
+        await until('a run to apply a step between stops', async () => ((await stepsOf(ids)).some((s, i) => s > need[i]) ? true : undefined), 300_000, 500);
+      }
+    }
+
     // The faults are over: each run trains on (two more steps: it recovered), then is stopped.
     const afterChaos = await until('both runs to answer a progress query', async () => {
       const now = await stepsOf(ids);
       return now.every((s) => s >= 0) ? now : undefined;
     }, 120_000, 500);
     await until('both runs to train two steps after the faults', async () => ((await stepsOf(ids)).every((s, i) => s >= afterChaos[i] + 2) ? true : undefined), 300_000, 500);
+    const faultsTo = Date.now();
     const results = await Promise.all(ids.map(async (id) => {
       await client!.workflow.getHandle(id).signal('stop');
       return (await withTimeout(client!.workflow.getHandle(id).result() as Promise<TrainingResult>, 300_000).catch((err) => {
@@ -206,12 +256,18 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         else if (result) report.problems.push(`run ${ids[i]} returned ${result.steps} steps / version ${result.policyVersion}, the database has ${check.appliedSteps} applied steps`);
         addCounts(report, check);
       }
+      report.stalled_s_max = stalledSecondsMax(await Promise.all(ids.map(async (id) => (await appliedStepTimes(pool, id)).map((t) => t.applied))), faultsFrom, faultsTo);
+      report.engines_marked_failed = (await listRolloutEngines(pool)).filter((e) => e.url && e.state === 'failed').length;
+      if (engine && report.engines_marked_failed !== 1) report.problems.push(`the frozen external engine was not marked failed (${report.engines_marked_failed} engines failed)`);
     } finally {
       await pool.end();
     }
     report.restarts = report.dev_restarts + report.temporal_restarts;
 
-    // The final stop: relax dev ends everything it started.
+    // The final stop: relax dev ends everything it started (what is still stopped is resumed first:
+    // a stopped worker cannot see its supervisor go).
+    stopper?.resumeAll();
+    engine?.stop();
     remember(descendants(dev!.pid));
     await connection?.close();
     connection = undefined;
@@ -227,6 +283,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     finished = true;
   } finally {
     await connection?.close().catch(() => undefined);
+    stopper?.resumeAll();
+    engine?.stop();
     if (dev?.alive) dev.child.kill('SIGKILL');
     for (const p of [...seen.values(), ...processesMentioning(home)]) if (stillAlive(p)) killQuietly(p.pid);
     await database.drop();
@@ -251,6 +309,11 @@ async function killOne(dev: DevProcess, killer: WorkerKiller, role: Role, next: 
     return undefined;
   }, 180_000, 1_000);
   await killer.kill(dev, victim, remember);
+}
+
+function logStop(log: (line: string) => void, s: StopOutcome): void {
+  const then = s.heldS !== undefined ? `SIGCONT after ${s.heldS} s` : s.killedAfterS !== undefined ? `never resumed: relax dev's liveness check killed it after ${s.killedAfterS} s and restarted it` : 'never resumed';
+  log(`[chaos] SIGSTOP ${s.kind} (pid ${s.pid}); ${then}`);
 }
 
 function killQuietly(pid: number): void {
@@ -299,16 +362,22 @@ function intOption(options: Record<string, string>, key: string, fallback: numbe
 }
 
 export const chaosBench: Bench = async (ctx) => {
-  const kills = intOption(ctx.options, 'kills', 20);
+  // --set stops=N alone is the stop chaos: no kills or restarts unless they are asked for too.
+  const stops = intOption(ctx.options, 'stops', 0);
+  const kills = intOption(ctx.options, 'kills', stops > 0 ? 0 : 20);
+  const restartsDefault = stops > 0 && ctx.options.kills === undefined ? 0 : 1 + Math.floor(kills / 100);
   const signal = ctx.options.dev_signal ?? 'SIGKILL';
   if (signal !== 'SIGKILL' && signal !== 'SIGTERM') throw new Error(`relax bench chaos: --set dev_signal must be SIGKILL or SIGTERM, got "${signal}"`);
   const report = await runChaos({
     kills,
-    devRestarts: intOption(ctx.options, 'dev_restarts', 1 + Math.floor(kills / 100)),
-    temporalRestarts: intOption(ctx.options, 'temporal_restarts', 1 + Math.floor(kills / 100)),
+    devRestarts: intOption(ctx.options, 'dev_restarts', restartsDefault),
+    temporalRestarts: intOption(ctx.options, 'temporal_restarts', restartsDefault),
     killEverySeconds: intOption(ctx.options, 'kill_every_s', 1.5),
     maxRestartDelaySeconds: intOption(ctx.options, 'max_restart_delay_s', 4),
     devSignal: signal,
+    stops,
+    stopHoldSeconds: [intOption(ctx.options, 'stop_hold_min_s', 12), intOption(ctx.options, 'stop_hold_max_s', 20)],
+    engine: (ctx.options.engine ?? 'on') !== 'off',
     seed: intOption(ctx.options, 'seed', 20261201),
     log: ctx.log,
   });

@@ -122,3 +122,26 @@ export function fileCreationMask(env: NodeJS.ProcessEnv = process.env): number {
   return mask;
 }
 
+
+/**
+ * RELAX_WORKER_LIVENESS_S: how long `relax dev` waits for a ready worker to answer its liveness ping
+ * (over the IPC channel, from the worker's event loop) before it kills the worker (SIGKILL) and
+ * restarts it like one that died: a worker stopped (SIGSTOP), or whose event loop is blocked, takes
+ * no work and frees nothing until then. Default 30; 0 turns the check off. At least 5.
+ */
+export function workerLivenessMs(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = (env.RELAX_WORKER_LIVENESS_S ?? '').trim();
+  if (raw === '') return 30_000;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || (n !== 0 && n < 5) || n > 86_400) throw new Error(`RELAX_WORKER_LIVENESS_S must be 0 (off) or a number of seconds from 5 to 86400, got "${raw}"`);
+  return n * 1000;
+}
+
+/**
+ * RELAX_FAILPOINTS_DIR: a directory where a chaos test arms failpoints (config/failpoints.ts); unset
+ * (always, outside chaos tests) every failpoint is a no-op.
+ */
+export function failpointsDir(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const raw = (env.RELAX_FAILPOINTS_DIR ?? '').trim();
+  return raw === '' ? undefined : raw;
+}

@@ -8,6 +8,7 @@
 //                   current generate activity loaded
 //   "<run_id>@<n>"  version n, while checkpoint retention keeps its files
 import type { Pool } from 'pg';
+import { failpoint } from '../config/failpoints';
 import { ortThreads } from '../engines/backends';
 import { parseDevice } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
@@ -73,7 +74,10 @@ export class PolicyEngine {
     if (this.engine.policyVersion === version) return this.engine;
     let w = this.weights.get(version);
     if (w) this.weights.delete(version);
-    else w = await this.options.loadWeights(version);
+    else {
+      w = await this.options.loadWeights(version);
+      failpoint('rollout.sync');
+    }
     this.weights.set(version, w);
     if (this.weights.size > (this.options.cachedVersions ?? 4)) this.weights.delete(this.weights.keys().next().value as number);
     await this.engine.setWeights(version, w);

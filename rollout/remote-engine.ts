@@ -46,6 +46,14 @@ export interface RemoteEngineOptions {
   checkpoints: CheckpointOffers;
   /** Per HTTP call. Default 120 s. */
   timeoutMs?: number;
+  /**
+   * While a call is in flight the engine is probed (GET /v1/models) this often; a probe that fails
+   * (no answer within probeTimeoutMs, or an error) ends the call at once: an engine that accepted a
+   * request and froze costs about probeEveryMs + probeTimeoutMs, not timeoutMs. Default 10 s.
+   */
+  probeEveryMs?: number;
+  /** Default 10 s. */
+  probeTimeoutMs?: number;
 }
 
 interface CompletionChoice {
@@ -88,8 +96,19 @@ export class RemoteRolloutEngine implements GenerationEngine {
     return this.options.url;
   }
 
+  /** One HTTP call, ended by its timeout or by a failed liveness probe of the engine (options.probeEveryMs). */
   private async call(pathname: string, init: RequestInit = {}): Promise<Response> {
-    return fetch(`${this.options.url}${pathname}`, { ...init, redirect: 'error', signal: AbortSignal.timeout(this.options.timeoutMs ?? 120_000) });
+    const frozen = new AbortController();
+    const probing = setInterval(() => {
+      void probeEngine(this.options.url, this.options.probeTimeoutMs ?? 10_000).then((down) => {
+        if (down) frozen.abort(new RemoteEngineError(`engine ${this.options.url} stopped answering its probe while ${pathname} was in flight (${down})`));
+      });
+    }, this.options.probeEveryMs ?? 10_000);
+    try {
+      return await fetch(`${this.options.url}${pathname}`, { ...init, redirect: 'error', signal: AbortSignal.any([AbortSignal.timeout(this.options.timeoutMs ?? 120_000), frozen.signal]) });
+    } finally {
+      clearInterval(probing);
+    }
   }
 
   /**

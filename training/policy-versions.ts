@@ -3,6 +3,7 @@
 // exist) together: publish a version, load one, verify one, prune old ones, resolve checkpoint.init_from.
 import { deleteCheckpointFiles, loadCheckpoint, publishCheckpoint, readOptimizerState, verifyCheckpointFiles, writeOptimizerState } from '../engines/checkpoint';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
+import { failpoint } from '../config/failpoints';
 import { scheduleInitFrom, scheduleInitFromProblem } from '../config/scheduled-runs';
 import {
   getCheckpoint,
@@ -43,6 +44,7 @@ export async function publishPolicyVersion(
 ): Promise<CheckpointRecord> {
   if (optimizerState) await writeOptimizerState(run.checkpointRoot, version, optimizerState);
   const info = await publishCheckpoint(run.checkpointRoot, version, run.model, weights);
+  failpoint('train.publish');
   return registerCheckpoint(db, { runId: run.runId, policyVersion: version, path: info.dir, sha256: info.sha256, step });
 }
 

@@ -4,8 +4,8 @@
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Role } from '../config/task-queues';
-import { PACKAGE_ROOT } from '../config/environment';
-import { formatDelay, RestartBackoff } from './supervisor';
+import { PACKAGE_ROOT, workerLivenessMs } from '../config/environment';
+import { formatDelay, RestartBackoff, watchLiveness } from './supervisor';
 import { forwardLines } from './temporal-server';
 import type { LocalStack, LocalStackOptions, StackWorker, WorkerRestart } from './local-stack';
 
@@ -76,7 +76,19 @@ export function launchWorker(fleet: WorkerFleet, role: Role, index: number, init
     }
     fleet.opts.log(`${tag} ${line}`);
   });
+  // Alive but frozen (stopped, or its event loop blocked): killed once ready and silent past the
+  // liveness timeout, then restarted by the exit handler below like a worker that died.
+  let liveness: { stop(): void } | undefined;
+  ready.then(() => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    liveness = watchLiveness(child, workerLivenessMs(fleet.env), (silentMs) => {
+      if (fleet.stopping() || managed.draining) return;
+      fleet.notice(`[relax] ${tag} (pid ${child.pid}) has not answered relax dev's liveness ping for ${formatDelay(Math.round(silentMs / 1000) * 1000)} (stopped, or its event loop is blocked): killing it (SIGKILL) to restart it`);
+      child.kill('SIGKILL');
+    });
+  }, () => undefined);
   child.once('exit', (code, signal) => {
+    liveness?.stop();
     markFailed(new Error(`${tag} exited (${signal ?? code}) before it was ready`));
     if (fleet.stopping() || managed.draining) return;
     fleet.notice(`[relax] ${tag} (pid ${child.pid}) exited (${signal ?? `code ${code}`})`);

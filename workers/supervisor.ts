@@ -1,6 +1,9 @@
 // How `relax dev` restarts what dies: exponential backoff (1 s, 2 s, 4 s ... capped at 30 s), reset
-// once a process has stayed up for a minute, and the contract of a supervised child (it exits when
-// its supervisor does; see exitWithSupervisor in workers/worker.ts and workers/process-watchdog.ts).
+// once a process has stayed up for a minute; how it finds a worker that is alive but frozen (the
+// liveness ping); and the contract of a supervised child (it answers the ping, and exits when its
+// supervisor does; see exitWithSupervisor in workers/worker.ts and workers/process-watchdog.ts).
+import type { ChildProcess } from 'node:child_process';
+
 export interface BackoffPolicy {
   baseMs: number;
   maxMs: number;
@@ -39,4 +42,44 @@ export class RestartBackoff {
 /** "1 s", "2 s", "30 s" (the delays are whole seconds unless a policy says otherwise). */
 export function formatDelay(ms: number): string {
   return ms % 1000 === 0 ? `${ms / 1000} s` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** How often relax dev pings each ready worker over its IPC channel. */
+export const LIVENESS_PING_MS = 2_000;
+
+/** The liveness messages: relax dev sends PING, the worker's event loop answers PONG. */
+export const LIVENESS_PING = { relax: 'ping' } as const;
+export const LIVENESS_PONG = { relax: 'pong' } as const;
+
+/**
+ * Pings `child` every LIVENESS_PING_MS and calls `onFrozen` once (then stops) when it has not
+ * answered for `timeoutMs`: stopped (SIGSTOP), or its event loop blocked. A pause of this process
+ * itself (its own timer late by more than three pings) restarts the count: the silence was ours.
+ * timeoutMs 0: no check.
+ */
+export function watchLiveness(child: ChildProcess, timeoutMs: number, onFrozen: (silentMs: number) => void): { stop(): void } {
+  if (timeoutMs <= 0 || !child.send) return { stop: () => undefined };
+  let lastAnswer = Date.now();
+  let lastTick = Date.now();
+  const onMessage = (m: unknown) => {
+    if ((m as { relax?: unknown } | null)?.relax === LIVENESS_PONG.relax) lastAnswer = Date.now();
+  };
+  const stop = () => {
+    clearInterval(timer);
+    child.off('message', onMessage);
+  };
+  const timer = setInterval(() => {
+    const now = Date.now();
+    if (now - lastTick > 3 * LIVENESS_PING_MS) lastAnswer = now;
+    lastTick = now;
+    if (now - lastAnswer > timeoutMs) {
+      stop();
+      onFrozen(now - lastAnswer);
+      return;
+    }
+    if (child.connected) child.send(LIVENESS_PING, () => undefined);
+  }, LIVENESS_PING_MS);
+  timer.unref();
+  child.on('message', onMessage);
+  return { stop };
 }

@@ -14,6 +14,7 @@ import { openStore, redactUrl } from '../store/db';
 import { markRolloutEngineFailed } from '../store/rollout-engines';
 import { metricsEnabled, startWorkerMetrics } from './worker-metrics';
 import { startRunReaper, temporalWorkflowStates } from './run-reaper';
+import { LIVENESS_PING, LIVENESS_PONG } from './supervisor';
 import { checkpointServerSettings, engineTokenFromEnv, taskQueuePrefix, externalEngineUrl, rolloutConcurrency, runReleaseSettings, supervisedWorker, workerDeploymentSettings, workerMetricsPort } from '../config/environment';
 import { deploymentOptions, promoteBuild } from './deployment';
 import { createSearchAttributesCommand, ensureSearchAttributes } from './search-attributes';
@@ -296,11 +297,16 @@ async function checkSearchAttributes(opts: WorkerOptions, security: TemporalConn
 }
 
 /**
- * Started by `relax dev` (SUPERVISED_ENV set, an IPC channel open): when the channel closes, relax
- * dev is gone (even by SIGKILL), so shut down and exit; a hard exit follows if shutdown hangs.
+ * Started by `relax dev` (SUPERVISED_ENV set, an IPC channel open): answers its liveness pings from
+ * this event loop (workers/supervisor.ts watchLiveness: a worker that stops answering is killed and
+ * restarted), and when the channel closes, relax dev is gone (even by SIGKILL), so shut down and
+ * exit; a hard exit follows if shutdown hangs.
  */
 function exitWithSupervisor(worker: RunningWorker): void {
   if (!supervisedWorker() || !process.send) return;
+  process.on('message', (m: unknown) => {
+    if ((m as { relax?: unknown } | null)?.relax === LIVENESS_PING.relax && process.connected) process.send!(LIVENESS_PONG, undefined, {}, () => undefined);
+  });
   const onGone = () => {
     workerLog.error('relax dev (the supervisor) is gone: exiting');
     worker.shutdown();
