@@ -96,7 +96,7 @@ async function policyAt(ctx: WorkerContext, run: RunContext, version: number): P
     const before = remotes.get(run.runId)?.policyVersion;
     const remote = await externalAt(ctx, ctx.externalEngine, run, version);
     if (before !== version) ctx.figures?.synced({ engine: 'external', seconds: (performance.now() - t0) / 1000 });
-    return { engine: measured(remote, 'external', ctx.figures), followNewVersions: () => ({ followUpdates: true }) };
+    return { engine: measured(remote.at(version), 'external', ctx.figures), followNewVersions: () => ({ followUpdates: true }) };
   }
   const policy = await policies.of(ctx, run);
   const before = policy.policyVersion;

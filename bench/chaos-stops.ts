@@ -6,7 +6,7 @@
 // resumed (SIGCONT) after a hold past the activities' 10 s heartbeat timeout, or never: then relax
 // dev's liveness check (workers/supervisor.ts watchLiveness) must kill and restart the worker, and
 // the engine's rollout worker must mark it failed (rollout/remote-engine.ts probes while it waits).
-// stalledSecondsMax measures the longest time a run applied no step.
+// longestStall measures the longest time a run applied no step.
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -49,6 +49,8 @@ export function stopSchedule(stops: number, rng: () => number, withEngine: boole
 export interface StopOutcome {
   kind: StopKind;
   pid: number;
+  /** When it was stopped (ms since the epoch). */
+  at: number;
   /** Seconds it was stopped before SIGCONT; undefined when it never was. */
   heldS?: number;
   /** Seconds from SIGSTOP until relax dev's liveness check killed it (never-resumed workers). */
@@ -131,16 +133,16 @@ export class WorkerStopper {
       const holdMs = (this.o.holdS[0] + this.o.rng() * (this.o.holdS[1] - this.o.holdS[0])) * 1000;
       await sleep(holdMs);
       this.resume(victim);
-      return { kind: e.kind, pid: victim.pid, heldS: round1((Date.now() - at) / 1000) };
+      return { kind: e.kind, pid: victim.pid, at, heldS: round1((Date.now() - at) / 1000) };
     }
-    if (e.kind === 'engine') return { kind: e.kind, pid: victim.pid };
+    if (e.kind === 'engine') return { kind: e.kind, pid: victim.pid, at };
     // Never resumed: relax dev's liveness check must kill it, and its supervisor start a replacement.
     const role = roleOf(e.kind);
     await until(`relax dev's liveness check to kill the stopped ${role} worker (pid ${victim.pid})`, () => (stillAlive(victim) ? undefined : true), this.o.livenessMs + 30_000, 250);
     const killedAfterS = round1((Date.now() - at) / 1000);
     this.frozen.delete(victim.pid);
     await until(`the supervisor to restart the ${role} worker its liveness check killed`, () => (this.o.dev().ready(role) > readyBefore ? true : undefined), 120_000, 250);
-    return { kind: e.kind, pid: victim.pid, killedAfterS };
+    return { kind: e.kind, pid: victim.pid, at, killedAfterS };
   }
 
   /** SIGCONT to every process still stopped (before the stack stops: a stopped worker cannot see its supervisor go). */
@@ -197,18 +199,24 @@ function roleOf(kind: Exclude<StopKind, 'engine'>): 'control' | 'rollout' | 'tra
 const round1 = (x: number) => Math.round(x * 10) / 10;
 
 /**
- * The longest time, in seconds, one of the runs applied no step between `from` and `to` (edges
- * included: a run that applied nothing in the window stalled for all of it).
+ * The longest time one of the runs applied no step between `from` and `to` (edges included: a run
+ * that applied nothing in the window stalled for all of it): its seconds, and when it began and ended.
  */
-export function stalledSecondsMax(appliedByRun: Date[][], from: number, to: number): number {
-  let worst = 0;
+export function longestStall(appliedByRun: Date[][], from: number, to: number): { seconds: number; from: number; to: number } {
+  let worst = { ms: 0, from, to: from };
+  const gap = (a: number, b: number) => {
+    if (b - a > worst.ms) worst = { ms: b - a, from: a, to: b };
+  };
   for (const applied of appliedByRun) {
     let last = from;
     for (const t of applied.map((d) => d.getTime()).filter((t) => t > from && t <= to).sort((a, b) => a - b)) {
-      worst = Math.max(worst, t - last);
+      gap(last, t);
       last = t;
     }
-    worst = Math.max(worst, to - last);
+    gap(last, to);
   }
-  return round1(worst / 1000);
+  return { seconds: round1(worst.ms / 1000), from: worst.from, to: worst.to };
 }
+
+/** How a stop ended, in a few words ("control, never resumed"). */
+export const describeStop = (s: StopOutcome): string => `${s.kind}, ${s.heldS !== undefined ? `resumed after ${s.heldS} s` : 'never resumed'}`;

@@ -24,7 +24,7 @@ import { freePort } from '../workers/ports';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { checkRunIntegrity, descendants, processesMentioning, stillAlive, type ProcessInfo, type RunIntegrity } from './chaos-checks';
 import { DevProcess, killTemporal, schedule, sleep, until, withTimeout, WorkerKiller, type ChaosEvent } from './chaos-faults';
-import { ChaosEngine, stalledSecondsMax, stopSchedule, WorkerStopper, type StopEvent, type StopOutcome } from './chaos-stops';
+import { ChaosEngine, describeStop, longestStall, stopSchedule, WorkerStopper, type StopEvent, type StopOutcome } from './chaos-stops';
 import { appliedStepTimes } from '../store/step-records';
 import { listRolloutEngines } from '../store/rollout-engines';
 import { workerLivenessMs } from '../config/environment';
@@ -51,6 +51,8 @@ export interface ChaosOptions {
   engine: boolean;
   /** The stack's RELAX_WORKER_LIVENESS_S (default: its default, 30 s). */
   livenessSeconds?: number;
+  /** Keep the stack's data directory (dev.log) even when every check held. */
+  keepHome?: boolean;
   seed: number;
   log: (line: string) => void;
 }
@@ -65,6 +67,8 @@ export interface ChaosReport {
   engines_marked_failed: number;
   /** The longest time one run applied no step, from the first fault until the runs had recovered (s). */
   stalled_s_max: number;
+  /** The stops that began within (or up to 10 s before) that longest stall. */
+  stalled_during: string[];
   restarts: number;
   dev_restarts: number;
   temporal_restarts: number;
@@ -128,7 +132,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const seen = new Map<string, ProcessInfo>();
   const remember = (ps: ProcessInfo[]) => ps.forEach((p) => seen.set(`${p.pid}:${p.startTime}`, p));
   const report: ChaosReport = {
-    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
+    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, stalled_during: [], restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
     runs_started: 0, runs_completed: 0, steps_applied: 0, lost_samples: 0, double_trained_samples: 0, duplicate_versions: 0,
     missing_versions: 0, corrupt_checkpoints: 0, retained_checkpoints: 0, dev_kill_leftovers: 0, orphan_processes: 0,
     database: database.url ? 'postgres' : 'embedded', wall_s: 0, problems: [],
@@ -138,6 +142,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   let dev: DevProcess | undefined;
   let engine: ChaosEngine | undefined;
   let stopper: WorkerStopper | undefined;
+  const outcomes: StopOutcome[] = [];
   let finished = false;
   let connection: Connection | undefined;
   let client: Client | undefined;
@@ -149,6 +154,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     connection = await Connection.connect({ address });
     client = new Client({ connection });
   };
+  /** Both runs' steps, once both answer the progress query (a restarted control worker takes a while). */
+  const answered = (ids: string[]) => until('both runs to answer a progress query', async () => {
+    const now = await stepsOf(ids);
+    return now.every((s) => s >= 0) ? now : undefined;
+  }, 120_000, 500);
   const stepsOf = async (ids: string[]): Promise<number[]> =>
     Promise.all(ids.map(async (id) => (await withTimeout(client!.workflow.getHandle(id).query<TrainingProgress>('progress').catch(() => undefined), 10_000))?.step ?? -1));
 
@@ -218,24 +228,22 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       if (stopEvents.some((e) => e.kind === 'engine')) engine = await ChaosEngine.start(dev!, home, env, o.log);
       stopper = new WorkerStopper({ dev: () => dev!, failpointsDir, livenessMs: workerLivenessMs(env), holdS: o.stopHoldSeconds, rng, engine, log: o.log });
       for (const event of stopEvents) {
-        const need = await stepsOf(ids);
         const outcome = await stopper.stop(event);
+        outcomes.push(outcome);
         report.stops += 1;
         logStop(o.log, outcome);
         if (outcome.killedAfterS !== undefined) {
           report.liveness_kills += 1;
           report.liveness_kill_s_max = Math.max(report.liveness_kill_s_max, outcome.killedAfterS);
         }
-        // Paced like the kills: the next stop waits until some run applied a step.
-        await until('a run to apply a step between stops', async () => ((await stepsOf(ids)).some((s, i) => s > need[i]) ? true : undefined), 300_000, 500);
+        // The next stop waits until every run applied a step since this one ended: a stall is one stop's.
+        const need = await answered(ids);
+        await until('both runs to apply a step between stops', async () => ((await stepsOf(ids)).every((s, i) => s > need[i]) ? true : undefined), 300_000, 500);
       }
     }
 
     // The faults are over: each run trains on (two more steps: it recovered), then is stopped.
-    const afterChaos = await until('both runs to answer a progress query', async () => {
-      const now = await stepsOf(ids);
-      return now.every((s) => s >= 0) ? now : undefined;
-    }, 120_000, 500);
+    const afterChaos = await answered(ids);
     await until('both runs to train two steps after the faults', async () => ((await stepsOf(ids)).every((s, i) => s >= afterChaos[i] + 2) ? true : undefined), 300_000, 500);
     const faultsTo = Date.now();
     const results = await Promise.all(ids.map(async (id) => {
@@ -256,7 +264,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         else if (result) report.problems.push(`run ${ids[i]} returned ${result.steps} steps / version ${result.policyVersion}, the database has ${check.appliedSteps} applied steps`);
         addCounts(report, check);
       }
-      report.stalled_s_max = stalledSecondsMax(await Promise.all(ids.map(async (id) => (await appliedStepTimes(pool, id)).map((t) => t.applied))), faultsFrom, faultsTo);
+      const stall = longestStall(await Promise.all(ids.map(async (id) => (await appliedStepTimes(pool, id)).map((t) => t.applied))), faultsFrom, faultsTo);
+      report.stalled_s_max = stall.seconds;
+      report.stalled_during = outcomes.filter((s) => s.at >= stall.from - 10_000 && s.at <= stall.to).map(describeStop);
       report.engines_marked_failed = (await listRolloutEngines(pool)).filter((e) => e.url && e.state === 'failed').length;
       if (engine && report.engines_marked_failed !== 1) report.problems.push(`the frozen external engine was not marked failed (${report.engines_marked_failed} engines failed)`);
     } finally {
@@ -288,7 +298,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     if (dev?.alive) dev.child.kill('SIGKILL');
     for (const p of [...seen.values(), ...processesMentioning(home)]) if (stillAlive(p)) killQuietly(p.pid);
     await database.drop();
-    if (report.problems.length || !finished) console.error(`[chaos] kept ${home} (dev.log there) for a look`);
+    if (report.problems.length || !finished || o.keepHome) console.error(`[chaos] kept ${home} (dev.log there) for a look`);
     else fs.rmSync(home, { recursive: true, force: true });
   }
   report.wall_s = Math.round((Date.now() - started) / 100) / 10;
@@ -378,6 +388,7 @@ export const chaosBench: Bench = async (ctx) => {
     stops,
     stopHoldSeconds: [intOption(ctx.options, 'stop_hold_min_s', 12), intOption(ctx.options, 'stop_hold_max_s', 20)],
     engine: (ctx.options.engine ?? 'on') !== 'off',
+    keepHome: ctx.options.keep_home === 'on',
     seed: intOption(ctx.options, 'seed', 20261201),
     log: ctx.log,
   });

@@ -76,9 +76,18 @@ async function answerReason(res: Response): Promise<string> {
   return `HTTP ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`;
 }
 
-/** One run's policy on an external engine: the version it was told to load and confirmed. */
+/**
+ * One run's policy on an external engine: the version it was told to load and confirmed. The engine
+ * holds one version of a run, so callers at different versions take turns: generate calls at the
+ * confirmed version run side by side, and a switch to another waits until they have finished (and
+ * they wait for it), so a version is never switched under a request or between a load and its confirm.
+ */
 export class RemoteRolloutEngine implements GenerationEngine {
   private confirmed: number | undefined;
+  /** Calls running at `confirmed`, a switch in progress, and the switches waiting for the calls to end. */
+  private active = 0;
+  private switching: Promise<void> | undefined;
+  private drained: Array<() => void> = [];
 
   constructor(
     private readonly db: Queryable,
@@ -117,7 +126,55 @@ export class RemoteRolloutEngine implements GenerationEngine {
    * yet, or pruned) pass through as they are.
    */
   async atVersion(version: number): Promise<this> {
-    if (this.confirmed === version) return this;
+    await this.hold(version);
+    this.release();
+    return this;
+  }
+
+  /** This engine at `version`: each generate call has the engine load it first if it holds another (taking turns as above). */
+  at(version: number): GenerationEngine {
+    return {
+      model: this.model,
+      policyVersion: version,
+      generate: async (prompts, params, media) => {
+        await this.hold(version);
+        try {
+          return await this.generateAt(version, prompts, params, media);
+        } finally {
+          this.release();
+        }
+      },
+    };
+  }
+
+  /** Waits until the engine holds `version` (switching it when no call at another version runs) and counts this caller as running at it. */
+  private async hold(version: number): Promise<void> {
+    for (;;) {
+      while (this.switching) await this.switching.catch(() => undefined);
+      if (this.confirmed === version) {
+        this.active++;
+        return;
+      }
+      const change = (async () => {
+        while (this.active > 0) await new Promise<void>((resolve) => this.drained.push(resolve));
+        await this.load(version);
+      })();
+      this.switching = change;
+      try {
+        await change;
+      } finally {
+        if (this.switching === change) this.switching = undefined;
+      }
+    }
+  }
+
+  private release(): void {
+    this.active--;
+    if (this.active === 0) for (const resolve of this.drained.splice(0)) resolve();
+  }
+
+  private async load(version: number): Promise<void> {
+    if (this.confirmed === version) return;
     const checkpoint = await requireRetainedCheckpoint(this.db, this.runId, version);
     const name = `${this.runId}@${version}`;
     const unconfirmed = (why: string) => new EngineUnconfirmedError(`engine ${this.options.url} cannot confirm ${name}: ${why}`);
@@ -152,15 +209,19 @@ export class RemoteRolloutEngine implements GenerationEngine {
       throw unconfirmed(`it says it holds version ${String(held.relax_policy_version)} with sha256 ${String(held.relax_sha256)}, not version ${version} with sha256 ${checkpoint.sha256}`);
     }
     this.confirmed = version;
-    return this;
   }
 
-  /** Generates through POST /v1/completions; consecutive equal prompts go as one request with n. */
+  /** Generates at the confirmed version (at(version).generate names the version it needs). */
   async generate(prompts: ReadonlyArray<readonly number[]>, params: SamplingParams, media?: ReadonlyArray<SequenceMedia | undefined>): Promise<GeneratedSample[]> {
-    if (media?.some((m) => m !== undefined)) throw new RemoteEngineError('an external engine takes text prompts only: a task with images or audio needs local rollout workers');
-    if (params.followUpdates) throw new RemoteEngineError('rollout.in_flight "continue" (partial rollout) needs local rollout workers: an external engine switches versions between requests only');
     const version = this.confirmed;
     if (version === undefined) throw new EngineUnconfirmedError(`engine ${this.options.url} holds no confirmed version of run ${this.runId}`);
+    return this.at(version).generate(prompts, params, media);
+  }
+
+  /** Through POST /v1/completions, the engine holding `version`; consecutive equal prompts go as one request with n. */
+  private async generateAt(version: number, prompts: ReadonlyArray<readonly number[]>, params: SamplingParams, media?: ReadonlyArray<SequenceMedia | undefined>): Promise<GeneratedSample[]> {
+    if (media?.some((m) => m !== undefined)) throw new RemoteEngineError('an external engine takes text prompts only: a task with images or audio needs local rollout workers');
+    if (params.followUpdates) throw new RemoteEngineError('rollout.in_flight "continue" (partial rollout) needs local rollout workers: an external engine switches versions between requests only');
     const out: GeneratedSample[] = [];
     for (let i = 0; i < prompts.length; ) {
       let n = 1;

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fork, type ChildProcess } from 'node:child_process';
 import { test } from 'node:test';
 import { takenPrefix } from '../config/failpoints';
-import { stalledSecondsMax, stopSchedule } from '../bench/chaos-stops';
+import { longestStall, stopSchedule } from '../bench/chaos-stops';
 import { processState } from '../bench/chaos-checks';
 import { seededRandom } from '../config/seeds';
 import { LIVENESS_PONG, watchLiveness } from '../workers/supervisor';
@@ -84,9 +84,10 @@ test('the stop schedule freezes every kind of worker, resumes three stops in fou
   assert.ok(stopSchedule(6, seededRandom(7), false).every((e) => e.kind !== 'engine'));
 });
 
-test('stalledSecondsMax is the longest gap between applied steps in the window, its edges included', () => {
-  const at = (s: number) => new Date(1_000_000 + s * 1000);
-  assert.equal(stalledSecondsMax([[at(1), at(3), at(10)], [at(2), at(4), at(6), at(8)]], 1_000_000, 1_000_000 + 12_000), 7);
-  assert.equal(stalledSecondsMax([[at(1), at(2)]], 1_000_000, 1_000_000 + 30_000), 28, 'no step after 2 s: stalled to the end');
-  assert.equal(stalledSecondsMax([[at(-5), at(40)]], 1_000_000, 1_000_000 + 10_000), 10, 'steps outside the window do not count');
+test('longestStall is the longest gap between applied steps in the window, its edges included', () => {
+  const t0 = 1_000_000;
+  const at = (s: number) => new Date(t0 + s * 1000);
+  assert.deepEqual(longestStall([[at(1), at(3), at(10)], [at(2), at(4), at(6), at(8)]], t0, t0 + 12_000), { seconds: 7, from: t0 + 3_000, to: t0 + 10_000 });
+  assert.equal(longestStall([[at(1), at(2)]], t0, t0 + 30_000).seconds, 28, 'no step after 2 s: stalled to the end');
+  assert.equal(longestStall([[at(-5), at(40)]], t0, t0 + 10_000).seconds, 10, 'steps outside the window do not count');
 });
