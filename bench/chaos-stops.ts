@@ -164,7 +164,9 @@ export class WorkerStopper {
     }
     if (isFailpoint(kind)) return this.atFailpoint(kind);
     const victim = await until(`a running ${kind} worker to stop`, () => {
-      const candidates = descendants(this.o.dev().pid).filter((p) => workerRole(p) === kind && processState(p.pid) !== 'T');
+      // Not the external engine's rollout worker: the engine's own stop is about it, and once that
+      // engine is frozen for good a replacement of its worker could never start.
+      const candidates = descendants(this.o.dev().pid).filter((p) => workerRole(p) === kind && processState(p.pid) !== 'T' && !drivesExternalEngine(p));
       return candidates.length ? candidates[Math.floor(this.o.rng() * candidates.length)] : undefined;
     }, 60_000);
     process.kill(victim.pid, 'SIGSTOP');
@@ -186,6 +188,15 @@ export class WorkerStopper {
     } finally {
       fs.rmSync(armed, { force: true });
     }
+  }
+}
+
+/** Whether `p` is a rollout worker started to drive an external engine (RELAX_ENGINE_URL in its environment). */
+function drivesExternalEngine(p: ProcessInfo): boolean {
+  try {
+    return fs.readFileSync(`/proc/${p.pid}/environ`, 'utf8').split('\0').some((kv) => kv.startsWith('RELAX_ENGINE_URL='));
+  } catch {
+    return false;
   }
 }
 

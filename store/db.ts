@@ -13,8 +13,17 @@ export interface StoreOptions {
   maxConnections?: number;
 }
 
+/**
+ * The server-side bounds on every session of a pool (startup parameters): a statement that runs
+ * longer than an activity may (10 min), a wait for a row, table or advisory lock of 2 min, and a
+ * transaction left open and idle for 10 min (its locks released) end in an error the activity's
+ * retry handles. PostgreSQL applies them; the embedded PGlite, one process serving one statement at
+ * a time, ignores them.
+ */
+export const SESSION_BOUNDS = { statement_timeout: 600_000, lock_timeout: 120_000, idle_in_transaction_session_timeout: 600_000 } as const;
+
 export function createPool({ url, maxConnections = 4 }: StoreOptions): Pool {
-  const pool = new Pool({ connectionString: url, max: maxConnections, connectionTimeoutMillis: 10_000 });
+  const pool = new Pool({ connectionString: url, max: maxConnections, connectionTimeoutMillis: 10_000, ...SESSION_BOUNDS });
   // An idle client that loses its server (database restarted) must not crash the process.
   pool.on('error', (err) => componentLog('store').error({ err }, 'database connection lost'));
   return pool;

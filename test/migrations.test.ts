@@ -83,3 +83,15 @@ test("the transfer queue's references hold, checked per statement: unknown runs 
   await db.pool.query(`DELETE FROM runs WHERE run_id = 'fk'`);
   assert.deepEqual([await count('samples'), await count('train_steps'), await count('train_step_samples')], [0, 0, 0]);
 });
+
+test("a pool's sessions carry the statement, lock and idle-transaction bounds on PostgreSQL (the embedded PGlite ignores them)", async () => {
+  const pool = createPool({ url: db.url, maxConnections: 1 });
+  try {
+    const shown = async (name: string) => (await pool.query<Record<string, string>>(`SHOW ${name}`)).rows[0][name];
+    const settings = { statement_timeout: await shown('statement_timeout'), lock_timeout: await shown('lock_timeout'), idle_in_transaction_session_timeout: await shown('idle_in_transaction_session_timeout') };
+    const embedded = !process.env.DATABASE_URL;
+    assert.deepEqual(settings, embedded ? { statement_timeout: '0', lock_timeout: '0', idle_in_transaction_session_timeout: '0' } : { statement_timeout: '10min', lock_timeout: '2min', idle_in_transaction_session_timeout: '10min' });
+  } finally {
+    await pool.end();
+  }
+});
