@@ -67,7 +67,8 @@ export interface ChaosReport {
   engines_marked_failed: number;
   /** The longest time one run applied no step, from the first fault until the runs had recovered (s). */
   stalled_s_max: number;
-  /** The stops that began within (or up to 10 s before) that longest stall. */
+  /** When that longest stall began and ended (s after the first fault), and the faults injected within it (or up to 10 s before). */
+  stalled_window_s: [number, number];
   stalled_during: string[];
   restarts: number;
   dev_restarts: number;
@@ -132,7 +133,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const seen = new Map<string, ProcessInfo>();
   const remember = (ps: ProcessInfo[]) => ps.forEach((p) => seen.set(`${p.pid}:${p.startTime}`, p));
   const report: ChaosReport = {
-    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, stalled_during: [], restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
+    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, stalled_window_s: [0, 0], stalled_during: [], restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
     runs_started: 0, runs_completed: 0, steps_applied: 0, lost_samples: 0, double_trained_samples: 0, duplicate_versions: 0,
     missing_versions: 0, corrupt_checkpoints: 0, retained_checkpoints: 0, dev_kill_leftovers: 0, orphan_processes: 0,
     database: database.url ? 'postgres' : 'embedded', wall_s: 0, problems: [],
@@ -142,7 +143,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   let dev: DevProcess | undefined;
   let engine: ChaosEngine | undefined;
   let stopper: WorkerStopper | undefined;
-  const outcomes: StopOutcome[] = [];
+  /** Every fault injected, when and what (for the longest stall's report). */
+  const faults: Array<{ at: number; what: string }> = [];
   let finished = false;
   let connection: Connection | undefined;
   let client: Client | undefined;
@@ -200,16 +202,19 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       const at = Date.now();
       if (event === 'dev') {
         await restartDev(o.devSignal);
+        faults.push({ at, what: `relax dev ${o.devSignal} and restart` });
         report.dev_restarts += 1;
         o.log(`[chaos] relax dev ${o.devSignal} and restarted in ${((Date.now() - at) / 1000).toFixed(1)} s`);
       } else if (event === 'temporal') {
         const mode = await killTemporal(dev!, address, remember);
+        faults.push({ at, what: 'Temporal kill -9' });
         if (mode === 'dev-restart') await restartDev('SIGTERM');
         report.temporal_restart_mode = report.temporal_restart_mode === 'none' || report.temporal_restart_mode === mode ? mode : 'mixed';
         report.temporal_restarts += 1;
         o.log(`[chaos] Temporal server kill -9, back (${mode}) in ${((Date.now() - at) / 1000).toFixed(1)} s`);
       } else {
         await killOne(dev!, killer, event, events.slice(e + 1), rng, remember);
+        faults.push({ at, what: `kill -9 of a worker (${event} or the next role that could be killed)` });
         report.kills += 1;
         if (report.kills % 10 === 0) o.log(`[chaos] ${report.kills} kills in ${((Date.now() - started) / 1000).toFixed(0)} s; steps ${(await stepsOf(ids)).join(', ')}`);
         await sleep(Math.max(0, o.killEverySeconds * 1000 * (0.5 + rng()) - (Date.now() - at)));
@@ -229,7 +234,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       stopper = new WorkerStopper({ dev: () => dev!, failpointsDir, livenessMs: workerLivenessMs(env), holdS: o.stopHoldSeconds, rng, engine, log: o.log });
       for (const event of stopEvents) {
         const outcome = await stopper.stop(event);
-        outcomes.push(outcome);
+        faults.push({ at: outcome.at, what: `SIGSTOP ${describeStop(outcome)}` });
         report.stops += 1;
         logStop(o.log, outcome);
         if (outcome.killedAfterS !== undefined) {
@@ -266,7 +271,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       }
       const stall = longestStall(await Promise.all(ids.map(async (id) => (await appliedStepTimes(pool, id)).map((t) => t.applied))), faultsFrom, faultsTo);
       report.stalled_s_max = stall.seconds;
-      report.stalled_during = outcomes.filter((s) => s.at >= stall.from - 10_000 && s.at <= stall.to).map(describeStop);
+      report.stalled_during = faults.filter((f) => f.at >= stall.from - 10_000 && f.at <= stall.to).map((f) => `${((f.at - faultsFrom) / 1000).toFixed(1)} s: ${f.what}`);
+      report.stalled_window_s = [stall.from, stall.to].map((t) => Math.round((t - faultsFrom) / 100) / 10) as [number, number];
       report.engines_marked_failed = (await listRolloutEngines(pool)).filter((e) => e.url && e.state === 'failed').length;
       if (engine && report.engines_marked_failed !== 1) report.problems.push(`the frozen external engine was not marked failed (${report.engines_marked_failed} engines failed)`);
     } finally {

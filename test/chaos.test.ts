@@ -142,8 +142,8 @@ test('relax bench chaos at CI size: 6 worker kills, a Temporal kill -9, a relax 
   assert.equal(report.stops, 3);
   assert.equal(report.liveness_kills, 1, 'relax dev killed the trainer frozen mid-publish');
   assert.ok(report.liveness_kill_s_max < 10 + 5, `killed ${report.liveness_kill_s_max} s after its SIGSTOP (liveness timeout 10 s, pings every 2 s)`);
-  // The documented bound (docs/benchmarks.md "chaos"): at CI size the longest gap is a relax dev restart's.
-  assert.ok(report.stalled_s_max < 120, `no run went ${report.stalled_s_max} s without a step`);
+  // The documented deadline (docs/benchmarks.md "chaos"): no run goes 60 s without a step.
+  assert.ok(report.stalled_s_max < 60, `a run went ${report.stalled_s_max} s without a step (${report.stalled_during.join('; ')})`);
   assert.equal(report.temporal_restart_mode, 'supervisor', 'relax dev restarted the Temporal server by itself');
   assert.equal(report.runs_started, 2);
   assert.equal(report.runs_completed, 2);

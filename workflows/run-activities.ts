@@ -35,12 +35,13 @@ const WARM_START: ActivityOptions = { ...TRAIN_SHARED, startToCloseTimeout: '60 
 
 // Rollout and reference work is stateless between calls (engines reload any version from the
 // checkpoint registry), so it goes to the shared queues: a dead worker's activity is retried on
-// another one once its heartbeats stop.
+// another one once its heartbeats stop. Retries back off from 0.5 s to at most 10 s (the default cap,
+// 100x the first, left a run idle for up to 50 s between attempts after a burst of worker kills).
 const ROLLOUT: ActivityOptions = {
   taskQueue: roleTaskQueue('rollout'),
   startToCloseTimeout: '10 minutes',
   heartbeatTimeout: '10 seconds',
-  retry: { initialInterval: '500 milliseconds', maximumAttempts: 20, nonRetryableErrorTypes },
+  retry: { initialInterval: '500 milliseconds', maximumInterval: '10 seconds', maximumAttempts: 20, nonRetryableErrorTypes },
 };
 
 const REFERENCE: ActivityOptions = { ...ROLLOUT, taskQueue: roleTaskQueue('reference') };
