@@ -41,8 +41,12 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     load: async () => (await import('./multimodal.js')).multimodalBench,
   },
   chaos: {
-    describe: 'reliability: two runs on a relax dev stack while workers of every role, the Temporal server and relax dev itself are killed (--set kills=N): lost / double-trained samples, duplicate versions, corrupt checkpoints, orphan processes',
+    describe: 'reliability: two runs on a relax dev stack while workers of every role, the Temporal server and relax dev itself are killed (--set kills=N) or frozen (--set stops=N): lost / double-trained samples, duplicate versions, corrupt checkpoints, orphan processes, the longest stall',
     load: async () => (await import('./chaos.js')).chaosBench,
+  },
+  resume: {
+    describe: 'deterministic resume: a sync run on a relax dev stack interrupted once a step (workers, Temporal, relax dev killed; --set interruptions=N) against the same config and seed uninterrupted in process: bitwise-equal weights and losses',
+    load: async () => (await import('./resume.js')).resumeBench,
   },
   sandbox: {
     describe: 'user code in-process vs in a sandbox thread: add2 reward calls/s (groups of 8) and calculator env steps/s, and the ratios',
