@@ -197,7 +197,8 @@ export async function heartbeatWhile<T>(fn: () => Promise<T>, everyMs = 1_000): 
 /**
  * Runs long activity work with heartbeats every `everyMs`, one attempt at a time: a new attempt of
  * the same activity (same workflow run and activity id) ends the one still running in this process
- * and waits for it (at most SUPERSEDED_ATTEMPT_WAIT_MS); an attempt the server timed out or the
+ * and waits for it (at most SUPERSEDED_ATTEMPT_WAIT_MS), and an older attempt delivered late ends
+ * at once, leaving the newer one running; an attempt the server timed out or the
  * workflow cancelled rejects at once with CancelledFailure, and its work, which checks
  * assertAttemptCurrent before it writes, stops at its next check. Nested calls only heartbeat.
  */
@@ -235,6 +236,12 @@ async function oneAttempt<T>(ctx: Context, scope: AttemptScope, fn: () => Promis
   const info = ctx.info;
   const key = scope.key;
   const previous = runningAttempts.get(key);
+  if (previous && previous.scope.attempt >= info.attempt) {
+    // A stale delivery (seen after a Temporal server restart: attempt 1's task arriving while attempt
+    // 2 runs here): the server has moved past it, so it ends at once and leaves the newer one alone.
+    attemptLog.warn({ activity: info.activityType, key }, `attempt ${info.attempt} of ${info.activityType} arrived while attempt ${previous.scope.attempt} runs here: ended at once`);
+    throw new CancelledFailure(`attempt ${info.attempt} of ${info.activityType} is stale: attempt ${previous.scope.attempt} of it runs in this worker`);
+  }
   if (previous) {
     previous.scope.controller.abort(new Error(`superseded by attempt ${info.attempt}`));
     const waited = await Promise.race([previous.settled.then(() => true, () => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), SUPERSEDED_ATTEMPT_WAIT_MS).unref())]);

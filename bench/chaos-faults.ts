@@ -1,10 +1,15 @@
 // The faults `relax bench chaos` injects into a `relax dev` child process: kill -9 of a worker of a
 // given role (choosing one whose restart the supervisor will not back off long, then waiting for its
 // replacement's ready line), kill -9 of the Temporal dev server (waiting for the supervisor to bring
-// it back), and the order of them all (every role in each block of four, restarts spread evenly).
+// it back), and the order of them all (every role in each block of four, restarts spread evenly);
+// and the stack's own database on a PostgreSQL server when DATABASE_URL names one.
 import fs from 'node:fs';
 import path from 'node:path';
+import { randomUUID } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { Pool } from 'pg';
+import { relaxEnvironment } from '../config/environment';
+import { createDatabase, dropDatabase } from '../store/db';
 import type { Role } from '../config/task-queues';
 import { RELAX_BIN } from '../workers/local-stack';
 import { DEFAULT_BACKOFF, restartDelayMs } from '../workers/supervisor';
@@ -171,4 +176,23 @@ export async function killTemporal(dev: DevProcess, address: string, remember: (
   }, withinMs).catch(() => false);
   remember(descendants(dev.pid));
   return back ? 'supervisor' : 'dev-restart';
+}
+
+/** DATABASE_URL set: a fresh database on that server for the stack; else undefined (relax dev serves embedded PGlite). */
+export async function chaosDatabase(): Promise<{ url?: string; drop(): Promise<void> }> {
+  const server = relaxEnvironment().databaseUrl;
+  if (!server) return { drop: async () => undefined };
+  const name = `relax_chaos_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
+  const admin = new Pool({ connectionString: server, max: 1 });
+  await createDatabase(admin, name);
+  await admin.end();
+  const u = new URL(server);
+  u.pathname = `/${name}`;
+  return {
+    url: u.toString(),
+    async drop() {
+      const a = new Pool({ connectionString: server, max: 1 });
+      await dropDatabase(a, name).finally(() => a.end());
+    },
+  };
 }

@@ -211,14 +211,16 @@ const round1 = (x: number) => Math.round(x * 10) / 10;
 
 /**
  * The longest time one of the runs applied no step between `from` and `to` (edges included: a run
- * that applied nothing in the window stalled for all of it): its seconds, and when it began and ended.
+ * that applied nothing in the window stalled for all of it): its seconds, when it began and ended, and which run (its index).
  */
-export function longestStall(appliedByRun: Date[][], from: number, to: number): { seconds: number; from: number; to: number } {
-  let worst = { ms: 0, from, to: from };
+export function longestStall(appliedByRun: Date[][], from: number, to: number): { seconds: number; from: number; to: number; run: number } {
+  let worst = { ms: 0, from, to: from, run: 0 };
+  let run = 0;
   const gap = (a: number, b: number) => {
-    if (b - a > worst.ms) worst = { ms: b - a, from: a, to: b };
+    if (b - a > worst.ms) worst = { ms: b - a, from: a, to: b, run };
   };
-  for (const applied of appliedByRun) {
+  for (const [i, applied] of appliedByRun.entries()) {
+    run = i;
     let last = from;
     for (const t of applied.map((d) => d.getTime()).filter((t) => t > from && t <= to).sort((a, b) => a - b)) {
       gap(last, t);
@@ -226,8 +228,11 @@ export function longestStall(appliedByRun: Date[][], from: number, to: number): 
     }
     gap(last, to);
   }
-  return { seconds: round1(worst.ms / 1000), from: worst.from, to: worst.to };
+  return { seconds: round1(worst.ms / 1000), from: worst.from, to: worst.to, run: worst.run };
 }
 
-/** How a stop ended, in a few words ("control, never resumed"). */
-export const describeStop = (s: StopOutcome): string => `${s.kind}, ${s.heldS !== undefined ? `resumed after ${s.heldS} s` : 'never resumed'}`;
+/** How a stop went, in a few words ("SIGSTOP control, never resumed"; with the pid and the liveness kill when `detailed`). */
+export function describeStop(s: StopOutcome, detailed = false): string {
+  const then = s.heldS !== undefined ? `SIGCONT after ${s.heldS} s` : s.killedAfterS !== undefined && detailed ? `never resumed: relax dev's liveness check killed it after ${s.killedAfterS} s and restarted it` : 'never resumed';
+  return `SIGSTOP ${s.kind}${detailed ? ` (pid ${s.pid})` : ''}, ${then}`;
+}

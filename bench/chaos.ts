@@ -15,16 +15,14 @@ import path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { Pool } from 'pg';
-import { relaxEnvironment } from '../config/environment';
 import type { RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
 import { seededRandom } from '../config/seeds';
-import { createDatabase, dropDatabase } from '../store/db';
 import { freePort } from '../workers/ports';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { checkRunIntegrity, descendants, processesMentioning, stillAlive, type ProcessInfo, type RunIntegrity } from './chaos-checks';
-import { DevProcess, killTemporal, schedule, sleep, until, withTimeout, WorkerKiller, type ChaosEvent } from './chaos-faults';
-import { ChaosEngine, describeStop, longestStall, stopSchedule, WorkerStopper, type StopEvent, type StopOutcome } from './chaos-stops';
+import { chaosDatabase, DevProcess, killTemporal, schedule, sleep, until, withTimeout, WorkerKiller, type ChaosEvent } from './chaos-faults';
+import { ChaosEngine, describeStop, longestStall, stopSchedule, WorkerStopper, type StopEvent } from './chaos-stops';
 import { appliedStepTimes } from '../store/step-records';
 import { listRolloutEngines } from '../store/rollout-engines';
 import { workerLivenessMs } from '../config/environment';
@@ -65,10 +63,11 @@ export interface ChaosReport {
   liveness_kill_s_max: number;
   /** External engines marked failed (the frozen one must be: its worker probes it while it waits). */
   engines_marked_failed: number;
-  /** The longest time one run applied no step, from the first fault until the runs had recovered (s). */
+  /** The longest time one run applied no step (s): from the first stop (or, without stops, the first kill) until the runs had recovered. */
   stalled_s_max: number;
   /** When that longest stall began and ended (s after the first fault), and the faults injected within it (or up to 10 s before). */
   stalled_window_s: [number, number];
+  stalled_run: string;
   stalled_during: string[];
   restarts: number;
   dev_restarts: number;
@@ -92,6 +91,8 @@ export interface ChaosReport {
   problems: string[];
 }
 
+/** No run may go this long without a step while the faults go on (docs/benchmarks.md, "The stall deadline"). */
+export const STALL_DEADLINE_S = 60;
 const PROMPTS = 4;
 const GROUP = 4;
 const WORKERS: Record<Role, number> = { control: 1, rollout: 2, train: 2, reference: 1, judge: 0 };
@@ -133,7 +134,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const seen = new Map<string, ProcessInfo>();
   const remember = (ps: ProcessInfo[]) => ps.forEach((p) => seen.set(`${p.pid}:${p.startTime}`, p));
   const report: ChaosReport = {
-    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, stalled_window_s: [0, 0], stalled_during: [], restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
+    kills: 0, stops: 0, liveness_kills: 0, liveness_kill_s_max: 0, engines_marked_failed: 0, stalled_s_max: 0, stalled_window_s: [0, 0], stalled_run: '', stalled_during: [], restarts: 0, dev_restarts: 0, temporal_restarts: 0, temporal_restart_mode: 'none',
     runs_started: 0, runs_completed: 0, steps_applied: 0, lost_samples: 0, double_trained_samples: 0, duplicate_versions: 0,
     missing_versions: 0, corrupt_checkpoints: 0, retained_checkpoints: 0, dev_kill_leftovers: 0, orphan_processes: 0,
     database: database.url ? 'postgres' : 'embedded', wall_s: 0, problems: [],
@@ -229,14 +230,22 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       }
     }
 
+    // stalled_s_max is measured over the stops, which come one at a time, once both runs train again
+    // after the kills (which pile up several faults within a step); without stops, over the kills.
+    let stallFrom = faultsFrom;
     if (stopEvents.length > 0) {
+      if (events.length) {
+        const need = await answered(ids);
+        await until('both runs to apply a step after the kills', async () => ((await stepsOf(ids)).every((s, i) => s > need[i]) ? true : undefined), 300_000, 500);
+      }
+      stallFrom = Date.now();
       if (stopEvents.some((e) => e.kind === 'engine')) engine = await ChaosEngine.start(dev!, home, env, o.log);
       stopper = new WorkerStopper({ dev: () => dev!, failpointsDir, livenessMs: workerLivenessMs(env), holdS: o.stopHoldSeconds, rng, engine, log: o.log });
       for (const event of stopEvents) {
         const outcome = await stopper.stop(event);
-        faults.push({ at: outcome.at, what: `SIGSTOP ${describeStop(outcome)}` });
+        faults.push({ at: outcome.at, what: describeStop(outcome) });
         report.stops += 1;
-        logStop(o.log, outcome);
+        o.log(`[chaos] ${describeStop(outcome, true)}`);
         if (outcome.killedAfterS !== undefined) {
           report.liveness_kills += 1;
           report.liveness_kill_s_max = Math.max(report.liveness_kill_s_max, outcome.killedAfterS);
@@ -269,10 +278,13 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         else if (result) report.problems.push(`run ${ids[i]} returned ${result.steps} steps / version ${result.policyVersion}, the database has ${check.appliedSteps} applied steps`);
         addCounts(report, check);
       }
-      const stall = longestStall(await Promise.all(ids.map(async (id) => (await appliedStepTimes(pool, id)).map((t) => t.applied))), faultsFrom, faultsTo);
+      const stall = longestStall(await Promise.all(ids.map(async (id) => (await appliedStepTimes(pool, id)).map((t) => t.applied))), stallFrom, faultsTo);
       report.stalled_s_max = stall.seconds;
       report.stalled_during = faults.filter((f) => f.at >= stall.from - 10_000 && f.at <= stall.to).map((f) => `${((f.at - faultsFrom) / 1000).toFixed(1)} s: ${f.what}`);
       report.stalled_window_s = [stall.from, stall.to].map((t) => Math.round((t - faultsFrom) / 100) / 10) as [number, number];
+      report.stalled_run = ids[stall.run];
+      const deadline = stopEvents.length > 0 && stall.seconds >= STALL_DEADLINE_S;
+      if (deadline) report.problems.push(`run ${report.stalled_run} applied no step for ${stall.seconds} s during the stops (deadline ${STALL_DEADLINE_S} s), from ${report.stalled_window_s[0]} s after the first fault`);
       report.engines_marked_failed = (await listRolloutEngines(pool)).filter((e) => e.url && e.state === 'failed').length;
       if (engine && report.engines_marked_failed !== 1) report.problems.push(`the frozen external engine was not marked failed (${report.engines_marked_failed} engines failed)`);
     } finally {
@@ -327,11 +339,6 @@ async function killOne(dev: DevProcess, killer: WorkerKiller, role: Role, next: 
   await killer.kill(dev, victim, remember);
 }
 
-function logStop(log: (line: string) => void, s: StopOutcome): void {
-  const then = s.heldS !== undefined ? `SIGCONT after ${s.heldS} s` : s.killedAfterS !== undefined ? `never resumed: relax dev's liveness check killed it after ${s.killedAfterS} s and restarted it` : 'never resumed';
-  log(`[chaos] SIGSTOP ${s.kind} (pid ${s.pid}); ${then}`);
-}
-
 function killQuietly(pid: number): void {
   try {
     process.kill(pid, 'SIGKILL');
@@ -349,25 +356,6 @@ function addCounts(r: ChaosReport, c: RunIntegrity): void {
   r.corrupt_checkpoints += c.corruptCheckpoints;
   r.retained_checkpoints += c.retainedCheckpoints;
   r.problems.push(...c.problems.map((p) => `${c.runId}: ${p}`));
-}
-
-/** DATABASE_URL set: a fresh database on that server for the stack; else undefined (relax dev serves embedded PGlite). */
-async function chaosDatabase(): Promise<{ url?: string; drop(): Promise<void> }> {
-  const server = relaxEnvironment().databaseUrl;
-  if (!server) return { drop: async () => undefined };
-  const name = `relax_chaos_${randomUUID().replace(/-/g, '').slice(0, 12)}`;
-  const admin = new Pool({ connectionString: server, max: 1 });
-  await createDatabase(admin, name);
-  await admin.end();
-  const u = new URL(server);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    async drop() {
-      const a = new Pool({ connectionString: server, max: 1 });
-      await dropDatabase(a, name).finally(() => a.end());
-    },
-  };
 }
 
 function intOption(options: Record<string, string>, key: string, fallback: number): number {

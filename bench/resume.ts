@@ -16,10 +16,12 @@ import { relaxEnvironment } from '../config/environment';
 import { ADD2_GRPO } from '../config/recipes';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { seededRandom } from '../config/seeds';
-import { roleTaskQueue, type Role } from '../config/task-queues';
+import { roleTaskQueue } from '../config/task-queues';
 import { loadTfjsBackend } from '../engines/backends';
 import { loadCheckpoint } from '../engines/checkpoint';
+import type { PolicyWeights } from '../engines/model';
 import { getCheckpoint } from '../store/checkpoint-registry';
+import { readMetrics } from '../store/metrics';
 import { runInProcess } from '../training/in-process';
 import { ADD2_SFT, loadOrTrainWarmStart } from '../training/warm-start';
 import { freePort } from '../workers/ports';
@@ -58,18 +60,103 @@ export function interruptionOrder(n: number, rng: () => number): Interruption[] 
   return out;
 }
 
-// Over 80 lines because it is the benchmark's one script, in order (warm start, stack, run and its
-// calm twin, interruptions, comparison); the stack handling is chaos-faults'.
+/** The bench's relax dev stack: started, queried, interrupted and stopped. */
+class ResumeStack {
+  readonly home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-resume-'));
+  dev: DevProcess | undefined;
+  private connection: Connection | undefined;
+  client: Client | undefined;
+
+  private constructor(
+    private readonly address: string,
+    private readonly args: string[],
+  ) {}
+
+  static async start(): Promise<ResumeStack> {
+    const temporalPort = await freePort();
+    const args = ['--temporal-port', String(temporalPort), '--ui-port', '0', '--db-port', String(await freePort()), '--api-port', '0', '--reference-workers', '0', '--judge-workers', '0', '--verbose'];
+    const stack = new ResumeStack(`127.0.0.1:${temporalPort}`, args);
+    await stack.up();
+    return stack;
+  }
+
+  private async up(): Promise<void> {
+    const env = { ...process.env, RELAX_HOME: this.home, TEMPORAL_ADDRESS: '', DATABASE_URL: '' };
+    this.dev = new DevProcess(['dev', '--data-dir', this.home, ...this.args], env, path.join(this.home, 'dev.log'));
+    await this.dev.waitUp();
+    this.connection = await Connection.connect({ address: this.address });
+    this.client = new Client({ connection: this.connection });
+  }
+
+  async step(runId: string): Promise<number> {
+    return (await withTimeout(this.client!.workflow.getHandle(runId).query<TrainingProgress>('progress').catch(() => undefined), 5_000))?.step ?? 0;
+  }
+
+  /** One interruption; resolves when what was killed is back. */
+  async interrupt(what: Interruption): Promise<void> {
+    const dev = this.dev!;
+    if (what === 'temporal') {
+      if ((await killTemporal(dev, this.address, () => undefined)) === 'dev-restart') throw new Error('relax bench resume: relax dev did not restart the Temporal server');
+    } else if (what === 'dev') {
+      const before = descendants(dev.pid);
+      await this.connection?.close();
+      dev.child.kill('SIGKILL');
+      await dev.exited;
+      await until('the stack to die with relax dev', () => (before.some(stillAlive) ? undefined : true), 15_000);
+      await this.up();
+    } else {
+      const victim = descendants(dev.pid).find((p) => workerRole(p) === what);
+      if (!victim) throw new Error(`relax bench resume: no ${what} worker under relax dev`);
+      const ready = dev.ready(what);
+      process.kill(victim.pid, 'SIGKILL');
+      await until(`the supervisor to restart the ${what} worker`, () => (dev.ready(what) > ready ? true : undefined), 120_000);
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.connection?.close().catch(() => undefined);
+    if (this.dev?.alive) {
+      this.dev.child.kill('SIGTERM');
+      await withTimeout(this.dev.exited, 60_000);
+    }
+    fs.rmSync(this.home, { recursive: true, force: true });
+  }
+}
+
+/** The run's final version and losses (from the stack's database) against its uninterrupted twin's. */
+async function compareWithCalm(stack: ResumeStack, runId: string, steps: number, calm: { weights: PolicyWeights; losses: number[] }) {
+  const { databaseUrl } = JSON.parse(fs.readFileSync(path.join(stack.home, 'stack.json'), 'utf8')) as { databaseUrl: string };
+  const pool = new Pool({ connectionString: databaseUrl, max: 1 });
+  try {
+    const checkpoint = await getCheckpoint(pool, runId, steps);
+    if (!checkpoint) throw new Error(`relax bench resume: version ${steps} is not registered`);
+    const { weights } = await loadCheckpoint(checkpoint.path);
+    const losses = ((await readMetrics(pool, runId)).loss ?? []).map(([, value]) => Number(value));
+    let differing = 0;
+    let compared = 0;
+    for (const [name, expected] of Object.entries(calm.weights)) {
+      const got = weights[name];
+      compared += expected.length;
+      differing += got && got.length === expected.length ? expected.reduce((n, x, i) => n + (Object.is(x, got[i]) ? 0 : 1), 0) : expected.length;
+    }
+    const sameNames = Object.keys(weights).sort().join() === Object.keys(calm.weights).sort().join();
+    return {
+      bitwise_equal: sameNames && differing === 0,
+      differing_weights: differing,
+      compared_weights: compared,
+      losses_equal: losses.length === calm.losses.length && losses.every((l, i) => Object.is(l, calm.losses[i])),
+    };
+  } finally {
+    await pool.end();
+  }
+}
+
 export async function runResumeCheck(o: { steps: number; interruptions: Interruption[]; seed: number; log: (line: string) => void }): Promise<ResumeReport> {
   const started = Date.now();
   if (o.interruptions.length >= o.steps) throw new Error(`relax bench resume: ${o.interruptions.length} interruptions need more than ${o.steps} steps (one per step, after step 1)`);
   await loadTfjsBackend({ kind: 'cpu' });
   const warm = await loadOrTrainWarmStart(parseRunConfig(ADD2_GRPO), ADD2_SFT, relaxEnvironment().warmStartCache);
-  const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-resume-'));
-  const temporalPort = await freePort();
-  const address = `127.0.0.1:${temporalPort}`;
-  const env = { ...process.env, RELAX_HOME: home, TEMPORAL_ADDRESS: '', DATABASE_URL: '' };
-  const args = ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--db-port', String(await freePort()), '--api-port', '0', '--reference-workers', '0', '--judge-workers', '0', '--verbose'];
+  const stack = await ResumeStack.start();
   const runId = `resume-${randomUUID().slice(0, 6)}`;
   const config: RunConfigInput = {
     ...ADD2_GRPO,
@@ -77,86 +164,25 @@ export async function runResumeCheck(o: { steps: number; interruptions: Interrup
     seed: o.seed,
     rollout: { ...ADD2_GRPO.rollout, prompts_per_step: 8 },
     train: { ...ADD2_GRPO.train, steps: o.steps, warmup_steps: 2, eval_every: 1_000, keep_consumed_steps: 1_000 },
-    checkpoint: { init_from: warm.dir, every: 1, keep_last: o.steps + 1, dir: path.join(home, 'checkpoints', runId) },
+    checkpoint: { init_from: warm.dir, every: 1, keep_last: o.steps + 1, dir: path.join(stack.home, 'checkpoints', runId) },
   };
-  let dev: DevProcess | undefined;
-  let connection: Connection | undefined;
-  let client: Client | undefined;
-  const up = async () => {
-    dev = new DevProcess(args, env, path.join(home, 'dev.log'));
-    await dev.waitUp();
-    connection = await Connection.connect({ address });
-    client = new Client({ connection });
-  };
-  const step = async () => (await withTimeout(client!.workflow.getHandle(runId).query<TrainingProgress>('progress').catch(() => undefined), 5_000))?.step ?? 0;
   try {
-    await up();
-    await client!.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: runId, args: [config] });
+    await stack.client!.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: runId, args: [config] });
     const calmRun = runInProcess(parseRunConfig(config), warm.weights, { evalEvery: 1_000 });
     const interrupted: string[] = [];
-    for (let i = 0; i < o.interruptions.length; i++) {
-      const what = o.interruptions[i];
-      const atStep = i + 1;
-      await until(`step ${atStep}`, async () => ((await step()) >= atStep ? true : undefined), 300_000, 100);
-      if (what === 'temporal') {
-        if ((await killTemporal(dev!, address, () => undefined)) === 'dev-restart') throw new Error('relax bench resume: relax dev did not restart the Temporal server');
-      } else if (what === 'dev') {
-        const before = descendants(dev!.pid);
-        await connection?.close();
-        dev!.child.kill('SIGKILL');
-        await dev!.exited;
-        await until('the stack to die with relax dev', () => (before.some(stillAlive) ? undefined : true), 15_000);
-        await up();
-      } else {
-        const victim = descendants(dev!.pid).find((p) => workerRole(p) === what);
-        if (!victim) throw new Error(`relax bench resume: no ${what} worker under relax dev`);
-        const ready = dev!.ready(what as Role);
-        process.kill(victim.pid, 'SIGKILL');
-        await until(`the supervisor to restart the ${what} worker`, () => (dev!.ready(what as Role) > ready ? true : undefined), 120_000);
-      }
-      interrupted.push(`${what}@${atStep}`);
-      o.log(`[resume] ${what} interrupted at step ${atStep}`);
+    for (const [i, what] of o.interruptions.entries()) {
+      await until(`step ${i + 1}`, async () => ((await stack.step(runId)) >= i + 1 ? true : undefined), 300_000, 100);
+      await stack.interrupt(what);
+      interrupted.push(`${what}@${i + 1}`);
+      o.log(`[resume] ${what} interrupted at step ${i + 1}`);
     }
-    const result = (await client!.workflow.getHandle(runId).result()) as TrainingResult;
+    const result = (await stack.client!.workflow.getHandle(runId).result()) as TrainingResult;
     if (result.steps !== o.steps) throw new Error(`relax bench resume: the run ended after ${result.steps} steps, not ${o.steps}`);
     const calm = await calmRun;
-    const stack = JSON.parse(fs.readFileSync(path.join(home, 'stack.json'), 'utf8')) as { databaseUrl: string };
-    const pool = new Pool({ connectionString: stack.databaseUrl, max: 1 });
-    try {
-      const checkpoint = await getCheckpoint(pool, runId, o.steps);
-      if (!checkpoint) throw new Error(`relax bench resume: version ${o.steps} is not registered`);
-      const { weights } = await loadCheckpoint(checkpoint.path);
-      const { rows } = await pool.query<{ value: number }>(`SELECT value FROM metrics WHERE run_id = $1 AND name = 'loss' ORDER BY step`, [runId]);
-      const losses = rows.map((r) => Number(r.value));
-      const calmLosses = calm.curve.map((r) => r.metrics.loss);
-      let differing = 0;
-      let compared = 0;
-      for (const [name, expected] of Object.entries(calm.weights)) {
-        const got = weights[name];
-        compared += expected.length;
-        differing += got && got.length === expected.length ? expected.reduce((n, x, i) => n + (Object.is(x, got[i]) ? 0 : 1), 0) : expected.length;
-      }
-      const sameNames = Object.keys(weights).sort().join() === Object.keys(calm.weights).sort().join();
-      return {
-        steps: o.steps,
-        interruptions: interrupted.length,
-        interrupted,
-        bitwise_equal: sameNames && differing === 0,
-        differing_weights: differing,
-        compared_weights: compared,
-        losses_equal: losses.length === calmLosses.length && losses.every((l, i) => Object.is(l, calmLosses[i])),
-        wall_s: Math.round((Date.now() - started) / 100) / 10,
-      };
-    } finally {
-      await pool.end();
-    }
+    const compared = await compareWithCalm(stack, runId, o.steps, { weights: calm.weights, losses: calm.curve.map((r) => r.metrics.loss) });
+    return { steps: o.steps, interruptions: interrupted.length, interrupted, ...compared, wall_s: Math.round((Date.now() - started) / 100) / 10 };
   } finally {
-    await connection?.close().catch(() => undefined);
-    if (dev?.alive) {
-      dev.child.kill('SIGTERM');
-      await withTimeout(dev.exited, 60_000);
-    }
-    fs.rmSync(home, { recursive: true, force: true });
+    await stack.stop();
   }
 }
 

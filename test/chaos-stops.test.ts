@@ -87,7 +87,7 @@ test('the stop schedule freezes every kind of worker, resumes three stops in fou
 test('longestStall is the longest gap between applied steps in the window, its edges included', () => {
   const t0 = 1_000_000;
   const at = (s: number) => new Date(t0 + s * 1000);
-  assert.deepEqual(longestStall([[at(1), at(3), at(10)], [at(2), at(4), at(6), at(8)]], t0, t0 + 12_000), { seconds: 7, from: t0 + 3_000, to: t0 + 10_000 });
+  assert.deepEqual(longestStall([[at(1), at(3), at(10)], [at(2), at(4), at(6), at(8)]], t0, t0 + 12_000), { seconds: 7, from: t0 + 3_000, to: t0 + 10_000, run: 0 });
   assert.equal(longestStall([[at(1), at(2)]], t0, t0 + 30_000).seconds, 28, 'no step after 2 s: stalled to the end');
   assert.equal(longestStall([[at(-5), at(40)]], t0, t0 + 10_000).seconds, 10, 'steps outside the window do not count');
 });
