@@ -203,10 +203,19 @@ test('a worker killed again and again is restarted after growing delays', async 
 test('no file or directory under the data directory is readable or writable by others (RELAX_UMASK 077)', () => {
   const open: string[] = [];
   const walk = (p: string): number => {
-    const st = fs.lstatSync(p);
-    if (st.isSymbolicLink()) return 0;
+    // The stack is running: a file may go between listing and stat (sqlite's temporal.db-journal did in CI).
+    const st = fs.lstatSync(p, { throwIfNoEntry: false });
+    if (!st || st.isSymbolicLink()) return 0;
     if ((st.mode & 0o077) !== 0) open.push(`${path.relative(home, p) || '.'} ${(st.mode & 0o777).toString(8)}`);
-    return 1 + (st.isDirectory() ? fs.readdirSync(p).reduce((n, name) => n + walk(path.join(p, name)), 0) : 0);
+    const names = st.isDirectory() ? ((): string[] => {
+      try {
+        return fs.readdirSync(p);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+        throw err;
+      }
+    })() : [];
+    return 1 + names.reduce((n, name) => n + walk(path.join(p, name)), 0);
   };
   const seen = walk(home);
   // The embedded database (hundreds of files), the Temporal dev server's, the logs, the API token, stack.json.
