@@ -86,18 +86,23 @@ export class DevProcess {
 
 export type ChaosEvent = Role | 'dev' | 'temporal';
 
-/** The kills in blocks of the four roles (each block in seeded random order), restarts spread evenly among them. */
-export function schedule(kills: number, devRestarts: number, temporalRestarts: number, rng: () => number): ChaosEvent[] {
-  const roles: Role[] = ['control', 'rollout', 'train', 'reference'];
-  const out: ChaosEvent[] = [];
-  while (out.length < kills) {
-    const block = [...roles];
+/** `n` picks from `kinds` in blocks that each hold every kind once, in seeded random order (Fisher-Yates). */
+export function shuffledBlocks<T>(kinds: readonly T[], n: number, rng: () => number): T[] {
+  const out: T[] = [];
+  while (out.length < n) {
+    const block = [...kinds];
     for (let i = block.length - 1; i > 0; i--) {
       const j = Math.floor(rng() * (i + 1));
       [block[i], block[j]] = [block[j], block[i]];
     }
-    out.push(...block.slice(0, kills - out.length));
+    out.push(...block.slice(0, n - out.length));
   }
+  return out;
+}
+
+/** The kills in blocks of the four roles (each block in seeded random order), restarts spread evenly among them. */
+export function schedule(kills: number, devRestarts: number, temporalRestarts: number, rng: () => number): ChaosEvent[] {
+  const out: ChaosEvent[] = shuffledBlocks<Role>(['control', 'rollout', 'train', 'reference'], kills, rng);
   const restarts: ChaosEvent[] = [];
   for (let i = 0; i < Math.max(devRestarts, temporalRestarts); i++) {
     if (i < temporalRestarts) restarts.push('temporal');

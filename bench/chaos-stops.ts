@@ -15,7 +15,7 @@ import { RELAX_BIN } from '../workers/local-stack';
 import { freePort } from '../workers/ports';
 import { forwardLines } from '../workers/temporal-server';
 import { descendants, processInfo, processState, stillAlive, workerRole, type ProcessInfo } from './chaos-checks';
-import { sleep, until, type DevProcess } from './chaos-faults';
+import { shuffledBlocks, sleep, until, type DevProcess } from './chaos-faults';
 
 export type StopKind = 'control' | 'rollout' | 'train' | 'reference' | FailpointName | 'engine';
 export interface StopEvent {
@@ -32,16 +32,7 @@ const isFailpoint = (k: StopKind): k is FailpointName => k in FAILPOINTS;
  * resumed; with an engine, the middle event is the engine's stop (never resumed).
  */
 export function stopSchedule(stops: number, rng: () => number, withEngine: boolean): StopEvent[] {
-  const kinds: StopKind[] = [];
-  while (kinds.length < stops) {
-    const block = [...WORKER_KINDS];
-    for (let i = block.length - 1; i > 0; i--) {
-      const j = Math.floor(rng() * (i + 1));
-      [block[i], block[j]] = [block[j], block[i]];
-    }
-    kinds.push(...block.slice(0, stops - kinds.length));
-  }
-  const events = kinds.map((kind, i) => ({ kind, resume: i % 4 !== 3 }));
+  const events = shuffledBlocks(WORKER_KINDS, stops, rng).map((kind, i) => ({ kind, resume: i % 4 !== 3 }));
   if (withEngine && stops > 0) events[Math.floor(stops / 2)] = { kind: 'engine', resume: false };
   return events;
 }

@@ -283,8 +283,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       report.stalled_during = faults.filter((f) => f.at >= stall.from - 10_000 && f.at <= stall.to).map((f) => `${((f.at - faultsFrom) / 1000).toFixed(1)} s: ${f.what}`);
       report.stalled_window_s = [stall.from, stall.to].map((t) => Math.round((t - faultsFrom) / 100) / 10) as [number, number];
       report.stalled_run = ids[stall.run];
-      const deadline = stopEvents.length > 0 && stall.seconds >= STALL_DEADLINE_S;
-      if (deadline) report.problems.push(`run ${report.stalled_run} applied no step for ${stall.seconds} s during the stops (deadline ${STALL_DEADLINE_S} s), from ${report.stalled_window_s[0]} s after the first fault`);
+      if (stopEvents.length > 0 && stall.seconds >= STALL_DEADLINE_S) report.problems.push(`run ${report.stalled_run} applied no step for ${stall.seconds} s during the stops (deadline ${STALL_DEADLINE_S} s), from ${report.stalled_window_s[0]} s after the first fault`);
       report.engines_marked_failed = (await listRolloutEngines(pool)).filter((e) => e.url && e.state === 'failed').length;
       if (engine && report.engines_marked_failed !== 1) report.problems.push(`the frozen external engine was not marked failed (${report.engines_marked_failed} engines failed)`);
     } finally {

@@ -27,7 +27,7 @@ import { ADD2_SFT, loadOrTrainWarmStart } from '../training/warm-start';
 import { freePort } from '../workers/ports';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
 import { descendants, stillAlive, workerRole } from './chaos-checks';
-import { DevProcess, killTemporal, until, withTimeout } from './chaos-faults';
+import { DevProcess, killTemporal, shuffledBlocks, until, withTimeout } from './chaos-faults';
 import type { Bench } from './index';
 
 export type Interruption = 'train' | 'rollout' | 'control' | 'temporal' | 'dev';
@@ -47,18 +47,7 @@ export interface ResumeReport {
 }
 
 /** The kinds in blocks of all five (each block in seeded random order). */
-export function interruptionOrder(n: number, rng: () => number): Interruption[] {
-  const out: Interruption[] = [];
-  while (out.length < n) {
-    const block = [...KINDS];
-    for (let i = block.length - 1; i > 0; i--) {
-      const j = Math.floor(rng() * (i + 1));
-      [block[i], block[j]] = [block[j], block[i]];
-    }
-    out.push(...block.slice(0, n - out.length));
-  }
-  return out;
-}
+export const interruptionOrder = (n: number, rng: () => number): Interruption[] => shuffledBlocks(KINDS, n, rng);
 
 /** The bench's relax dev stack: started, queried, interrupted and stopped. */
 class ResumeStack {
