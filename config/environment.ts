@@ -1,7 +1,8 @@
 // The one place a Relax process reads its environment variables: where it finds the services it
 // talks to (every entrypoint reads these the same way), how workers release runs and version their
 // workflow code, and, re-exported from its siblings, the engine and sandbox settings
-// (environment-engines.ts), the Temporal TLS, tokens and tracing (environment-services.ts) and a
+// (environment-engines.ts), the Temporal TLS, tokens and tracing (environment-services.ts), object
+// storage for checkpoints and media (environment-storage.ts) and a
 // worker process's own settings (environment-workers.ts). Each parser takes `env` (default
 // process.env) so tests pass their own; an invalid value is an error naming the variable and the fix.
 // The architecture test's env rule keeps reads of specific variables out of every other module.
@@ -14,6 +15,7 @@ export * from './environment-hub';
 export * from './environment-services';
 export * from './environment-temporal';
 export * from './environment-workers';
+export * from './environment-storage';
 
 /** The repository (or installed package) root: this file compiles to dist/workers/. */
 export const PACKAGE_ROOT = path.resolve(__dirname, '..', '..');

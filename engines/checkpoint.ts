@@ -4,9 +4,13 @@
 // Written (atomically), read, verified and deleted here only; which versions exist is the
 // checkpoint registry's job (store/checkpoint-registry.ts). Versions are immutable: publishing the
 // same version again succeeds only with identical bytes, which makes a retried publish idempotent.
+// A root may be a directory or an object-store URL (s3://..., engines/storage/): there a version is
+// the objects <root>/vNNNNNNNN/model.safetensors and then config.json, whose presence marks the
+// version complete, read through the worker's bounded cache and verified by sha256 either way.
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { baseName, deleteObjects, forgetCached, isObjectUrl, joinLocation, listObjects, readAt, readIfExists, writeAt } from './storage/locations';
 import { z } from 'zod';
 import { checkWeights, initWeights, modelConfigDifference, modelConfigSchema, parseModelConfig, trainableParameterSpec, valueHeadParameterSpec, type ModelConfig, type PolicyWeights } from './model';
 import { decodeSafetensors, encodeSafetensors } from './safetensors';
@@ -57,7 +61,7 @@ export function encodeCheckpointWeights(model: ModelConfig, weights: PolicyWeigh
 /** Directory of `policyVersion` under a run's checkpoint root. */
 export function checkpointDir(root: string, policyVersion: number): string {
   if (!Number.isInteger(policyVersion) || policyVersion < 0) throw new Error(`policyVersion must be a non-negative integer, got ${policyVersion}`);
-  return path.join(root, `v${String(policyVersion).padStart(8, '0')}`);
+  return joinLocation(root, `v${String(policyVersion).padStart(8, '0')}`);
 }
 
 /**
@@ -66,14 +70,14 @@ export function checkpointDir(root: string, policyVersion: number): string {
  */
 export function optimizerStatePath(root: string, policyVersion: number): string {
   if (!Number.isInteger(policyVersion) || policyVersion < 0) throw new Error(`policyVersion must be a non-negative integer, got ${policyVersion}`);
-  return path.join(root, 'optimizer', `v${String(policyVersion).padStart(8, '0')}.safetensors`);
+  return joinLocation(root, 'optimizer', `v${String(policyVersion).padStart(8, '0')}.safetensors`);
 }
 
-async function readConfigFile(dir: string): Promise<CheckpointConfig> {
-  const file = path.join(dir, CONFIG_FILE);
+async function readConfigFile(dir: string, fresh = false): Promise<CheckpointConfig> {
+  const file = joinLocation(dir, CONFIG_FILE);
   let raw: string;
   try {
-    raw = await readFile(file, 'utf8');
+    raw = Buffer.from(await readAt(file, { fresh })).toString('utf8');
   } catch (err) {
     throw new Error(`checkpoint ${dir}: cannot read ${CONFIG_FILE} (${(err as Error).message})`);
   }
@@ -101,6 +105,12 @@ export async function publishCheckpoint(root: string, policyVersion: number, mod
   const config: CheckpointConfig = { format: CHECKPOINT_FORMAT, policyVersion, model, weightsFile: WEIGHTS_FILE, sha256: sha256Hex(bytes), bytes: bytes.length };
   const existing = await readConfigFile(dir).catch(() => undefined);
   if (existing) return sameOrConflict(dir, existing, config);
+  if (isObjectUrl(root)) {
+    // The weights first, then config.json: a reader that finds config.json finds the whole version.
+    await writeAt(joinLocation(dir, WEIGHTS_FILE), bytes);
+    await writeAt(joinLocation(dir, CONFIG_FILE), Buffer.from(`${JSON.stringify(config, null, 2)}\n`));
+    return { ...config, dir };
+  }
   await mkdir(root, { recursive: true });
   const tmp = path.join(root, `.tmp-${path.basename(dir)}-${randomUUID().slice(0, 8)}`);
   await mkdir(tmp);
@@ -135,13 +145,20 @@ export interface LoadCheckpointOptions {
   model?: ModelConfig;
   /** The content hash recorded elsewhere (e.g. the checkpoint registry). */
   sha256?: string;
+  /** Read an object-store version from the store, not the local cache (verification). */
+  fresh?: boolean;
 }
 
 /** Reads a checkpoint directory, verifying its content hash, its model config and every tensor's shape. */
 export async function loadCheckpoint(dir: string, options: LoadCheckpointOptions = {}): Promise<LoadedCheckpoint> {
-  const config = await readConfigFile(dir);
-  const file = path.join(dir, config.weightsFile);
-  const bytes = new Uint8Array(await readFile(file));
+  const config = await readConfigFile(dir, options.fresh);
+  const file = joinLocation(dir, config.weightsFile);
+  let bytes = await readAt(file, { fresh: options.fresh });
+  // A cached copy that no longer matches (a disk fault) is dropped and read again from the store.
+  if (isObjectUrl(file) && !options.fresh && sha256Hex(bytes) !== config.sha256) {
+    await forgetCached([file]);
+    bytes = await readAt(file);
+  }
   const sha256 = sha256Hex(bytes);
   if (sha256 !== config.sha256) throw new Error(`checkpoint ${file}: sha256 ${sha256} does not match ${config.sha256} recorded in ${CONFIG_FILE} (file corrupted or replaced)`);
   if (options.sha256 !== undefined && options.sha256 !== sha256) {
@@ -191,6 +208,11 @@ export function decodeCheckpointWeights(bytes: Uint8Array, source: string): { mo
 
 /** Policy versions published under `root`, ascending. */
 export async function listCheckpointVersions(root: string): Promise<number[]> {
+  if (isObjectUrl(root)) {
+    // A version is complete once its config.json is there (publishCheckpoint writes it last).
+    const complete = (await listObjects(root)).map((url) => /\/v(\d{8,})\/config\.json$/.exec(url)).filter((m): m is RegExpExecArray => m !== null);
+    return complete.map((m) => Number(m[1])).sort((a, b) => a - b);
+  }
   const entries = await readdir(root).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') return [] as string[];
     throw err;
@@ -207,27 +229,19 @@ export async function listCheckpointVersions(root: string): Promise<number[]> {
  * Publish it before the weights: a published version then always has its moments.
  */
 export async function writeOptimizerState(root: string, policyVersion: number, bytes: Uint8Array): Promise<void> {
-  const file = optimizerStatePath(root, policyVersion);
-  await mkdir(path.dirname(file), { recursive: true });
-  const tmp = `${file}.tmp-${process.pid}-${randomUUID().slice(0, 8)}`;
-  await writeFile(tmp, bytes);
-  await rename(tmp, file);
+  // Not kept in the object cache: only a trainer rebuilding a run reads it back.
+  await writeAt(optimizerStatePath(root, policyVersion), bytes, { cache: false });
 }
 
 /** The optimizer state of `policyVersion`, or undefined when none was written (a warm start, version 0). */
 export async function readOptimizerState(root: string, policyVersion: number): Promise<Uint8Array | undefined> {
-  try {
-    return new Uint8Array(await readFile(optimizerStatePath(root, policyVersion)));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw err;
-  }
+  return readIfExists(optimizerStatePath(root, policyVersion), { fresh: true });
 }
 
 /** A version's files checked against the hash the registry recorded: ok, or the problem found. */
 export async function verifyCheckpointFiles(dir: string, policyVersion: number, sha256: string): Promise<{ ok: true } | { ok: false; problem: string }> {
   try {
-    const { info } = await loadCheckpoint(dir, { sha256 });
+    const { info } = await loadCheckpoint(dir, { sha256, fresh: true });
     if (info.policyVersion !== policyVersion) return { ok: false, problem: `checkpoint ${dir} holds policy version ${info.policyVersion}, but the registry lists it as version ${policyVersion}` };
     return { ok: true };
   } catch (err) {
@@ -254,6 +268,7 @@ async function namesIn(dir: string): Promise<Set<string>> {
  * names the versions to warn about when that happens (once, when they are first pruned).
  */
 export async function deleteCheckpointFiles(root: string, versions: ReadonlyArray<{ policyVersion: number; path: string }>, warnFor: ReadonlySet<number> = new Set()): Promise<void> {
+  if (isObjectUrl(root)) return deleteCheckpointObjects(root, versions, warnFor);
   const listed = new Map<string, Set<string>>();
   const present = async (file: string): Promise<boolean> => {
     const dir = path.dirname(file);
@@ -271,4 +286,18 @@ export async function deleteCheckpointFiles(root: string, versions: ReadonlyArra
     const optimizer = optimizerStatePath(root, v.policyVersion);
     if (await present(optimizer)) await rm(optimizer, { force: true });
   }
+}
+
+/** deleteCheckpointFiles for a root in the object store: the version's objects and its optimizer state. */
+async function deleteCheckpointObjects(root: string, versions: ReadonlyArray<{ policyVersion: number; path: string }>, warnFor: ReadonlySet<number>): Promise<void> {
+  const urls: string[] = [];
+  for (const v of versions) {
+    const expected = checkpointDir(root, v.policyVersion);
+    if (v.path.replace(/\/+$/, '') === expected) urls.push(joinLocation(expected, CONFIG_FILE), joinLocation(expected, WEIGHTS_FILE));
+    else if (warnFor.has(v.policyVersion)) componentLog('checkpoints').warn(`version ${v.policyVersion} is pruned but its path ${v.path} is not ${expected}; left in place`);
+    urls.push(optimizerStatePath(root, v.policyVersion));
+  }
+  // config.json first: a version is complete while it exists, so it goes before the weights.
+  await deleteObjects(urls.filter((u) => baseName(u) === CONFIG_FILE));
+  await deleteObjects(urls.filter((u) => baseName(u) !== CONFIG_FILE));
 }

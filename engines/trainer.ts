@@ -1,6 +1,8 @@
 // The trainer: the policy (engines/model.ts) as tfjs variables, forward log-probs for any token
 // sequences, and a train step = micro-batched gradient accumulation of a pluggable loss, global-norm
 // clipping, AdamW with decoupled weight decay, and a warmup + decay learning-rate schedule.
+// gradients() and applyGradients() are a step's two halves, for data parallelism: ranks sum their
+// shards' gradients between them (training/data-parallel.ts, docs/scaling.md).
 //
 // Conventions (shared with engines/rl/losses.ts): a sequence of n tokens has n - 1 TARGETS, target
 // t being tokens[t + 1] predicted from tokens[0..t]. Every per-token array of a TrainSequence
@@ -688,42 +690,12 @@ export class Trainer {
 
   private async runStep(sequences: readonly TrainSequence[], loss: TrainingLoss, options: TrainStepOptions): Promise<TrainStepMetrics> {
     const started = performance.now();
-    const full = padBatch(this.model, sequences, true, false);
-    if (full.lossTokens === 0) throw new Error('trainStep: no sequence has a loss token (every lossMask is all 0)');
-    const batch: BatchTotals = options.batch ?? { sequences: full.sequencesWithLoss, lossTokens: full.lossTokens };
-    microBatchShare(loss.microBatchWeighting, full, batch); // throws unless the totals cover the sequences given
-    const names = [...this.variables.keys()];
-    const varList = names.map((n) => this.variables.get(n)!);
-    const parts = names.map(parameterPart);
     /** The step's gradients so far, summed over micro-batches as each is complete (variableGradsReleasing). */
     const summed: tf.NamedTensorMap = {};
-    const totals = new StepMetricTotals();
-    let paddedTokens = 0;
-    let microBatches = 0;
     try {
-      const plan = planMicroBatches(
-        sequences.map((q) => q.tokens.length),
-        this.microBatchSize,
-        this.microBatchTokens,
-        this.sharePrompts ? sequences.map((q) => promptPrefix(q.tokens, q.lossMask)) : undefined,
-      );
-      for (const [k, indices] of plan.entries()) {
-        if (k > 0) await yieldToEventLoop();
-        const mb = padBatch(this.model, indices.map((i) => sequences[i]), true);
-        const share = microBatchShare(loss.microBatchWeighting, mb, batch);
-        if (share === 0) continue;
-        microBatches += 1;
-        const lengths = indices.map((i) => sequences[i].tokens.length - 1);
-        const metric = await this.microBatchStep(mb, lengths, share, loss, batch, { varList, parts, summed }, (padded) => (paddedTokens += padded));
-        if (!Number.isFinite(metric.loss)) {
-          throw new NonFiniteUpdateError(
-            `${loss.name} loss is not finite (${metric.loss}) on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
-          );
-        }
-        totals.add(metric, share);
-      }
+      const { full, totals, microBatches, paddedTokens } = await this.accumulateGradients(sequences, loss, options, summed);
       await yieldToEventLoop();
-      const { gradNorm, clipScale, lr, valueHeadLr } = await this.applyUpdate(varList, summed, loss);
+      const { gradNorm, clipScale, lr, valueHeadLr } = await this.applyUpdate([...this.variables.values()], summed, loss.name);
       const { mean, ratioMin, ratioMax } = totals;
       const lossMetrics = totals.lossMetrics();
       return {
@@ -748,6 +720,91 @@ export class Trainer {
       };
     } finally {
       tf.dispose(Object.values(summed));
+    }
+  }
+
+  /**
+   * A step's forward and backward passes, micro-batch by micro-batch, each weighted by its share of
+   * the batch totals (options.batch, default the sequences' own): the gradients summed into `summed`
+   * (by variable name), the metric totals returned. Throws NonFiniteUpdateError on a non-finite loss.
+   */
+  private async accumulateGradients(sequences: readonly TrainSequence[], loss: TrainingLoss, options: TrainStepOptions, summed: tf.NamedTensorMap): Promise<{ full: PaddedBatch; totals: StepMetricTotals; microBatches: number; paddedTokens: number }> {
+    const full = padBatch(this.model, sequences, true, false);
+    if (full.lossTokens === 0) throw new Error('trainStep: no sequence has a loss token (every lossMask is all 0)');
+    const batch: BatchTotals = options.batch ?? { sequences: full.sequencesWithLoss, lossTokens: full.lossTokens };
+    microBatchShare(loss.microBatchWeighting, full, batch); // throws unless the totals cover the sequences given
+    const names = [...this.variables.keys()];
+    const varList = names.map((n) => this.variables.get(n)!);
+    const parts = names.map(parameterPart);
+    const totals = new StepMetricTotals();
+    let paddedTokens = 0;
+    let microBatches = 0;
+    const plan = planMicroBatches(
+      sequences.map((q) => q.tokens.length),
+      this.microBatchSize,
+      this.microBatchTokens,
+      this.sharePrompts ? sequences.map((q) => promptPrefix(q.tokens, q.lossMask)) : undefined,
+    );
+    for (const [k, indices] of plan.entries()) {
+      if (k > 0) await yieldToEventLoop();
+      const mb = padBatch(this.model, indices.map((i) => sequences[i]), true);
+      const share = microBatchShare(loss.microBatchWeighting, mb, batch);
+      if (share === 0) continue;
+      microBatches += 1;
+      const lengths = indices.map((i) => sequences[i].tokens.length - 1);
+      const metric = await this.microBatchStep(mb, lengths, share, loss, batch, { varList, parts, summed }, (padded) => (paddedTokens += padded));
+      if (!Number.isFinite(metric.loss)) {
+        throw new NonFiniteUpdateError(
+          `${loss.name} loss is not finite (${metric.loss}) on micro-batch ${k + 1} of ${plan.length} (sequences ${indices.slice(0, 8).join(', ')}${indices.length > 8 ? ', ...' : ''}); the update was not applied (check advantages, old log-probs and the learning rate)`,
+        );
+      }
+      totals.add(metric, share);
+    }
+    return { full, totals, microBatches, paddedTokens };
+  }
+
+  /**
+   * Data parallelism (training/data-parallel.ts): this trainer's part of a step's gradient, read back
+   * and NOT applied. Micro-batches are weighted by their share of options.batch as in trainStep, so
+   * with the whole batch's totals the parts of one batch split across trainers sum to trainStep's
+   * gradient of the whole batch. Every trained parameter is returned (zeros where none was reached);
+   * `loss` is this part's share of the batch loss.
+   */
+  async gradients(sequences: readonly TrainSequence[], loss: TrainingLoss, options: TrainStepOptions = {}): Promise<{ gradients: PolicyWeights; loss: number; lossTokens: number; microBatches: number }> {
+    if (this.busy) throw new Error('gradients: a step is already running on this trainer: await it first');
+    this.busy = true;
+    const summed: tf.NamedTensorMap = {};
+    try {
+      const { full, totals, microBatches } = await this.accumulateGradients(sequences, loss, options, summed);
+      const gradients: PolicyWeights = {};
+      for (const [name, v] of this.variables) gradients[name] = summed[v.name] ? ((await summed[v.name].data()) as Float32Array).slice() : new Float32Array(v.size);
+      return { gradients, loss: totals.sums.loss, lossTokens: full.lossTokens, microBatches };
+    } finally {
+      tf.dispose(Object.values(summed));
+      this.busy = false;
+    }
+  }
+
+  /**
+   * One optimizer step with given gradients (one per trained parameter, e.g. the all-reduced sum of
+   * gradients() over a batch's shards), exactly as trainStep applies its own: global-norm clipping,
+   * AdamW at the scheduled learning rate, refused with NonFiniteUpdateError when one is not finite.
+   */
+  async applyGradients(gradients: PolicyWeights, lossName = 'all-reduced'): Promise<{ gradNorm: number; gradClipped: boolean; lr: number; step: number }> {
+    if (this.busy) throw new Error('applyGradients: a step is already running on this trainer: await it first');
+    this.busy = true;
+    const summed: tf.NamedTensorMap = {};
+    try {
+      for (const [name, v] of this.variables) {
+        const g = gradients[name];
+        if (!g || g.length !== v.size) throw new Error(`applyGradients: the gradient of "${name}" has ${g?.length ?? 'no'} values, expected ${v.size}`);
+        summed[v.name] = tf.tensor(g, v.shape, 'float32');
+      }
+      const { gradNorm, clipScale, lr } = await this.applyUpdate([...this.variables.values()], summed, lossName);
+      return { gradNorm, gradClipped: clipScale < 1, lr, step: this.stepsApplied };
+    } finally {
+      tf.dispose(Object.values(summed));
+      this.busy = false;
     }
   }
 
@@ -861,7 +918,7 @@ export class Trainer {
   }
 
   /** Clips the summed gradients to maxGradNorm and applies AdamW at the scheduled learning rate, unless a gradient is not finite. */
-  private async applyUpdate(varList: tf.Variable[], summed: tf.NamedTensorMap, loss: TrainingLoss): Promise<{ gradNorm: number; clipScale: number; lr: number; valueHeadLr?: number }> {
+  private async applyUpdate(varList: tf.Variable[], summed: tf.NamedTensorMap, lossName: string): Promise<{ gradNorm: number; clipScale: number; lr: number; valueHeadLr?: number }> {
     // A variable no micro-batch reached (an encoder whose medium the step lacks) has a zero gradient.
     const flat = this.adamw.prepare(varList.map((v) => summed[v.name] ?? tf.zerosLike(v)));
     let gradNorm: number;
@@ -872,7 +929,7 @@ export class Trainer {
       const squares = await this.adamw.sumsOfSquares(flat);
       const bad = squares.findIndex((x) => !Number.isFinite(x));
       if (bad >= 0) {
-        throw new NonFiniteUpdateError(`the gradient of "${await this.adamw.nonFiniteParameter(flat, bad)}" is not finite (${loss.name} loss); the update was not applied`);
+        throw new NonFiniteUpdateError(`the gradient of "${await this.adamw.nonFiniteParameter(flat, bad)}" is not finite (${lossName} loss); the update was not applied`);
       }
       gradNorm = Math.sqrt(squares.reduce((a, b) => a + b, 0));
       clipScale = gradNorm > this.maxGradNorm ? this.maxGradNorm / (gradNorm + 1e-6) : 1;

@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { AGENT_COMMANDS_SETTING, agentCommandsAllowed, configuredDataRoots, configuredModuleRoots, DATA_ROOTS_SETTING, hubEnvironment, MODULE_ROOTS_SETTING, PACKAGE_ROOT, relaxEnvironment } from '../config/environment';
 import { POLICY_VERSION_REFERENCE, type RunConfig } from '../config/run-config';
+import { isObjectUrl } from '../engines/storage/url';
 
 export { AGENT_COMMANDS_SETTING, agentCommandsAllowed, DATA_ROOTS_SETTING, MODULE_ROOTS_SETTING };
 
@@ -104,12 +105,13 @@ export function checkDataPathAllowed(field: string, file: string, env: NodeJS.Pr
   );
 }
 
-/** The paths a run config names, by field: what checkRunPathsAllowed checks. Registry references, named models and Hub ids are not paths. */
+/** The paths a run config names, by field: what checkRunPathsAllowed checks. Registry references, object-store URLs, named models and Hub ids are not paths. */
 export function runConfigPaths(config: RunConfig, cwd: string = process.cwd()): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   const add = (field: string, value: string | undefined, kind: 'path' | 'source' | 'checkpoint') => {
     if (value === undefined) return;
     if (kind !== 'path' && POLICY_VERSION_REFERENCE.test(value)) return;
+    if (kind !== 'source' && isObjectUrl(value)) return; // an object-store location: no file on this host
     if (kind === 'source' && !isPathSource(value, cwd)) return;
     out.push([field, value]);
   };

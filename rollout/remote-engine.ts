@@ -11,8 +11,8 @@
 // and their log-probs come back exactly. The log-probs are the engine's (a Relax engine reports the
 // policy's at temperature 1; the sampling distribution's are not sent, so samplingLogprobs repeats
 // them). Text prompts only: media and followUpdates (partial rollout) need a local engine.
-import path from 'node:path';
 import { WEIGHTS_FILE } from '../engines/checkpoint';
+import { joinLocation, localFile } from '../engines/storage/locations';
 import type { ModelConfig } from '../engines/model';
 import type { GeneratedSample, GenerationEngine, SamplingParams } from '../engines/rollout';
 import type { SequenceMedia } from '../engines/media/model-inputs';
@@ -179,12 +179,14 @@ export class RemoteRolloutEngine implements GenerationEngine {
     const name = `${this.runId}@${version}`;
     const unconfirmed = (why: string) => new EngineUnconfirmedError(`engine ${this.options.url} cannot confirm ${name}: ${why}`);
     this.confirmed = undefined;
+    // In object storage the weights are offered from this worker's cache (the engine needs no store access).
+    const weightsFile = await localFile(joinLocation(checkpoint.path, WEIGHTS_FILE));
     let res: Response;
     try {
       res = await this.call(LOAD_VERSION_PATH, {
         method: 'POST',
         headers: { 'content-type': 'application/json', ...(this.options.token ? { authorization: `Bearer ${this.options.token}` } : {}) },
-        body: JSON.stringify({ model: this.runId, policy_version: version, checkpoint_url: this.options.checkpoints.offer(path.join(checkpoint.path, WEIGHTS_FILE)), sha256: checkpoint.sha256, run_config: this.runConfig }),
+        body: JSON.stringify({ model: this.runId, policy_version: version, checkpoint_url: this.options.checkpoints.offer(weightsFile), sha256: checkpoint.sha256, run_config: this.runConfig }),
       });
     } catch (err) {
       throw unconfirmed(`the version-load call failed: ${describe(err)}`);

@@ -12,6 +12,9 @@
 //      for the monitoring and browser suites (scripts/test-tools.js: apt-get as root, else the command).
 //      With `-- --test-tools` or `-- --tensorboard`, also the PyPI package tensorboard into .venv/ (the
 //      TensorBoard test reads the event files back with it; `relax tensorboard` points at it).
+//   6. with `-- --test-tools` or `-- --seaweedfs`: SeaweedFS's `weed` built from its Go module into
+//      .venv/bin/weed (scripts/seaweedfs.js), the S3 server of the object-storage suites and
+//      `relax dev --storage s3`.
 'use strict';
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -130,5 +133,14 @@ if ((args.includes('--test-tools') || args.includes('--tensorboard')) && !fs.exi
     run(ensureVenv().pip, ['install', '--quiet', '--disable-pip-version-check', `tensorboard==${TENSORBOARD_VERSION}`]);
   } catch (err) {
     console.warn(`[setup] tensorboard not installed (${err.message.split('\n')[0]}): test/tensorboard.test.ts fails until \`.venv/bin/pip install tensorboard==${TENSORBOARD_VERSION}\` succeeds`);
+  }
+}
+
+// 6. SeaweedFS, the S3-compatible object store (about 5 minutes to build once).
+if (args.includes('--test-tools') || args.includes('--seaweedfs')) {
+  try {
+    console.log(`[setup] ${require('./seaweedfs').installWeed({ root })}`);
+  } catch (err) {
+    console.warn(`[setup] SeaweedFS not built (${err.message.split('\n')[0]}): the object-storage suites and \`relax dev --storage s3\` need it`);
   }
 }

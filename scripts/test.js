@@ -31,7 +31,7 @@ const DATABASE_SIDE_LANE = [...SIDE_LANE, 'chaos'];
 const LAST_SUITES = ['long-train-step'];
 
 /** The suites that exercise the trainer's tensor code: run on wasm as well as on the default backend. */
-const WASM_SUITES = ['trainer', 'gradient-checkpointing', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders'];
+const WASM_SUITES = ['trainer', 'gradient-checkpointing', 'model', 'engines', 'llama-model', 'rl-losses', 'encoders', 'data-parallel'];
 
 // The PostgreSQL pass of .ci/run (`npm test -- --database-suites`) runs the suites that reach the
 // database at DATABASE_URL (REACHES) and check what it holds: their source reads tables (SQL, the

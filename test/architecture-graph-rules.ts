@@ -16,7 +16,8 @@ export const ALLOWED_PACKAGES: Partial<Record<Layer, readonly string[]>> = {
   rollout: ['pg'],
   serving: ['fastify', 'zod'],
   // engines/hub-cache.ts: @huggingface/hub downloads Hub ids of model.from into the standard Hub cache.
-  engines: ['@huggingface/gguf', '@huggingface/hub', '@huggingface/jinja', '@huggingface/tokenizers', '@tensorflow/tfjs', '@tensorflow/tfjs-backend-wasm', '@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu', 'fft.js', 'jpeg-js', 'onnxruntime-node', 'pngjs', 'protobufjs', 'wavefile', 'zod'],
+  // engines/storage/objects.ts: @aws-sdk/client-s3 and lib-storage (multipart) reach an S3-compatible object store.
+  engines: ['@aws-sdk/client-s3', '@aws-sdk/lib-storage', '@huggingface/gguf', '@huggingface/hub', '@huggingface/jinja', '@huggingface/tokenizers', '@tensorflow/tfjs', '@tensorflow/tfjs-backend-wasm', '@tensorflow/tfjs-node', '@tensorflow/tfjs-node-gpu', 'fft.js', 'jpeg-js', 'onnxruntime-node', 'pngjs', 'protobufjs', 'wavefile', 'zod'],
   envs: ['exponential-backoff', 'hyparquet'],
   store: ['@electric-sql/pglite', '@electric-sql/pglite-socket', 'pg'],
   config: ['yaml', 'zod'], // yaml: run configs are read from YAML files and Hydra-style overrides (config/config-file.ts, config/overrides.ts)

@@ -4,7 +4,8 @@
 import path from 'node:path';
 import { checkRunPathsAllowed } from '../envs/module-policy';
 import type { Pool } from 'pg';
-import { relaxEnvironment } from '../config/environment';
+import { objectStorageSettings, relaxEnvironment } from '../config/environment';
+import { isObjectUrl, joinLocation } from '../engines/storage/url';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { MediaStore } from '../engines/media/store';
 import type { ModelConfig } from '../engines/model';
@@ -37,6 +38,16 @@ export class RunTaskError extends Error {
 
 const contexts = runState.slot<Promise<RunContext>>('run.context');
 
+/**
+ * Where a run's versions and media live: checkpoint.dir when set (a directory or an s3:// URL), else
+ * under the object store RELAX_STORAGE names (<url>/checkpoints/<run>), else <RELAX_HOME>/checkpoints/<run>.
+ */
+export function runCheckpointRoot(runId: string, dir: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
+  if (dir) return isObjectUrl(dir) ? dir.replace(/\/+$/, '') : path.resolve(dir);
+  const storage = objectStorageSettings(env);
+  return storage ? `${storage.url}/checkpoints/${runId}` : path.join(relaxEnvironment(env).home, 'checkpoints', runId);
+}
+
 /** The run's context, cached per process (training/run-state.ts); failures are not cached. Throws UnknownRunError, RunTaskError or RunModelError. */
 export function loadRunContext(pool: Pool, runId: string): Promise<RunContext> {
   let loading = contexts.get(runId);
@@ -63,7 +74,7 @@ async function load(pool: Pool, runId: string): Promise<RunContext> {
     if (err instanceof RunModelError) throw err;
     throw new RunTaskError((err as Error).message);
   }
-  const checkpointRoot = path.resolve(config.checkpoint.dir ?? path.join(relaxEnvironment().home, 'checkpoints', runId));
+  const checkpointRoot = runCheckpointRoot(runId, config.checkpoint.dir);
   return {
     runId,
     config,
@@ -71,6 +82,6 @@ async function load(pool: Pool, runId: string): Promise<RunContext> {
     model: policy.model,
     policy,
     checkpointRoot,
-    ...(policy.model.vision || policy.model.audio ? { media: new MediaPrompts(policy.model, new MediaStore(path.join(checkpointRoot, 'media'))) } : {}),
+    ...(policy.model.vision || policy.model.audio ? { media: new MediaPrompts(policy.model, new MediaStore(joinLocation(checkpointRoot, 'media'))) } : {}),
   };
 }

@@ -10,10 +10,12 @@
 // only hold the MediaRef.
 // Writes are atomic (a temp file in the same directory, then a rename), files are 0o600 and
 // directories 0o700, put is idempotent, and get verifies the hash. Ids are validated strictly, so no
-// id can name a path outside the root.
+// id can name a path outside the root. A root may also be an object-store URL (s3://..., the run's
+// checkpoint root in object storage): the same names as objects, read through the worker's cache.
 import { createHash, randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { isObjectUrl, joinLocation, objectExists, readIfExists, writeAt } from '../storage/locations';
 import { KIND_OF_FORMAT, MEDIA_FORMATS, MediaError, sniffFormat, type MediaFormat, type MediaKind } from './sources';
 
 export interface MediaRef {
@@ -44,21 +46,25 @@ export class MediaStore {
 
   constructor(root: string) {
     if (!root) throw new MediaError('MediaInvalid', 'MediaStore needs a root directory (e.g. <RELAX_HOME>/media)');
-    this.root = path.resolve(root);
+    this.root = isObjectUrl(root) ? root.replace(/\/+$/, '') : path.resolve(root);
   }
 
   private dirOf(hex: string): string {
-    return path.join(this.root, hex.slice(0, 2));
+    return joinLocation(this.root, hex.slice(0, 2));
   }
 
-  /** The file of `id` in `format`. */
+  /** The file (or object URL) of `id` in `format`. */
   private fileOf(hex: string, format: MediaFormat): string {
-    return path.join(this.dirOf(hex), `${hex}.${format}`);
+    return joinLocation(this.dirOf(hex), `${hex}.${format}`);
   }
 
-  /** The file holding `id`, or undefined when the store does not have it. */
+  /** The file holding `id`, or undefined when the store does not have it (an object store: its URL). */
   async path(id: string): Promise<string | undefined> {
     const { hex } = parseMediaId(id);
+    if (isObjectUrl(this.root)) {
+      for (const format of MEDIA_FORMATS) if (await objectExists(this.fileOf(hex, format))) return this.fileOf(hex, format);
+      return undefined;
+    }
     for (const format of MEDIA_FORMATS) {
       const file = this.fileOf(hex, format);
       try {
@@ -87,6 +93,10 @@ export class MediaStore {
     const { hex } = parseMediaId(id);
     const ref: MediaRef = { id, kind: info.kind, format: info.format, bytes: bytes.byteLength };
     const file = this.fileOf(hex, info.format);
+    if (isObjectUrl(file)) {
+      if (!(await objectExists(file))) await writeAt(file, bytes);
+      return ref;
+    }
     try {
       const st = await stat(file);
       if (st.isFile() && st.size === bytes.byteLength) return ref;
@@ -110,17 +120,27 @@ export class MediaStore {
   /** The bytes of `id`, verified against the id's sha256. */
   async get(id: string): Promise<{ bytes: Uint8Array; ref: MediaRef }> {
     parseMediaId(id);
-    const file = await this.path(id);
-    if (!file) {
+    const found = await this.read(id);
+    if (!found) {
       throw new MediaError('MediaNotFound', `the media ${id} is not in the store at ${this.root}: put it first, or check that the run uses the same media directory`);
     }
-    const buf = await readFile(file);
-    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    const { file, bytes } = found;
     const actual = mediaIdOf(bytes);
     if (actual !== id) {
       throw new MediaError('MediaCorrupt', `the media file ${file} is corrupt: its content hashes to ${actual}, not ${id}; delete the file and put the medium again`);
     }
     const format = path.extname(file).slice(1) as MediaFormat;
     return { bytes, ref: { id, kind: KIND_OF_FORMAT[format], format, bytes: bytes.byteLength } };
+  }
+
+  /** The file (or object) holding `id` and its bytes, or undefined when the store does not have it. */
+  private async read(id: string): Promise<{ file: string; bytes: Uint8Array } | undefined> {
+    const { hex } = parseMediaId(id);
+    for (const format of MEDIA_FORMATS) {
+      const file = this.fileOf(hex, format);
+      const bytes = await readIfExists(file);
+      if (bytes) return { file, bytes };
+    }
+    return undefined;
   }
 }

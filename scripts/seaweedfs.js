@@ -1,0 +1,51 @@
+// SeaweedFS's `weed` (Apache-2.0), the S3-compatible object store that `relax dev --storage s3` and
+// the object-storage suites start (workers/object-store-server.ts), built from its Go module at a
+// pinned version into .venv/bin/weed: `go mod download` fetches the module from the Go module proxy,
+// and it is built as the main module (its go.mod has a replace directive, which `go install
+// module@version` refuses). About 5 minutes and 2 GB of module cache on a fresh 2-core machine; a
+// present binary costs one stat. Used by scripts/setup.js (`-- --seaweedfs`, and `-- --test-tools`).
+'use strict';
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+
+const WEED_MODULE = 'github.com/seaweedfs/seaweedfs';
+const WEED_VERSION = 'v0.0.0-20261109003541-7506e5f91cd6';
+
+/** The go command: on PATH, else the usual install location; undefined when there is none. */
+function findGo() {
+  for (const dir of [...(process.env.PATH || '').split(path.delimiter), '/usr/local/go/bin']) {
+    const file = dir && path.join(dir, 'go');
+    if (file && fs.existsSync(file)) return file;
+  }
+  return undefined;
+}
+
+/** Builds .venv/bin/weed unless it is there; returns what it did. Throws with the fix when it cannot. */
+function installWeed({ root }) {
+  const target = path.join(root, '.venv', 'bin', 'weed');
+  if (fs.existsSync(target)) return `SeaweedFS: ${target} present`;
+  const go = findGo();
+  if (!go) throw new Error('no `go` command: install Go (1.24+) to build SeaweedFS, or set RELAX_WEED_PATH to a weed binary');
+  const env = { ...process.env, GOFLAGS: '-mod=mod', GOTOOLCHAIN: 'local' };
+  const started = Date.now();
+  const info = JSON.parse(execFileSync(go, ['mod', 'download', '-json', `${WEED_MODULE}@${WEED_VERSION}`], { env, encoding: 'utf8' }));
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-weed-build-'));
+  try {
+    const src = path.join(work, 'src');
+    fs.cpSync(info.Dir, src, { recursive: true });
+    execFileSync('chmod', ['-R', 'u+w', src]);
+    fs.mkdirSync(path.dirname(target), { recursive: true });
+    const out = path.join(work, 'weed');
+    execFileSync(go, ['build', '-trimpath', '-ldflags=-s -w', '-o', out, './weed'], { cwd: src, env, stdio: ['ignore', 'ignore', 'inherit'] });
+    fs.copyFileSync(out, `${target}.tmp`); // /tmp may be another filesystem: copy, then rename in place
+    fs.chmodSync(`${target}.tmp`, 0o755);
+    fs.renameSync(`${target}.tmp`, target);
+  } finally {
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  return `SeaweedFS ${WEED_VERSION} built into ${target} in ${Math.round((Date.now() - started) / 1000)} s`;
+}
+
+module.exports = { installWeed, WEED_MODULE, WEED_VERSION };

@@ -1,0 +1,62 @@
+// The thread side of training/data-parallel-thread.ts: loads the tfjs backend for its device, holds
+// one Trainer and serves one request at a time (a rank's operations never interleave).
+import { parentPort, workerData } from 'node:worker_threads';
+import { loadTfjsBackend } from '../engines/backends';
+import type { Device } from '../engines/device';
+import type { PolicyWeights } from '../engines/model';
+import { Trainer, type TrainerOptions, type TrainingLoss, type TrainSequence, type TrainStepOptions } from '../engines/trainer';
+import { policyLoss, sftLoss } from './losses';
+import type { RankLoss, RankReply, RankRequest } from './data-parallel-thread';
+
+const port = parentPort;
+if (!port) throw new Error('training/data-parallel-rank-entry.js runs as a worker thread (training/data-parallel-thread.ts starts it)');
+
+const backend = loadTfjsBackend((workerData as { device: Device }).device);
+backend.catch(() => undefined); // reported by create, which awaits it
+let held: { trainer: Trainer; loss: TrainingLoss } | undefined;
+
+function rank(): { trainer: Trainer; loss: TrainingLoss } {
+  if (!held) throw new Error('the rank has no trainer: create it first');
+  return held;
+}
+
+async function handle(req: RankRequest): Promise<unknown> {
+  const a = req.args as never[];
+  switch (req.op) {
+    case 'create': {
+      await backend;
+      const loss = a[1] as RankLoss;
+      held = { trainer: Trainer.create(a[0] as TrainerOptions), loss: loss.kind === 'sft' ? sftLoss() : policyLoss(loss.options) };
+      return undefined;
+    }
+    case 'gradients':
+      return rank().trainer.gradients(a[0] as readonly TrainSequence[], rank().loss, a[1] as TrainStepOptions);
+    case 'applyGradients':
+      return rank().trainer.applyGradients(a[0] as PolicyWeights, rank().loss.name);
+    case 'exportWeights':
+      return rank().trainer.exportWeights();
+  }
+}
+
+/** The ArrayBuffers of the typed arrays in a result (a record of them, or one holding `gradients`), to transfer. */
+function buffersOf(value: unknown): ArrayBuffer[] {
+  const record = value && typeof value === 'object' ? ((value as { gradients?: object }).gradients ?? value) : {};
+  return [...new Set(Object.values(record).filter((a): a is Float32Array => a instanceof Float32Array).map((a) => a.buffer as ArrayBuffer))];
+}
+
+let queue: Promise<void> = Promise.resolve();
+port.on('message', (req: RankRequest) => {
+  queue = queue.then(async () => {
+    let reply: RankReply;
+    let transfer: ArrayBuffer[] = [];
+    try {
+      const value = await handle(req);
+      reply = { id: req.id, ok: true, value };
+      transfer = buffersOf(value);
+    } catch (err) {
+      const e = err instanceof Error ? err : new Error(String(err));
+      reply = { id: req.id, ok: false, error: { name: e.name, message: e.message } };
+    }
+    port.postMessage(reply, transfer);
+  });
+});
