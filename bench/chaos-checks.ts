@@ -5,6 +5,7 @@
 // each count.
 import fs from 'node:fs';
 import type { Pool } from 'pg';
+import { anythingAt } from '../engines/storage/locations';
 import { listCheckpoints } from '../store/checkpoint-registry';
 import { versionsToKeep, type RetentionPolicy } from '../store/checkpoint-retention';
 import { keysInSeveralSteps, stepSampleSets, unconsumedSamplesBefore } from '../store/step-records';
@@ -106,7 +107,7 @@ export async function checkRunIntegrity(pool: Pool, runId: string, batchSize: nu
   for (const c of checkpoints) {
     if (c.prunedAt) {
       if (keep.has(c.policyVersion)) (corrupt += 1), problems.push(`version ${c.policyVersion} was pruned but retention keeps it`);
-      else if (fs.existsSync(c.path)) problems.push(`pruned version ${c.policyVersion} still has files at ${c.path}`);
+      else if (await anythingAt(c.path)) problems.push(`pruned version ${c.policyVersion} still has files at ${c.path}`);
       continue;
     }
     retained += 1;

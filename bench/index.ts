@@ -48,6 +48,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'deterministic resume: a sync run on a relax dev stack interrupted once a step (workers, Temporal, relax dev killed; --set interruptions=N) against the same config and seed uninterrupted in process: bitwise-equal weights and losses',
     load: async () => (await import('./resume.js')).resumeBench,
   },
+  hosts: {
+    describe: 'three hosts with only a network between them (network namespaces, as root): services, a train host, a rollout host, checkpoints in the S3 object store; one clean run, one cut off host by host (--set cutoffs=N, cutoff_s=S): runs completed, lost / double-trained samples, files outside the caches',
+    load: async () => (await import('./hosts.js')).hostsBench,
+  },
   sandbox: {
     describe: 'user code in-process vs in a sandbox thread: add2 reward calls/s (groups of 8) and calculator env steps/s, and the ratios',
     load: async () => (await import('./sandbox.js')).sandboxBench,

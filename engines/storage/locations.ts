@@ -4,6 +4,7 @@
 // bounded cache (./object-cache.ts); writes to the store keep a copy there, so the writer never
 // downloads what it just uploaded.
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { isObjectUrl } from './url';
@@ -93,4 +94,10 @@ export async function localFile(location: string): Promise<string> {
 /** Drops this worker's cached copies of `urls` (a copy that failed its hash check). */
 export async function forgetCached(urls: readonly string[]): Promise<void> {
   await (await backend()).objectCache().forget(urls);
+}
+
+/** Whether anything is at `location`: a file or directory, or any object under the URL. */
+export async function anythingAt(location: string): Promise<boolean> {
+  if (!isObjectUrl(location)) return existsSync(location);
+  return (await listObjects(location)).length > 0;
 }
