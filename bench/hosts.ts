@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { ChildProcess } from 'node:child_process';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import { Pool } from 'pg';
 import type { RunConfigInput } from '../config/run-config';
 import { roleTaskQueue, type Role } from '../config/task-queues';
@@ -146,78 +146,114 @@ function strayFiles(dir: string): string[] {
   return out;
 }
 
-// Over 80 lines because it is one scenario told in order: hosts up, services, workers, the clean
-// run, the run under cut-offs, the checks, and the teardown that must run whatever failed.
+/** The three hosts with their services and workers, and the bench's client and pool on the bridge. */
+class HostsStack {
+  readonly base = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-hosts-'));
+  readonly net = NetworkHosts.create(HOSTS);
+  services: { child: ChildProcess; env: Record<string, string> } | undefined;
+  workers: HostWorkers | undefined;
+  connection: Connection | undefined;
+  pool: Pool | undefined;
+
+  async start(log: (line: string) => void): Promise<Client> {
+    this.services = await startServices(this.net, path.join(this.base, 'services'));
+    const svc = this.services.env;
+    log(`[hosts] services on ${this.net.host('services').ip}: Temporal ${svc.TEMPORAL_ADDRESS}, S3 ${svc.RELAX_S3_ENDPOINT}, PostgreSQL (PGlite) :5432`);
+    // One RELAX_HOME per host, shared by that host's processes only (as on a real machine).
+    const hostEnv = (host: string): NodeJS.ProcessEnv => ({ ...process.env, ...svc, RELAX_HOME: path.join(this.base, host, 'home'), RELAX_STORAGE_CACHE_MB: '64', RELAX_WARM_START_CACHE: path.join(this.base, host, 'warm-starts') });
+    const workers = new HostWorkers(this.net, hostEnv, log);
+    this.workers = workers;
+    await Promise.all(PLACEMENT.map(([role, host]) => workers.start(role, host)));
+    log(`[hosts] workers up: ${PLACEMENT.map(([r, h]) => `${r}@${h}`).join(', ')}`);
+    this.connection = await Connection.connect({ address: svc.TEMPORAL_ADDRESS });
+    this.pool = new Pool({ connectionString: svc.DATABASE_URL, max: 2 });
+    return new Client({ connection: this.connection });
+  }
+
+  /** Ends every process, removes the namespaces and the hosts' directories, whatever failed before. */
+  async close(): Promise<void> {
+    await this.pool?.end().catch(() => undefined);
+    await this.connection?.close().catch(() => undefined);
+    await this.workers?.stopAll();
+    const services = this.services?.child;
+    if (services && services.exitCode === null) {
+      services.kill('SIGTERM');
+      await withTimeout(new Promise((r) => services.once('exit', r)), 20_000);
+      services.kill('SIGKILL');
+    }
+    this.net.destroy();
+    fs.rmSync(this.base, { recursive: true, force: true });
+  }
+}
+
+/** Cuts the train host off, then the rollout host, ... while `run` trains; what was cut when, and each recovery time. */
+async function cutOffHostByHost(net: NetworkHosts, run: WorkflowHandle, options: HostsOptions, log: (line: string) => void): Promise<{ cut: string[]; recoveries: number[] }> {
+  const step = async () => (await withTimeout(run.query<TrainingProgress>('progress'), 5_000).catch(() => undefined))?.step ?? 0;
+  const cut: string[] = [];
+  const recoveries: number[] = [];
+  let after = await until('run 2 step 1', async () => ((await step()) >= 1 ? step() : undefined), 180_000);
+  for (let i = 0; i < options.cutoffs; i++) {
+    const host = i % 2 === 0 ? 'train' : 'rollout';
+    const at = await step();
+    net.cut(host);
+    cut.push(`${host}@${at}`);
+    log(`[hosts] cut off ${host} at step ${at} for ${options.cutoffSeconds} s`);
+    await sleep(options.cutoffSeconds * 1000);
+    net.restore(host);
+    const back = performance.now();
+    // Recovery: from the link coming up to the run's next step (the next cut-off waits for it).
+    const from = Math.max(at, after, await step());
+    after = await until(`run 2 to step again after ${host} came back`, async () => {
+      const s = await step();
+      return s > from || s >= options.steps ? s : undefined;
+    }, 300_000);
+    recoveries.push((performance.now() - back) / 1000);
+    log(`[hosts] ${host} back; run 2 at step ${after} ${recoveries[recoveries.length - 1].toFixed(1)} s later`);
+  }
+  return { cut, recoveries };
+}
+
+/** The integrity counts of the runs, versions registered at local paths, and files outside the hosts' caches. */
+async function checkHosts(stack: HostsStack, runs: string[]): Promise<{ integrity: RunIntegrity[]; local: string[]; stray: string[] }> {
+  // The checks read the versions from the store as a fourth host would (their cache under base/bench).
+  const saved = { ...process.env };
+  Object.assign(process.env, stack.services!.env, { RELAX_HOME: path.join(stack.base, 'bench', 'home') });
+  try {
+    const pool = stack.pool!;
+    const integrity: RunIntegrity[] = [];
+    for (const id of runs) integrity.push(await checkRunIntegrity(pool, id, BATCH.prompts * BATCH.group, RETENTION));
+    const paths = (await Promise.all(runs.map((id) => listCheckpoints(pool, id)))).flat().map((c) => c.path);
+    const stray = HOSTS.flatMap((h) => (fs.existsSync(path.join(stack.base, h)) ? strayFiles(path.join(stack.base, h)) : []));
+    return { integrity, local: paths.filter((p) => !isObjectUrl(p)), stray };
+  } finally {
+    process.env = saved;
+  }
+}
+
 export async function runHostsCheck(options: HostsOptions): Promise<HostsReport> {
   const log = options.log ?? (() => undefined);
   const started = performance.now();
-  const savedEnv = { ...process.env };
-  const base = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-hosts-'));
-  const net = NetworkHosts.create(HOSTS);
-  let services: { child: ChildProcess; env: Record<string, string> } | undefined;
-  let workers: HostWorkers | undefined;
-  let connection: Connection | undefined;
-  let pool: Pool | undefined;
+  const stack = new HostsStack();
   try {
-    services = await startServices(net, path.join(base, 'services'));
-    const svc = services.env;
-    log(`[hosts] services on ${net.host('services').ip}: Temporal ${svc.TEMPORAL_ADDRESS}, S3 ${svc.RELAX_S3_ENDPOINT}, PostgreSQL (PGlite) :5432`);
-    const hostEnv = (host: string): NodeJS.ProcessEnv => ({ ...process.env, ...svc, RELAX_HOME: path.join(base, host, 'home'), RELAX_STORAGE_CACHE_MB: '64', RELAX_WARM_START_CACHE: path.join(base, host, 'warm-starts') });
-    const hostWorkers = new HostWorkers(net, hostEnv, log);
-    workers = hostWorkers;
-    await Promise.all(PLACEMENT.map(([role, host]) => hostWorkers.start(role, host)));
-    log(`[hosts] workers up: ${PLACEMENT.map(([r, h]) => `${r}@${h}`).join(', ')}`);
-    connection = await Connection.connect({ address: svc.TEMPORAL_ADDRESS });
-    const client = new Client({ connection });
-    pool = new Pool({ connectionString: svc.DATABASE_URL, max: 2 });
-
+    const client = await stack.start(log);
     const runs: string[] = [];
     const start = async (name: string) => {
-      const id = `hosts-${name}-${path.basename(base).slice(-6)}`;
+      const id = `hosts-${name}-${path.basename(stack.base).slice(-6)}`;
       runs.push(id);
       return client.workflow.start('trainingRun', { taskQueue: roleTaskQueue('control'), workflowId: id, args: [runConfig(options.steps)] });
     };
-    const first = await start('clean');
-    const firstResult = (await first.result()) as TrainingResult;
+    const firstResult = (await (await start('clean')).result()) as TrainingResult;
     log(`[hosts] run 1 (no faults): ${firstResult.steps} steps`);
-
     const second = await start('cutoffs');
-    const step = async () => (await withTimeout(second.query<TrainingProgress>('progress'), 5_000).catch(() => undefined))?.step ?? 0;
-    const cut: string[] = [];
-    const recoveries: number[] = [];
-    let after = await until('run 2 step 1', async () => ((await step()) >= 1 ? step() : undefined), 180_000);
-    for (let i = 0; i < options.cutoffs; i++) {
-      const host = i % 2 === 0 ? 'train' : 'rollout';
-      const at = await step();
-      net.cut(host);
-      cut.push(`${host}@${at}`);
-      log(`[hosts] cut off ${host} at step ${at} for ${options.cutoffSeconds} s`);
-      await sleep(options.cutoffSeconds * 1000);
-      net.restore(host);
-      const back = performance.now();
-      // Recovery: from the link coming up to the run's next step (the next cut-off waits for it).
-      const from = Math.max(at, after, await step());
-      after = await until(`run 2 to step again after ${host} came back`, async () => {
-        const s = await step();
-        return s > from || s >= options.steps ? s : undefined;
-      }, 300_000);
-      recoveries.push((performance.now() - back) / 1000);
-      log(`[hosts] ${host} back; run 2 at step ${after} ${recoveries[recoveries.length - 1].toFixed(1)} s later`);
-    }
+    const { cut, recoveries } = await cutOffHostByHost(stack.net, second, options, log);
     const secondResult = (await second.result()) as TrainingResult;
     log(`[hosts] run 2 (${cut.length} cut-offs): ${secondResult.steps} steps`);
 
-    // The checks read the versions from the store like a fourth host would (their cache under base/bench).
-    Object.assign(process.env, svc, { RELAX_HOME: path.join(base, 'bench', 'home') });
-    const integrity: RunIntegrity[] = [];
-    for (const id of runs) integrity.push(await checkRunIntegrity(pool, id, BATCH.prompts * BATCH.group, RETENTION));
-    const paths = (await Promise.all(runs.map((id) => listCheckpoints(pool!, id)))).flat().map((c) => c.path);
-    const local = paths.filter((p) => !isObjectUrl(p));
-    const stray = HOSTS.flatMap((h) => (fs.existsSync(path.join(base, h)) ? strayFiles(path.join(base, h)) : []));
+    const { integrity, local, stray } = await checkHosts(stack, runs);
     const problems = [...integrity.flatMap((r) => r.problems.map((p) => `${r.runId}: ${p}`)), ...local.map((p) => `a version registered at a local path: ${p}`), ...stray.map((f) => `checkpoint file outside the object cache: ${f}`)];
     const sum = (k: keyof RunIntegrity) => integrity.reduce((n, r) => n + (r[k] as number), 0);
     return {
-      hosts: net.hosts.size,
+      hosts: stack.net.hosts.size,
       shared_filesystem: local.length > 0,
       runs_completed: [firstResult, secondResult].filter((r) => r.steps === options.steps).length,
       lost_samples: sum('lostSamples'),
@@ -229,23 +265,13 @@ export async function runHostsCheck(options: HostsOptions): Promise<HostsReport>
       cutoff_s: options.cutoffSeconds,
       recovery_s_max: Math.round(Math.max(0, ...recoveries) * 10) / 10,
       stray_files: stray.length,
-      worker_restarts: hostWorkers.restarts,
+      worker_restarts: stack.workers?.restarts ?? 0,
       steps: options.steps,
       wall_s: Math.round((performance.now() - started) / 100) / 10,
       problems,
     };
   } finally {
-    process.env = savedEnv;
-    await pool?.end().catch(() => undefined);
-    await connection?.close().catch(() => undefined);
-    await workers?.stopAll();
-    if (services && services.child.exitCode === null) {
-      services.child.kill('SIGTERM');
-      await withTimeout(new Promise((r) => services!.child.once('exit', r)), 20_000);
-      services.child.kill('SIGKILL');
-    }
-    net.destroy();
-    fs.rmSync(base, { recursive: true, force: true });
+    await stack.close();
   }
 }
 
