@@ -81,6 +81,8 @@ class HostWorkers {
     private readonly net: NetworkHosts,
     private readonly env: (host: string) => NodeJS.ProcessEnv,
     private readonly log: (line: string) => void,
+    /** Every worker's output, one file each (kept when the bench fails). */
+    private readonly logDir: string,
   ) {}
 
   async start(role: Role, host: string, restart = false): Promise<void> {
@@ -88,7 +90,9 @@ class HostWorkers {
     const child = this.net.spawn(host, [process.execPath, RELAX_BIN, ...args], this.env(host));
     this.live.add(child);
     const tail: string[] = [];
+    const logFile = path.join(this.logDir, `${host}-${role}-${child.pid}.log`);
     const ready = new Promise<void>((resolve) => forwardLines(child, (line) => {
+      fs.appendFileSync(logFile, `${line}\n`);
       tail.push(line);
       if (tail.length > 20) tail.shift();
       if (/^relax worker ready/.test(line)) resolve();
@@ -150,6 +154,7 @@ function strayFiles(dir: string): string[] {
 class HostsStack {
   readonly base = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-hosts-'));
   readonly net = NetworkHosts.create(HOSTS);
+  readonly logDir = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-hosts-logs-'));
   services: { child: ChildProcess; env: Record<string, string> } | undefined;
   workers: HostWorkers | undefined;
   connection: Connection | undefined;
@@ -161,7 +166,7 @@ class HostsStack {
     log(`[hosts] services on ${this.net.host('services').ip}: Temporal ${svc.TEMPORAL_ADDRESS}, S3 ${svc.RELAX_S3_ENDPOINT}, PostgreSQL (PGlite) :5432`);
     // One RELAX_HOME per host, shared by that host's processes only (as on a real machine).
     const hostEnv = (host: string): NodeJS.ProcessEnv => ({ ...process.env, ...svc, RELAX_HOME: path.join(this.base, host, 'home'), RELAX_STORAGE_CACHE_MB: '64', RELAX_WARM_START_CACHE: path.join(this.base, host, 'warm-starts') });
-    const workers = new HostWorkers(this.net, hostEnv, log);
+    const workers = new HostWorkers(this.net, hostEnv, log, this.logDir);
     this.workers = workers;
     await Promise.all(PLACEMENT.map(([role, host]) => workers.start(role, host)));
     log(`[hosts] workers up: ${PLACEMENT.map(([r, h]) => `${r}@${h}`).join(', ')}`);
@@ -170,8 +175,8 @@ class HostsStack {
     return new Client({ connection: this.connection });
   }
 
-  /** Ends every process, removes the namespaces and the hosts' directories, whatever failed before. */
-  async close(): Promise<void> {
+  /** Ends every process, removes the namespaces and the hosts' directories, whatever failed before; the workers' logs stay when `keepLogs`. */
+  async close(keepLogs: boolean): Promise<void> {
     await this.pool?.end().catch(() => undefined);
     await this.connection?.close().catch(() => undefined);
     await this.workers?.stopAll();
@@ -183,6 +188,7 @@ class HostsStack {
     }
     this.net.destroy();
     fs.rmSync(this.base, { recursive: true, force: true });
+    if (!keepLogs) fs.rmSync(this.logDir, { recursive: true, force: true });
   }
 }
 
@@ -234,6 +240,11 @@ export async function runHostsCheck(options: HostsOptions): Promise<HostsReport>
   const log = options.log ?? (() => undefined);
   const started = performance.now();
   const stack = new HostsStack();
+  let passed = false;
+  // An interrupted bench still takes its namespaces and processes down.
+  const interrupted = () => void stack.close(true).finally(() => process.exit(130));
+  process.once('SIGINT', interrupted);
+  process.once('SIGTERM', interrupted);
   try {
     const client = await stack.start(log);
     const runs: string[] = [];
@@ -252,7 +263,7 @@ export async function runHostsCheck(options: HostsOptions): Promise<HostsReport>
     const { integrity, local, stray } = await checkHosts(stack, runs);
     const problems = [...integrity.flatMap((r) => r.problems.map((p) => `${r.runId}: ${p}`)), ...local.map((p) => `a version registered at a local path: ${p}`), ...stray.map((f) => `checkpoint file outside the object cache: ${f}`)];
     const sum = (k: keyof RunIntegrity) => integrity.reduce((n, r) => n + (r[k] as number), 0);
-    return {
+    const report: HostsReport = {
       hosts: stack.net.hosts.size,
       shared_filesystem: local.length > 0,
       runs_completed: [firstResult, secondResult].filter((r) => r.steps === options.steps).length,
@@ -270,8 +281,13 @@ export async function runHostsCheck(options: HostsOptions): Promise<HostsReport>
       wall_s: Math.round((performance.now() - started) / 100) / 10,
       problems,
     };
+    passed = problems.length === 0;
+    return report;
   } finally {
-    await stack.close();
+    process.off('SIGINT', interrupted);
+    process.off('SIGTERM', interrupted);
+    await stack.close(!passed);
+    if (!passed) log(`[hosts] the workers' output is in ${stack.logDir}`);
   }
 }
 

@@ -99,6 +99,7 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
     .option('--api-port <port>', 'control API port (0 = any free port)', intOption('--api-port'), DEFAULT_API_PORT)
     .option('--api-host <host>', 'control API listen address', '127.0.0.1')
     .option('--no-api', 'do not serve the control API (rollout capacity is still managed)')
+    .addOption(new Option('--storage <kind>', 'where checkpoints and media go: files under the data directory, or an S3 object store relax dev starts (SeaweedFS; npm run setup -- --seaweedfs installs it)').choices(['file', 's3']).default('file'))
     .action(async (o) => {
       parseDevice(o.device);
       // This process's own lines (its API, its capacity worker's SDK) at warn unless RELAX_LOG_LEVEL says otherwise.
@@ -122,6 +123,7 @@ export function registerDevCommand(program: Command, packageVersion: () => strin
         databaseUrl: relaxEnvironment().databaseUrl,
         workers: { control: 1, rollout: o.rolloutWorkers, train: o.trainWorkers, reference: o.referenceWorkers, judge: o.judgeWorkers },
         device: o.device,
+        storage: o.storage,
         log: (line) => {
           logs.write(line);
           const shown = consoleLine(line, echo);

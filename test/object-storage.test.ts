@@ -30,7 +30,7 @@ import { exportPolicyVersion } from '../training/export';
 import { verifyPolicyVersion } from '../training/policy-versions';
 import { startObjectStoreServer, type ObjectStoreServer } from '../workers/object-store-server';
 import type { TrainingProgress, TrainingResult } from '../workflows/training-run';
-import { freshDatabase, sharedTemporalAddress, SupervisedWorkers, temporalClient, uniqueId, waitFor, type TestDatabase } from './helpers';
+import { freshDatabase, sharedTemporalAddress, startDevStack, SupervisedWorkers, temporalClient, uniqueId, waitFor, type TestDatabase } from './helpers';
 
 let server: ObjectStoreServer;
 let scratch: string;
@@ -219,6 +219,29 @@ test('a LoRA run with no shared filesystem: the trainer killed mid-run, the run 
     await workers.stopAll();
     await temporal.close();
     await db.close();
+  }
+});
+
+test('relax dev --storage s3 starts SeaweedFS and its workers publish a run to it', async () => {
+  const env = Object.fromEntries(Object.keys(server.env).map((k) => [k, ''])); // not this suite's server: relax dev's own
+  const stack = await startDevStack(['--storage', 's3', '--rollout-workers', '1'], { ...env, RELAX_STORAGE_CACHE_MB: '' });
+  try {
+    const runId = uniqueId('dev-s3');
+    const started = await stack.call('POST', '/runs', { run_id: runId, task: 'add2', model: { context_length: 16 }, algorithm: { group_size: 2 }, rollout: { prompts_per_step: 4, max_new_tokens: 4 }, train: { steps: 2, eval_every: 2 } });
+    assert.equal(started.status, 201, JSON.stringify(started.json));
+    const done = await waitFor('the run to finish', async () => {
+      const { json } = await stack.call('GET', `/runs/${runId}`);
+      return json?.workflowStatus && json.workflowStatus !== 'RUNNING' ? json : undefined;
+    }, 180_000, 1000);
+    assert.equal(done.workflowStatus, 'COMPLETED', JSON.stringify(done));
+    const checkpoints = await listCheckpoints(stack.db.pool, runId);
+    assert.deepEqual(checkpoints.map((c) => c.path), [0, 1, 2].map((v) => `s3://relax/checkpoints/${runId}/v0000000${v}`));
+    const keys = JSON.parse(fs.readFileSync(path.join(stack.home, 'seaweedfs', 'relax-s3-keys.json'), 'utf8'));
+    assert.equal(fs.statSync(path.join(stack.home, 'seaweedfs', 'relax-s3-keys.json')).mode & 0o077, 0, 'the keys file is private');
+    assert.ok(keys.accessKey && keys.secretKey);
+    assert.equal(fs.existsSync(path.join(stack.home, 'checkpoints')), false, 'nothing under the data directory\'s checkpoints/');
+  } finally {
+    await stack.close();
   }
 });
 

@@ -3,7 +3,9 @@
 // this process), and one worker process per role. It refuses ports other processes hold, restarts a
 // dead worker or Temporal server with backoff (workers/supervisor.ts), and its children exit when it
 // does, even by SIGKILL (an IPC channel to each worker; a watchdog for the temporal binary).
-// Stopping it stops everything; starting it again resumes the workflows that were running.
+// Stopping it stops everything; starting it again resumes the workflows that were running. With
+// `storage: 's3'` (relax dev --storage s3) it also starts SeaweedFS's S3 gateway with its data under
+// the data directory, and every worker keeps checkpoints and media there (RELAX_STORAGE).
 import { withoutTemporalConnectionEnv } from '../security/temporal-connection';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -14,6 +16,7 @@ import { relaxEnvironment } from '../config/environment';
 import { freePort } from './ports';
 import { describePortOwner, portIsFree } from './port-owner';
 import { SUPERVISED_ENV } from './supervisor';
+import { startObjectStoreServer } from './object-store-server';
 import { launchWorker, stopChild, supervisor, workerMethods, type ManagedWorker, type WorkerFleet } from './stack-workers';
 import { startTemporalServer, type TemporalServer, type TemporalServerOptions } from './temporal-server';
 
@@ -42,6 +45,8 @@ export interface LocalStackOptions {
    * rollout and trainer on different cores. Needs `taskset` (util-linux) on PATH.
    */
   cpuAffinity?: Partial<Record<Role, string>>;
+  /** 's3': checkpoints and media in an S3 object store the stack starts (SeaweedFS); default: files under home. */
+  storage?: 'file' | 's3';
 }
 
 /** The processes a stack runs now (they change when the supervisor replaces one). */
@@ -186,6 +191,16 @@ async function openStackDatabase(opts: LocalStackOptions, cleanups: Array<() => 
   return { databaseUrl, embedded: embedded !== undefined };
 }
 
+/** The stack's S3 object store (SeaweedFS under <home>/seaweedfs): the environment that points every Relax process at it, this one included. */
+async function startStackObjectStore(opts: LocalStackOptions, cleanups: Array<() => Promise<void>>, notice: (line: string) => void): Promise<Record<string, string>> {
+  const server = await startObjectStoreServer({ dir: path.join(opts.home, 'seaweedfs'), onOutput: (line) => opts.log(`[seaweedfs] ${line}`) });
+  cleanups.push(() => server.stop());
+  // This process (the control API, export) reads checkpoints too.
+  Object.assign(process.env, server.env);
+  notice(`[relax] checkpoints and media in ${server.env.RELAX_STORAGE} at ${server.endpoint} (SeaweedFS; keys in ${path.join(opts.home, 'seaweedfs', 'relax-s3-keys.json')})`);
+  return server.env;
+}
+
 /**
  * Takes away, under `dir`, the permission bits this process's umask withholds from what it creates:
  * a data directory written by an older version (PGlite's 0666 files, a 0644 temporal.db) becomes as
@@ -237,7 +252,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
 
     const { databaseUrl, embedded } = await openStackDatabase(opts, cleanups);
 
-    const env = { ...withoutTemporalConnectionEnv(process.env), TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl, [SUPERVISED_ENV]: '1' };
+    const storageEnv = opts.storage === 's3' ? await startStackObjectStore(opts, cleanups, notice) : {};
+    const env = { ...withoutTemporalConnectionEnv(process.env), TEMPORAL_ADDRESS: temporal.address, DATABASE_URL: databaseUrl, ...storageEnv, [SUPERVISED_ENV]: '1' };
     const fleet: WorkerFleet = { opts, notice, env, workers, stopping: () => stopping, changed, backoffs: new Map() };
     cleanups.push(async () => {
       await Promise.all(workers.map((w) => stopChild(w.child)));
