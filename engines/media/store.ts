@@ -13,9 +13,9 @@
 // id can name a path outside the root. A root may also be an object-store URL (s3://..., the run's
 // checkpoint root in object storage): the same names as objects, read through the worker's cache.
 import { createHash, randomBytes } from 'node:crypto';
-import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { isObjectUrl, joinLocation, objectExists, readIfExists, writeAt } from '../storage/locations';
+import { forgetCached, isObjectUrl, joinLocation, objectExists, readAt, readIfExists, writeAt } from '../storage/locations';
 import { KIND_OF_FORMAT, MEDIA_FORMATS, MediaError, sniffFormat, type MediaFormat, type MediaKind } from './sources';
 
 export interface MediaRef {
@@ -124,7 +124,13 @@ export class MediaStore {
     if (!found) {
       throw new MediaError('MediaNotFound', `the media ${id} is not in the store at ${this.root}: put it first, or check that the run uses the same media directory`);
     }
-    const { file, bytes } = found;
+    const { file } = found;
+    let { bytes } = found;
+    // A cached copy of an object that fails its hash (a disk fault) is dropped and fetched again.
+    if (isObjectUrl(file) && mediaIdOf(bytes) !== id) {
+      await forgetCached([file]);
+      bytes = await readAt(file);
+    }
     const actual = mediaIdOf(bytes);
     if (actual !== id) {
       throw new MediaError('MediaCorrupt', `the media file ${file} is corrupt: its content hashes to ${actual}, not ${id}; delete the file and put the medium again`);
