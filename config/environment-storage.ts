@@ -6,7 +6,6 @@
 // credentials are the standard AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (unset: the AWS SDK's own
 // chain: profile, instance role). Each worker keeps what it reads in a bounded local cache
 // (RELAX_STORAGE_CACHE_MB, default 2048, under <home>/object-cache), least recently used out first.
-import fs from 'node:fs';
 import path from 'node:path';
 
 export interface ObjectStorageSettings {
@@ -60,30 +59,6 @@ export function objectStorageSettings(env: NodeJS.ProcessEnv = process.env): Obj
     cacheDir: path.join(path.resolve(env.RELAX_HOME || '.relax'), 'object-cache'),
     cacheBytes: Math.floor(cacheMb * 1024 * 1024),
   };
-}
-
-/** Where `npm run setup -- --seaweedfs` (and --test-tools) installs SeaweedFS's `weed` (scripts/seaweedfs.js). */
-export const PROJECT_WEED = path.join(path.resolve(__dirname, '..', '..'), '.venv', 'bin', 'weed');
-
-/**
- * The SeaweedFS binary that serves S3 to `relax dev --storage s3` and the tests: RELAX_WEED_PATH, else
- * `weed` on PATH, else the project's own (.venv/bin/weed); undefined when none exists.
- */
-export function findWeedBinary(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  const executable = (file: string): boolean => {
-    try {
-      fs.accessSync(file, fs.constants.X_OK);
-      return fs.statSync(file).isFile();
-    } catch {
-      return false;
-    }
-  };
-  if (env.RELAX_WEED_PATH) {
-    if (!executable(env.RELAX_WEED_PATH)) throw new Error(`RELAX_WEED_PATH=${env.RELAX_WEED_PATH} is not an executable file: fix the path or unset it`);
-    return path.resolve(env.RELAX_WEED_PATH);
-  }
-  for (const dir of (env.PATH ?? '').split(path.delimiter)) if (dir && executable(path.join(dir, 'weed'))) return path.join(dir, 'weed');
-  return executable(PROJECT_WEED) ? PROJECT_WEED : undefined;
 }
 
 /**

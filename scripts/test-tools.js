@@ -183,4 +183,4 @@ function ensureTestTools(log = console) {
   return missing.filter((t) => !t.present());
 }
 
-module.exports = { TEST_TOOLS, ensureTestTools, installCommand, kubeconformPaths, KUBECONFORM_VERSION, SCHEMA_WHEEL };
+module.exports = { TEST_TOOLS, ensureTestTools, goCommand, installCommand, kubeconformPaths, KUBECONFORM_VERSION, SCHEMA_WHEEL };

@@ -6,7 +6,8 @@ import type { Device } from '../engines/device';
 import type { PolicyWeights } from '../engines/model';
 import { Trainer, type TrainerOptions, type TrainingLoss, type TrainSequence, type TrainStepOptions } from '../engines/trainer';
 import { policyLoss, sftLoss } from './losses';
-import type { RankLoss, RankReply, RankRequest } from './data-parallel-thread';
+import type { RankLoss, RankRequest } from './data-parallel-thread';
+import { serveInOrder } from './thread-requests';
 
 const port = parentPort;
 if (!port) throw new Error('training/data-parallel-rank-entry.js runs as a worker thread (training/data-parallel-thread.ts starts it)');
@@ -38,25 +39,4 @@ async function handle(req: RankRequest): Promise<unknown> {
   }
 }
 
-/** The ArrayBuffers of the typed arrays in a result (a record of them, or one holding `gradients`), to transfer. */
-function buffersOf(value: unknown): ArrayBuffer[] {
-  const record = value && typeof value === 'object' ? ((value as { gradients?: object }).gradients ?? value) : {};
-  return [...new Set(Object.values(record).filter((a): a is Float32Array => a instanceof Float32Array).map((a) => a.buffer as ArrayBuffer))];
-}
-
-let queue: Promise<void> = Promise.resolve();
-port.on('message', (req: RankRequest) => {
-  queue = queue.then(async () => {
-    let reply: RankReply;
-    let transfer: ArrayBuffer[] = [];
-    try {
-      const value = await handle(req);
-      reply = { id: req.id, ok: true, value };
-      transfer = buffersOf(value);
-    } catch (err) {
-      const e = err instanceof Error ? err : new Error(String(err));
-      reply = { id: req.id, ok: false, error: { name: e.name, message: e.message } };
-    }
-    port.postMessage(reply, transfer);
-  });
-});
+serveInOrder(port, handle);

@@ -10,6 +10,7 @@ import type { PolicyWeights } from '../engines/model';
 import type { TrainerOptions, TrainSequence, TrainStepOptions } from '../engines/trainer';
 import type { DataParallelRank, ShardGradients } from './data-parallel';
 import type { PolicyLossOptions } from './losses';
+import type { ThreadReply } from './thread-requests';
 
 /** The step's loss, as the rank's thread builds it (training/losses.ts sftLoss / policyLoss). */
 export type RankLoss = { kind: 'sft' } | { kind: 'policy'; options: PolicyLossOptions };
@@ -23,7 +24,7 @@ export interface RankOps {
 }
 export type RankOp = keyof RankOps;
 export type RankRequest = { id: number; op: RankOp; args: unknown[] };
-export type RankReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: { name: string; message: string } };
+export type RankReply = ThreadReply;
 
 /** A rank on a worker thread; `close` ends the thread. */
 export class ThreadRank implements DataParallelRank {

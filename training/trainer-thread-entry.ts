@@ -7,7 +7,8 @@ import type { Device } from '../engines/device';
 import type { PolicyWeights } from '../engines/model';
 import { Trainer, type TrainerOptions, type TrainingLoss } from '../engines/trainer';
 import { resolvePolicyLoss } from './losses';
-import type { Algorithm, TrainerReply, TrainerRequest } from './trainer-thread';
+import type { Algorithm, TrainerRequest } from './trainer-thread';
+import { serveInOrder } from './thread-requests';
 
 const port = parentPort;
 if (!port) throw new Error('training/trainer-thread-entry.js runs as a worker thread (training/trainer-thread.ts starts it)');
@@ -32,14 +33,6 @@ function trainerOf(handle: number): Trainer {
   const trainer = trainers.get(handle);
   if (!trainer) throw new Error(`trainer ${handle} does not exist on the trainer thread (disposed, or never created)`);
   return trainer;
-}
-
-/** The ArrayBuffers of typed arrays in `value` (an array or record of them), to transfer instead of copy. */
-function buffersOf(value: unknown): ArrayBuffer[] {
-  const arrays = ArrayBuffer.isView(value) ? [value] : value && typeof value === 'object' ? Object.values(value) : [];
-  const out = new Set<ArrayBuffer>();
-  for (const a of arrays) if (ArrayBuffer.isView(a) && a.buffer instanceof ArrayBuffer) out.add(a.buffer);
-  return [...out];
 }
 
 async function handle(req: TrainerRequest): Promise<unknown> {
@@ -85,22 +78,7 @@ async function handle(req: TrainerRequest): Promise<unknown> {
 
 // One request at a time, in arrival order: the engine is busy anyway, and a trainer's operations
 // must not interleave (a train step and an export of the same weights).
-let queue: Promise<void> = Promise.resolve();
-port.on('message', (req: TrainerRequest) => {
-  queue = queue.then(async () => {
-    let reply: TrainerReply;
-    let transfer: ArrayBuffer[] = [];
-    try {
-      const value = await handle(req);
-      reply = { id: req.id, ok: true, value };
-      transfer = buffersOf(value);
-    } catch (err) {
-      const e = err instanceof Error ? err : new Error(String(err));
-      reply = { id: req.id, ok: false, error: { name: e.name, message: e.message, ...(e.stack ? { stack: e.stack } : {}) } };
-    }
-    port.postMessage(reply, transfer);
-  });
-});
+serveInOrder(port, handle);
 
 void loadTfjsBackend((workerData as { device: Device }).device).then(
   (info) => port.postMessage({ ready: { backend: info.backend } }),

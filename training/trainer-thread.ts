@@ -22,6 +22,7 @@ import { engineThreads, setTensorflowEnvironment, USER_TF_INTRAOP_THREADS } from
 import type { Device } from '../engines/device';
 import type { ModelConfig, PolicyWeights } from '../engines/model';
 import { NonFiniteUpdateError, type LrSchedule, type ScoredSequence, type TrainerOptions, type TrainSequence, type TrainStepMetrics, type TrainStepOptions } from '../engines/trainer';
+import type { ThreadReply } from './thread-requests';
 
 export type Algorithm = RunConfig['algorithm'];
 
@@ -50,7 +51,7 @@ export interface TrainerRequest {
   args: unknown[];
 }
 
-export type TrainerReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: { name: string; message: string; stack?: string } };
+export type TrainerReply = ThreadReply;
 
 /** The thread that held a trainer has ended: the trainer is gone; create a new one. */
 export class TrainerThreadExitedError extends Error {

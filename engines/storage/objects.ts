@@ -69,14 +69,6 @@ export class ObjectStore {
     }
   }
 
-  /** The bytes at `url`, or undefined when there is no such object. */
-  async getIfExists(url: string): Promise<Uint8Array | undefined> {
-    return this.get(url).catch((err: unknown) => {
-      if (err instanceof ObjectNotFoundError) return undefined;
-      throw err;
-    });
-  }
-
   /** Whether an object is at `url` (a HEAD request: nothing is downloaded). */
   async exists(url: string): Promise<boolean> {
     const { bucket, key } = parseObjectUrl(url);
