@@ -7,12 +7,14 @@
 //   embedding + learned positions -> blocks -> ln_f -> proj: n embeddings per image.
 // - audio (Whisper's front end): log-mel [nClips, F, nMels] (engines/media/audio.ts processAudio) ->
 //   conv1 (kernel 3, stride 1, padding 1) GELU -> conv2 (kernel 3, stride 2, padding 1) GELU ->
-//   learned positions -> blocks -> ln_f -> proj: ceil(F / 2) embeddings per clip.
+//   positions (learned, or Whisper's fixed table: engines/whisper.ts) -> blocks -> ln_f -> `stack`
+//   consecutive positions concatenated -> proj (one linear, or linear GELU linear):
+//   ceil(F / 2) / stack embeddings per clip. `gelu: "erf"` makes every GELU before the projector exact.
 //
 // Also here: expandPlaceholders (a prompt's `<image>` / `<audio>` token repeated once per embedding)
 // and embeddingIndex (the gather index that puts the media embeddings at those positions).
-import { gptBlock, gptBlockParameters, LAYER_NORM_EPS } from './gpt-block';
-import type { MediaInputs, ModelConfig, ParameterSpec, TensorOps } from './model';
+import { blockGelu, gptBlock, gptBlockParameters, LAYER_NORM_EPS, type BlockDims } from './gpt-block';
+import type { AudioConfig, MediaInputs, ModelConfig, ParameterSpec, TensorOps } from './model';
 
 /** Kernel width of both audio convolutions (Whisper's). */
 export const AUDIO_KERNEL = 3;
@@ -29,6 +31,19 @@ function blockSpec(prefix: string, D: number, F: number, nLayers: number): Param
   const spec: ParameterSpec[] = [];
   for (let l = 0; l < nLayers; l++) spec.push(...gptBlockParameters(`${prefix}blocks.${l}.`, D, F, residualStd));
   spec.push({ name: `${prefix}ln_f.weight`, shape: [D], init: ones }, { name: `${prefix}ln_f.bias`, shape: [D], init: zeros });
+  return spec;
+}
+
+/** A projector from `din` to the LM's width D: one linear layer, or linear + GELU + linear (`proj.out`) through `hidden`. */
+function projectorSpec(prefix: string, din: number, D: number, hidden: number | undefined): ParameterSpec[] {
+  const normal = (std: number) => ({ kind: 'normal' as const, std });
+  const zeros = { kind: 'zeros' as const };
+  const first = hidden ?? D;
+  const spec: ParameterSpec[] = [
+    { name: `${prefix}proj.weight`, shape: [din, first], init: normal(0.02) },
+    { name: `${prefix}proj.bias`, shape: [first], init: zeros },
+  ];
+  if (hidden !== undefined) spec.push({ name: `${prefix}proj.out.weight`, shape: [hidden, D], init: normal(0.02) }, { name: `${prefix}proj.out.bias`, shape: [D], init: zeros });
   return spec;
 }
 
@@ -61,19 +76,33 @@ export function encoderParameterSpec(cfg: ModelConfig): ParameterSpec[] {
       { name: 'audio.conv2.bias', shape: [da], init: zeros },
       { name: 'audio.pos_emb.weight', shape: [audioEmbeddingCount(a.maxFrames), da], init: normal(0.01) },
       ...blockSpec('audio.', da, a.dFF, a.nLayers),
-      { name: 'audio.proj.weight', shape: [da, D], init: normal(0.02) },
-      { name: 'audio.proj.bias', shape: [D], init: zeros },
+      ...projectorSpec('audio.', (a.stack ?? 1) * da, D, a.projectorHidden),
     );
   }
   return spec;
 }
 
-/** Blocks, final LayerNorm and projector of one encoder: x [N, n, d] -> [N * n, D]. */
-function encoderTrunk<T>(ops: TensorOps<T>, cfg: ModelConfig, dims: { dModel: number; nHeads: number; nLayers: number }, w: Record<string, T>, prefix: string, x: T): T {
+/** Positions, blocks and final LayerNorm of one encoder: x [N, n, d] -> [N, n, d] (its output before the projector). */
+export function encoderHidden<T>(ops: TensorOps<T>, dims: BlockDims & { nLayers: number }, w: Record<string, T>, prefix: string, x: T): T {
   let h = ops.add(x, ops.leadingRows(w[`${prefix}pos_emb.weight`], x));
   for (let l = 0; l < dims.nLayers; l++) h = gptBlock(ops, dims, w, `${prefix}blocks.${l}.`, h, undefined).x;
-  h = ops.layerNorm(h, w[`${prefix}ln_f.weight`], w[`${prefix}ln_f.bias`], LAYER_NORM_EPS);
-  return ops.reshape(ops.linear(h, w[`${prefix}proj.weight`], w[`${prefix}proj.bias`]), [-1, cfg.dModel]);
+  return ops.layerNorm(h, w[`${prefix}ln_f.weight`], w[`${prefix}ln_f.bias`], LAYER_NORM_EPS);
+}
+
+/** The projector: h [N, n, din] -> [N * n, D] (a second layer when `proj.out.weight` exists). */
+function project<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, prefix: string, h: T): T {
+  let y = ops.linear(h, w[`${prefix}proj.weight`], w[`${prefix}proj.bias`]);
+  if (w[`${prefix}proj.out.weight`] !== undefined) y = ops.linear(ops.gelu(y), w[`${prefix}proj.out.weight`], w[`${prefix}proj.out.bias`]);
+  return ops.reshape(y, [-1, cfg.dModel]);
+}
+
+function encoderTrunk<T>(ops: TensorOps<T>, cfg: ModelConfig, dims: { dModel: number; nHeads: number; nLayers: number }, w: Record<string, T>, prefix: string, x: T): T {
+  return project(ops, cfg, w, prefix, encoderHidden(ops, dims, w, prefix, x));
+}
+
+/** Embeddings a clip gives the language model: the encoder's positions over audio.stack. */
+export function audioEmbeddings(a: AudioConfig): number {
+  return audioEmbeddingCount(a.maxFrames) / (a.stack ?? 1);
 }
 
 /** patches [nImages, n, p*p*3] -> [nImages * n, D]. */
@@ -82,12 +111,20 @@ export function visionEncoder<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<
   return encoderTrunk(ops, cfg, cfg.vision, w, 'vision.', ops.linear(patches, w['vision.patch_embed.weight'], w['vision.patch_embed.bias']));
 }
 
-/** log-mel [nClips, F, nMels] -> [nClips * ceil(F / 2), D]. */
+/** The audio encoder before its projector: log-mel [nClips, F, nMels] -> [nClips, ceil(F / 2), d] (Whisper's encoder output). */
+export function audioEncoderHidden<T>(ops: TensorOps<T>, a: AudioConfig, w: Record<string, T>, frames: T): T {
+  const h1 = blockGelu(ops, a, ops.conv1d(frames, w['audio.conv1.weight'], w['audio.conv1.bias'], 1, 1));
+  const h2 = blockGelu(ops, a, ops.conv1d(h1, w['audio.conv2.weight'], w['audio.conv2.bias'], 2, 1));
+  return encoderHidden(ops, a, w, 'audio.', h2);
+}
+
+/** log-mel [nClips, F, nMels] -> [nClips * audioEmbeddings(audio), D]: audio.stack consecutive positions per embedding. */
 export function audioEncoder<T>(ops: TensorOps<T>, cfg: ModelConfig, w: Record<string, T>, frames: T): T {
-  if (!cfg.audio) throw new Error('audio given but the model config has no audio encoder');
-  const h1 = ops.gelu(ops.conv1d(frames, w['audio.conv1.weight'], w['audio.conv1.bias'], 1, 1));
-  const h2 = ops.gelu(ops.conv1d(h1, w['audio.conv2.weight'], w['audio.conv2.bias'], 2, 1));
-  return encoderTrunk(ops, cfg, cfg.audio, w, 'audio.', h2);
+  const a = cfg.audio;
+  if (!a) throw new Error('audio given but the model config has no audio encoder');
+  const h = audioEncoderHidden(ops, a, w, frames);
+  const stack = a.stack ?? 1;
+  return project(ops, cfg, w, 'audio.', stack === 1 ? h : ops.reshape(h, [0, -1, stack * a.dModel]));
 }
 
 /** The media embedding rows, in embeddingIndex's order: every image's, then every clip's. */

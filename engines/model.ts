@@ -82,10 +82,20 @@ export const audioConfigSchema = z
     maxFrames: z.number().int().min(2),
     /** The `<audio>` placeholder's token id. */
     tokenId: z.number().int().min(0).optional(),
+    /** The encoder's GELU (convolutions and blocks): the tanh approximation (absent), or exact erf as Whisper's. */
+    gelu: z.enum(['tanh', 'erf']).optional(),
+    /** Consecutive encoder positions concatenated into one embedding before the projector (absent: 1); must divide the positions. */
+    stack: z.number().int().min(1).optional(),
+    /** A two-layer projector (linear, GELU, linear) of this hidden width instead of one linear layer. */
+    projectorHidden: z.number().int().min(1).optional(),
     ...encoderFields,
   })
   .strict()
-  .superRefine(headsDivide('audio'));
+  .superRefine(headsDivide('audio'))
+  .superRefine((a, ctx) => {
+    const positions = Math.floor((a.maxFrames + 2 - 3) / 2) + 1;
+    if (a.stack !== undefined && positions % a.stack !== 0) ctx.addIssue({ code: 'custom', path: ['stack'], message: `audio.stack (${a.stack}) must divide the encoder's ${positions} positions (audio.maxFrames ${a.maxFrames}): choose a window whose positions it divides` });
+  });
 export type AudioConfig = z.infer<typeof audioConfigSchema>;
 
 export const modelConfigSchema = z
@@ -435,6 +445,8 @@ export interface TensorOps<T> {
   tanh(x: T): T;
   /** GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (geluTanh spells it in the other ops). */
   gelu(x: T): T;
+  /** The error function, elementwise (exact GELU: gpt-block.ts blockGelu). */
+  erf(x: T): T;
   /** Softmax over the last axis. */
   softmax(x: T): T;
   /** LayerNorm over the last axis: (x - mean) / sqrt(biased var + eps) * gamma + beta. */

@@ -46,10 +46,10 @@ interface Batch {
 }
 
 /** Two prompts: [1, 2, <image>, 3, <audio>, 4, 5] and [<audio>, 6, <image>, 7], padded to one length. */
-function makeBatch(): Batch {
+function makeBatch(audioEmbeddings = audioEmbeddingCount(FRAMES)): Batch {
   const media = [
     { kind: 'image' as const, embeddings: PATCHES },
-    { kind: 'audio' as const, embeddings: audioEmbeddingCount(FRAMES) },
+    { kind: 'audio' as const, embeddings: audioEmbeddings },
   ];
   const prompts = [
     expandPlaceholders([1, 2, IMG, 3, AUD, 4, 5], { image: IMG, audio: AUD }, media),
@@ -168,6 +168,22 @@ test('config: encoders validated by name; the spec without them is unchanged; in
   assert.ok(Math.abs(std - 0.02) < 0.004, `patch embedding std ${std}`);
   assert.ok(w['audio.ln_f.weight'].every((v) => v === 1) && w['audio.conv1.bias'].every((v) => v === 0));
   assert.ok(w['audio.conv1.weight'].some((v) => v !== 0));
+});
+
+test("Whisper's encoder options (exact GELU, 2 positions stacked per embedding, a two-layer projector): tfjs equals ONNX Runtime", async () => {
+  const cfg = parseModelConfig({ ...CFG, audio: { ...CFG.audio, gelu: 'erf', stack: 2, projectorHidden: 24 } });
+  const shapes = Object.fromEntries(parameterSpec(cfg).map((p) => [p.name, p.shape]));
+  assert.deepEqual(shapes['audio.proj.weight'], [32, 24], 'two 16-wide positions in, the hidden width out');
+  assert.deepEqual(shapes['audio.proj.out.weight'], [24, 32]);
+  assert.throws(() => parseModelConfig({ ...CFG, audio: { ...CFG.audio, stack: 3 } }), /audio\.stack \(3\) must divide the encoder's 10 positions/);
+  const w = randomWeights(cfg, 2);
+  const batch = makeBatch(audioEmbeddingCount(FRAMES) / 2);
+  const onnx = logSoftmaxRows(await onnxLogits(cfg, w, batch), cfg.vocabSize);
+  const diff = maxAbsDiff(logSoftmaxRows(tfjsLogits(cfg, w, batch), cfg.vocabSize), onnx);
+  assert.ok(diff <= 1e-5, `tfjs vs ONNX: ${diff}`);
+  // The exact GELU differs from the tanh one: the same weights give other log-probs.
+  const tanh = logSoftmaxRows(tfjsLogits({ ...cfg, audio: { ...cfg.audio!, gelu: undefined } }, w, batch), cfg.vocabSize);
+  assert.ok(maxAbsDiff(tanh, onnx) > 1e-6, 'gelu: "erf" changes the output');
 });
 
 test('tfjs conv1d (im2col) equals tf.conv1d, stride 1 and 2, even and odd lengths', () => {

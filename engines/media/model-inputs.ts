@@ -13,7 +13,7 @@ import { processAudio, type MonoAudio } from './audio';
 import { patchify, normalize, resizeBilinear, type RgbImage } from './image';
 import { WHISPER_HOP, WHISPER_SAMPLE_RATE } from './mel';
 import { MediaError, KIND_OF_FORMAT, type MediaFormat } from './sources';
-import { audioEmbeddingCount, embeddingIndex, expandPlaceholders, type ExpandedPrompt, type MediumKind } from '../encoders';
+import { audioEmbeddings, embeddingIndex, expandPlaceholders, type ExpandedPrompt, type MediumKind } from '../encoders';
 import type { AudioConfig, ModelConfig, VisionConfig } from '../model';
 
 /** SigLIP's normalization: x / 255 mapped to [-1, 1]. */
@@ -42,7 +42,7 @@ export function mediumEmbeddings(cfg: ModelConfig, kind: MediumKind): number {
     return imageSide(cfg.vision) ** 2;
   }
   if (!cfg.audio) throw new MediaError('MediaInvalid', 'an audio clip was given but the model has no audio encoder: add model.audio, or remove the clip');
-  return audioEmbeddingCount(cfg.audio.maxFrames);
+  return audioEmbeddings(cfg.audio);
 }
 
 /** An image as the vision encoder's input: [side^2, p*p*3]. */
