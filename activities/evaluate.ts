@@ -18,6 +18,7 @@ import type { RunContext } from '../training/run-context';
 import { loadPolicyWeights } from '../training/policy-versions';
 import { PolicyEngine } from '../rollout/policy-engine';
 import type { ThreadedRolloutEngine } from '../engines/rollout-thread';
+import { hasFrozenParameters } from '../engines/model';
 import { failuresMapped, runContext, spanned, withHeartbeats, type WorkerContext } from './context';
 import { tensorboardScalars } from './run-tensorboard';
 
@@ -27,7 +28,7 @@ import { tensorboardScalars } from './run-tensorboard';
  * reaper releases once a run's workflow has closed (an evaluation of a finished run keeps its engine).
  */
 async function withEngineAt<T>(ctx: WorkerContext, run: RunContext, version: number, fn: (engine: ThreadedRolloutEngine) => Promise<T>): Promise<T> {
-  const frozen = run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {};
+  const frozen = hasFrozenParameters(run.model) && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {};
   const policy = await failuresMapped(() => PolicyEngine.create(ctx.pool, { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() }, { loadWeights: (v) => loadPolicyWeights(ctx.pool, run, v), cachedVersions: 1, ...frozen }));
   try {
     return await fn(await failuresMapped(() => policy.atVersion(version)));

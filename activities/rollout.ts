@@ -9,7 +9,7 @@ import { withHyperparameters, type Hyperparameters } from '../config/hyperparame
 import { shortened } from '../config/json-limits';
 import { evaluateGreedy } from '../rollout/evaluate';
 import type { GenerationEngine } from '../engines/rollout';
-import type { PolicyWeights } from '../engines/model';
+import { hasFrozenParameters, type PolicyWeights } from '../engines/model';
 import { PolicyEngine } from '../rollout/policy-engine';
 import { EngineUnconfirmedError, RemoteRolloutEngine } from '../rollout/remote-engine';
 import { rolloutSliceWithStats, type RolloutSlice } from '../rollout/producers';
@@ -65,7 +65,7 @@ export class RunPolicies {
       policy = PolicyEngine.create(
         ctx.pool,
         { runId: run.runId, model: run.model, tokenizer: run.task.tokenizer() },
-        { loadWeights: (v) => this.loadWeights(ctx, run, v), cachedVersions: 1, ...(run.model.lora && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}) },
+        { loadWeights: (v) => this.loadWeights(ctx, run, v), cachedVersions: 1, ...(hasFrozenParameters(run.model) && run.policy.baseWeights ? { frozenWeights: run.policy.baseWeights } : {}) },
       );
       this.engines.set(run.runId, policy);
       const failed = policy;

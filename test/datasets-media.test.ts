@@ -250,10 +250,10 @@ test('model.from with model.vision / model.audio: SmolLM2 has no <image> token (
   const config = (from: string, model: Record<string, unknown>, data: string) =>
     parseRunConfig({ model: { from, context_length: 64, ...model }, data: { train: data, eval: data }, rollout: { max_new_tokens: 4 } });
 
-  // SmolLM2's vocabulary: "<image>" is three tokens, and no token is invented
+  // SmolLM2's vocabulary: "<image>" is three tokens, and no token is invented unasked (model.add_special_tokens adds one: test/special-tokens.test.ts)
   await assert.rejects(loadRunPolicy(config(plainDir, { vision: { patch_size: 4, max_patches: 4 } }, textTrain), { home }), (err: Error) => {
     assert.ok(err instanceof RunModelError);
-    assert.match(err.message, /^model\.vision: the tokenizer of model\.from \(.*tokenizer\.json\) has no single <image> token to place the image embeddings at \(it encodes "<image>" as 3 tokens \[44,5028,46\]\), and Relax does not add tokens to a pretrained vocabulary/);
+    assert.match(err.message, /^model\.vision: the tokenizer of model\.from \(.*tokenizer\.json\) has no single <image> token to place the image embeddings at \(it encodes "<image>" as 3 tokens \[44,5028,46\]\): add it with model\.add_special_tokens: \["<image>"\]/);
     return true;
   });
   await assert.rejects(loadRunPolicy(config(plainDir, { audio: {} }, textTrain), { home }), /^RunModelError: model\.audio: .*has no single <audio> token.*\(it encodes "<audio>" as 3 tokens/);

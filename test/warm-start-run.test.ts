@@ -96,7 +96,8 @@ test('a bad recipe or init.sft is refused naming the field', () => {
     [{ init: { sft: { max_steps: 5, eval_every: 10 } } }, /^init\.sft\.eval_every: must be <= init\.sft\.max_steps/],
     [{ init: { sft: { learning_rate: 1 } } }, /^init\.sft\.learning_rate: unknown field/],
     [{ init: { dpo: {} } }, /^init\.dpo: unknown field/],
-    [{ model: { from: 'smollm2-135m-instruct' }, init: { sft: {} } }, /^init\.sft: trains the tiny GPT .*remove init\.sft \(or model\.from\)/],
+    [{ model: { from: 'smollm2-135m-instruct' }, init: { sft: {} } }, /^init\.sft: on a pretrained model \(model\.from\) trains on a dataset's answers: add a data section/],
+    [{ init: { sft: { trainable: ['audio_ears'] } } }, /^init\.sft\.trainable\.0: /],
     [{ recipe: 'add2', train: 'long' }, /^train: /],
     [JSON.parse('{"recipe": "add2", "__proto__": {"task": "x"}}'), /^__proto__: unknown field/],
   ];

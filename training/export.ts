@@ -1,11 +1,15 @@
 // A published policy version out as a Hugging Face model directory (`relax export <run>@<version>
 // --format hf`): config.json, model.safetensors and the model's tokenizer files, loadable by
 // `transformers`. A LoRA version is written merged into its base weights, and its adapters also in
-// the PEFT layout (adapter_config.json + adapter_model.safetensors) under `adapter/`.
+// the PEFT layout (adapter_config.json + adapter_model.safetensors) under `adapter/`. Tokens the run
+// added (model.add_special_tokens) are written into the tokenizer files, with the grown embedding.
 import path from 'node:path';
 import type { Pool } from 'pg';
 import { writeHfModel, writePeftAdapter } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
+import { tokenizerChanges } from '../engines/tokenizers/added-tokens';
+import type { ModelConfig, PolicyWeights } from '../engines/model';
+import type { RunPolicy } from './policy-model';
 import { loadPolicyWeights } from './policy-versions';
 import { loadRunContext } from './run-context';
 
@@ -14,6 +18,8 @@ export interface ExportedPolicy {
   /** The PEFT adapter directory of a LoRA version. */
   adapterDir?: string;
   parameters: number;
+  /** Why a LoRA version's adapters were not also written in the PEFT layout. */
+  adapterSkipped?: string;
 }
 
 /** Parses "<run_id>@<version>" (version a non-negative integer). */
@@ -31,14 +37,36 @@ export async function exportPolicyVersion(pool: Pool, ref: string, outDir: strin
     throw new Error(`run ${runId} trains the tiny GPT, which has no Hugging Face architecture: --format hf exports pretrained (llama-family) models (model.from); its checkpoints are safetensors files already (${run.checkpointRoot})`);
   }
   const weights = await loadPolicyWeights(pool, run, version);
-  const dir = path.resolve(outDir);
-  if (!run.model.lora) {
-    await writeHfModel(dir, run.model, weights, { tokenizerDir: policy.modelDir });
-    return { dir, parameters: Object.values(weights).reduce((n, w) => n + w.length, 0) };
+  return writeExportedPolicy({ ...policy, modelDir: policy.modelDir, baseWeights: policy.baseWeights }, run.model, weights, path.resolve(outDir));
+}
+
+/** A pretrained model's policy (model.from): its directory and base weights are known. */
+type PretrainedPolicy = RunPolicy & Required<Pick<RunPolicy, 'modelDir' | 'baseWeights'>>;
+
+const countOf = (weights: PolicyWeights) => Object.values(weights).reduce((n, w) => n + w.length, 0);
+
+/**
+ * A version's weights (`model`: the run's, with LoRA adapters only) written to `dir` as a Hugging
+ * Face directory, with the tokenizer files of the policy's model and the tokens the run added.
+ * A PEFT adapter is written only when the base it names (model.from) is the model it trained on: a
+ * run that added tokens trained on a grown vocabulary (mean-initialised rows, a tokenizer with more
+ * ids) that model.from does not have, so its adapters alone would load onto the wrong base; the
+ * merged model beside it carries everything (grown embedding, tokenizer), and is what to load.
+ */
+export async function writeExportedPolicy(policy: PretrainedPolicy, model: ModelConfig, weights: PolicyWeights, dir: string): Promise<ExportedPolicy> {
+  const files = { tokenizerDir: policy.modelDir, addedTokens: policy.addedTokens };
+  if (!model.lora) {
+    await writeHfModel(dir, model, weights, files);
+    return { dir, parameters: countOf(weights) };
   }
-  const merged = mergeLoraWeights(run.model, await policy.baseWeights(), weights);
-  await writeHfModel(dir, withoutLora(run.model), merged, { tokenizerDir: policy.modelDir });
+  const merged = mergeLoraWeights(model, await policy.baseWeights(), weights);
+  await writeHfModel(dir, withoutLora(model), merged, files);
+  const changed = tokenizerChanges(policy.addedTokens ?? []).map((t) => t.content);
+  if (changed.length > 0) {
+    const adapterSkipped = `the run added ${JSON.stringify(changed)} to the tokenizer of ${policy.modelDir} (model.add_special_tokens), so its LoRA adapters alone do not fit that base: load the merged model in ${dir} (its tokenizer has the tokens, its embedding their rows)`;
+    return { dir, parameters: countOf(merged), adapterSkipped };
+  }
   const adapterDir = path.join(dir, 'adapter');
-  await writePeftAdapter(adapterDir, run.model, weights, { baseModel: policy.modelDir });
-  return { dir, adapterDir, parameters: Object.values(merged).reduce((n, w) => n + w.length, 0) };
+  await writePeftAdapter(adapterDir, model, weights, { baseModel: policy.modelDir });
+  return { dir, adapterDir, parameters: countOf(merged) };
 }

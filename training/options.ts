@@ -6,7 +6,7 @@ import { formatBytes, memoryLimitText, runMemoryLimitBytes } from '../config/run
 import { TINY_POLICY_DEFAULTS, criticLearningRate, runContextLength, type RunConfig } from '../config/run-config';
 import { nativeTfjsAvailable } from '../engines/backends';
 import { withoutLora } from '../engines/lora';
-import { parameterCount, shapeSize, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { parameterCount, shapeSize, trainableParameterSpec, type AudioConfig, type ModelConfig, type PolicyWeights } from '../engines/model';
 import type { TrainerOptions } from '../engines/trainer';
 import { singleTokenId } from '../engines/tokenizers/tokenizer';
 import type { Task } from '../envs/task';
@@ -24,8 +24,14 @@ export function policyModelConfig(model: RunConfig['model'], vocabSize: number, 
   return { ...config, ...encoderConfigs(model, task) };
 }
 
-/** The encoders of a run's model: the task's defaults overridden by model.vision / model.audio, with the tokenizer's placeholder ids. */
-export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'name' | 'tokenizer' | 'encoders'>): Pick<ModelConfig, 'vision' | 'audio'> {
+/** A pretrained audio encoder's shape (engines/whisper.ts encoder.json), for model.audio.from. */
+export type PretrainedAudioShape = Pick<AudioConfig, 'nMels' | 'dModel' | 'nLayers' | 'nHeads' | 'dFF' | 'gelu'>;
+
+/**
+ * The encoders of a run's model: the task's defaults overridden by model.vision / model.audio, with
+ * the tokenizer's placeholder ids; with model.audio.from, the pretrained encoder's own shape (`pretrainedAudio`).
+ */
+export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'name' | 'tokenizer' | 'encoders'>, pretrainedAudio?: PretrainedAudioShape): Pick<ModelConfig, 'vision' | 'audio'> {
   const out: Pick<ModelConfig, 'vision' | 'audio'> = {};
   const placeholder = (text: string, section: string): number => {
     const id = task ? singleTokenId(task.tokenizer(), text) : undefined;
@@ -42,7 +48,16 @@ export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'nam
   if (a || model.audio) {
     const o = model.audio ?? {};
     const base = a ?? { nMels: 80, maxFrames: 200, dModel: 32, nLayers: 1, nHeads: 4, dFF: 64 };
-    out.audio = { nMels: o.n_mels ?? base.nMels, maxFrames: o.max_frames ?? base.maxFrames, dModel: o.d_model ?? base.dModel, nLayers: o.n_layers ?? base.nLayers, nHeads: o.n_heads ?? base.nHeads, dFF: o.d_ff ?? base.dFF, tokenId: placeholder('<audio>', 'audio') };
+    const maxFrames = o.window_s !== undefined ? Math.round(o.window_s * 100) : (o.max_frames ?? base.maxFrames);
+    const shape = pretrainedAudio ?? { nMels: o.n_mels ?? base.nMels, dModel: o.d_model ?? base.dModel, nLayers: o.n_layers ?? base.nLayers, nHeads: o.n_heads ?? base.nHeads, dFF: o.d_ff ?? base.dFF };
+    out.audio = {
+      ...shape,
+      maxFrames,
+      tokenId: placeholder('<audio>', 'audio'),
+      ...(o.stack !== undefined ? { stack: o.stack } : {}),
+      ...(o.projector_hidden !== undefined ? { projectorHidden: o.projector_hidden } : {}),
+      ...(pretrainedAudio && o.train_encoder !== true ? { freeze: true } : {}),
+    };
   }
   return out;
 }

@@ -11,7 +11,7 @@ import type { SftInitConfig } from '../config/init-config';
 import { ADD2_SFT_INIT, CALCULATOR_GRPO } from '../config/recipes';
 import { parseRunConfig, type RunConfig } from '../config/run-config';
 import { CheckpointOverwriteError, checkpointDir, loadCheckpoint, publishCheckpoint } from '../engines/checkpoint';
-import type { ModelConfig, PolicyWeights } from '../engines/model';
+import { hasFrozenParameters, type ModelConfig, type PolicyWeights, type TrainablePart } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { calculatorTask } from '../envs/calculator';
@@ -19,9 +19,12 @@ import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
 import { evaluateGreedy } from '../rollout/evaluate';
 import { policyModelConfig } from './options';
+import { initialPolicyWeights, loadRunPolicy, withBaseWeights } from './policy-model';
 import { sftWarmStart } from './sft';
 
 export interface SftRecipe {
+  /** The parts the supervised steps train (default: all the run trains). */
+  trainable?: TrainablePart[];
   lr: number;
   batchSize: number;
   maxSteps: number;
@@ -34,7 +37,15 @@ export interface SftRecipe {
 
 /** A config's init.sft as the SftRecipe it names (same fields, same key order: the same cache key as the camelCase recipe). */
 export function sftRecipeOf(sft: SftInitConfig): SftRecipe {
-  return { lr: sft.lr, batchSize: sft.batch_size, maxSteps: sft.max_steps, evalEvery: sft.eval_every, band: [sft.band[0], sft.band[1]], ...(sft.target !== undefined ? { target: sft.target } : {}) };
+  return {
+    ...(sft.trainable !== undefined ? { trainable: [...sft.trainable] } : {}),
+    lr: sft.lr,
+    batchSize: sft.batch_size,
+    maxSteps: sft.max_steps,
+    evalEvery: sft.eval_every,
+    band: [sft.band[0], sft.band[1]],
+    ...(sft.target !== undefined ? { target: sft.target } : {}),
+  };
 }
 
 /** config/recipes.ts ADD2_SFT_INIT as the SftRecipe the quickstart and the benchmarks warm-start add2 with. */
@@ -97,13 +108,13 @@ async function cachedWarmStart(root: string, model: ModelConfig): Promise<WarmSt
  * theirs is used.
  */
 export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, cacheRoot: string, log: (line: string) => void = () => undefined): Promise<WarmStart> {
-  const task = await loadTask(config.task);
-  const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
+  const setup = config.model.from === undefined ? await tinySetup(config, sft) : await pretrainedSetup(config, sft, log);
+  const { task, model } = setup;
   const key = createHash('sha256')
-    .update(JSON.stringify({ format: WARM_START_FORMAT, task: config.task, model, seed: config.seed, sft, maxNewTokens: config.rollout.max_new_tokens }))
+    .update(JSON.stringify({ format: WARM_START_FORMAT, task: config.task, model, seed: config.seed, sft, maxNewTokens: config.rollout.max_new_tokens, ...setup.keyExtras }))
     .digest('hex')
     .slice(0, 16);
-  const root = path.resolve(cacheRoot, `${config.task}-sft-${key}`);
+  const root = path.resolve(cacheRoot, `${setup.name}-sft-${key}`);
   const cached = await cachedWarmStart(root, model);
   if (cached) {
     log(`[sft] warm start from cache ${cached.dir}: held-out accuracy ${(cached.accuracy * 100).toFixed(1)}%`);
@@ -111,7 +122,7 @@ export async function loadOrTrainWarmStart(config: RunConfig, sft: SftRecipe, ca
   }
   let running = training.get(root);
   if (!running) {
-    running = underLock(root, model, log, () => trainWarmStart(config, sft, task, model, root, log)).finally(() => training.delete(root));
+    running = underLock(root, model, log, () => trainWarmStart(config, sft, setup, root, log)).finally(() => training.delete(root));
     training.set(root, running);
   }
   return running;
@@ -171,11 +182,66 @@ async function staleLock(lock: string): Promise<boolean> {
   }
 }
 
-async function trainWarmStart(config: RunConfig, sft: SftRecipe, task: Task, model: ModelConfig, root: string, log: (line: string) => void): Promise<WarmStart> {
+/** What a warm start trains: the task, the model, and its trainer and engine at version 0. */
+interface WarmStartSetup {
+  /** The cache directory's name prefix. */
+  name: string;
+  task: Task;
+  model: ModelConfig;
+  /** More of what determines the warm start (a pretrained model's sources, the data). */
+  keyExtras: Record<string, unknown>;
+  trainer(): Promise<Trainer>;
+  engine(): Promise<RolloutEngine>;
+}
+
+/** The tiny GPT on a built-in task's demonstrations, from a seeded random start. */
+async function tinySetup(config: RunConfig, sft: SftRecipe): Promise<WarmStartSetup> {
+  const task = await loadTask(config.task);
+  const model = policyModelConfig(config.model, task.tokenizer().vocabSize, task);
+  return {
+    name: config.task,
+    task,
+    model,
+    keyExtras: {},
+    trainer: async () => Trainer.create({ model, seed: config.seed, optimizer: { lr: sft.lr }, microBatchSize: sft.batchSize, ...(sft.trainable ? { trainable: sft.trainable } : {}) }),
+    engine: () => RolloutEngine.create(model),
+  };
+}
+
+/**
+ * A pretrained model (model.from, and model.audio.from) on its dataset's answers, from the run's
+ * version 0 (the pretrained weights, fresh adapters and projectors); frozen parts stay in the
+ * engines, so the checkpoint holds what the run trains.
+ */
+async function pretrainedSetup(config: RunConfig, sft: SftRecipe, log: (line: string) => void): Promise<WarmStartSetup> {
+  const policy = await loadRunPolicy(config, { log });
+  const { model, task } = policy;
+  // The data itself, as the task reads it: the held-out prompts and answers and a seeded train batch.
+  const data = createHash('sha256').update(JSON.stringify([task.heldOut(), task.trainPrompts(config.seed, 64)])).digest('hex');
+  return {
+    name: 'dataset',
+    task,
+    model,
+    keyExtras: { from: config.model.from, audioFrom: config.model.audio?.from, data: config.data, dataDigest: data },
+    trainer: async () => {
+      const weights = await withBaseWeights(policy, await initialPolicyWeights(policy, config.seed));
+      const trainable = sft.trainable ?? config.train.trainable;
+      return Trainer.create({ model, weights, seed: config.seed, optimizer: { lr: sft.lr }, microBatchSize: sft.batchSize, ...(trainable ? { trainable } : {}) });
+    },
+    engine: async () => {
+      const engine = await RolloutEngine.create(model);
+      if (hasFrozenParameters(model) && policy.baseWeights) engine.setFrozenWeights(await policy.baseWeights());
+      return engine;
+    },
+  };
+}
+
+async function trainWarmStart(config: RunConfig, sft: SftRecipe, setup: WarmStartSetup, root: string, log: (line: string) => void): Promise<WarmStart> {
+  const { task, model } = setup;
   const dir = checkpointDir(root, 0);
   const started = performance.now();
-  const trainer = Trainer.create({ model, seed: config.seed, optimizer: { lr: sft.lr }, microBatchSize: sft.batchSize });
-  const engine = await RolloutEngine.create(model);
+  const trainer = await setup.trainer();
+  const engine = await setup.engine();
   try {
     const r = await sftWarmStart({ task, trainer, engine, seed: config.seed, batchSize: sft.batchSize, maxSteps: sft.maxSteps, evalEvery: sft.evalEvery, band: sft.band, target: sft.target, maxNewTokens: config.rollout.max_new_tokens, log }).catch((err: unknown) => {
       throw err instanceof Error && BAND_MISSED.test(err.message) ? new WarmStartBandError(err.message) : err;
