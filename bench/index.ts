@@ -40,6 +40,10 @@ const BENCHES: Record<string, { describe: string; load: () => Promise<Bench> }> 
     describe: 'GRPO through the workflow on the media tasks (vision, audio, zoom) from SFT warm starts: held-out accuracy curves, zoom tool-use rate',
     load: async () => (await import('./multimodal.js')).multimodalBench,
   },
+  omni: {
+    describe: 'an audio-language model from pretrained parts (SmolLM2 + Whisper base encoder + projector + LoRA) through the workflow on spoken arithmetic (espeak-ng): SFT of the projector, then GRPO; held-out accuracy, step time, encoder ms per clip',
+    load: async () => (await import('./omni.js')).omniBench,
+  },
   chaos: {
     describe: 'reliability: two runs on a relax dev stack while workers of every role, the Temporal server and relax dev itself are killed (--set kills=N) or frozen (--set stops=N): lost / double-trained samples, duplicate versions, corrupt checkpoints, orphan processes, the longest stall',
     load: async () => (await import('./chaos.js')).chaosBench,

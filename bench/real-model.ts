@@ -29,7 +29,7 @@ import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 import { median, peakRssMb } from './measure';
 
-interface StepTimes {
+export interface StepTimes {
   step: number;
   /** Wall time from the previous step's train end (the run's first span for step 1) to this one's. */
   wallS: number;
@@ -44,7 +44,7 @@ interface StepTimes {
 }
 
 /** Per step: its wall time, the generate spans of its iteration (first start to last end), its train span, and whether an evaluation overlapped it. */
-async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[]> {
+export async function stepTimes(databaseUrl: string, runId: string): Promise<StepTimes[]> {
   const pool = new Pool({ connectionString: databaseUrl, max: 1 });
   try {
     const rows = await stepStageSpans(pool, runId);
@@ -142,7 +142,7 @@ function stepCurve(times: StepTimes[], result: BenchResult) {
 }
 
 /** The median step times: all steps, without and with an evaluation, and the rollout, train and train-compute parts. */
-function stepTimeFigures(times: StepTimes[]) {
+export function stepTimeFigures(times: StepTimes[]) {
   const medianOf = (ts: StepTimes[]) => (ts.length ? median(ts.map((t) => t.wallS)) : null);
   return {
     step_s: medianOf(times),

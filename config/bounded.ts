@@ -149,6 +149,7 @@ export const RUN_CONFIG_STRING_BOUNDS = {
   'data.prompt_field': NAME_CHARS,
   'data.messages_field': NAME_CHARS,
   'data.answer_field': NAME_CHARS,
+  'data.demonstration_field': NAME_CHARS,
   'data.image_field': NAME_CHARS,
   'data.audio_field': NAME_CHARS,
   'data.system_prompt': 4096,

@@ -100,6 +100,8 @@ export const DataConfigSchema = z
     messages_field: str('data.messages_field').default('messages'),
     /** The field with the reference answer (string or number); default "answer", falling back to "label". */
     answer_field: str('data.answer_field').optional(),
+    /** The field with what init.sft trains on instead of the answer (a worked solution the reward's answer ends it; e.g. "9 + 5 = 14" for answer 14); default none: the answer. */
+    demonstration_field: str('data.demonstration_field').optional(),
     /**
      * The field with a row's images: one source or an array of them, each a file path (relative to
      * the dataset file's directory) or a data URL (Parquet: also binary, or {bytes, path}); PNG or

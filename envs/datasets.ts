@@ -11,101 +11,13 @@ import type { MediaKind } from '../engines/media/sources';
 import type { Tokenizer } from '../engines/tokenizers/tokenizer';
 import { mediaFieldNames, mediaRefsOf, placeMediaPlaceholders, promptMedia, readRowMedia, type MediaFields, type MediaRef, type RowMedia } from './dataset-media';
 import { compileRegex, parseNumber, ruleReward } from './rule-rewards';
+import { describe, validateRow, type ChatMessage, type DatasetFields, type DatasetRow, type RenderChat } from './dataset-rows';
 import { checkPromptCount, type Task, type TaskPrompt } from './task';
 
-export type ChatRole = 'system' | 'user' | 'assistant';
-export interface ChatMessage {
-  role: ChatRole;
-  content: string;
-}
-/** The model's chat template: messages to the prompt text, generation prompt included. */
-export type RenderChat = (messages: ChatMessage[]) => string;
+export { describe, validateRow, type ChatMessage, type ChatRole, type DatasetFields, type DatasetRow, type RenderChat } from './dataset-rows';
 
-/** Which fields of a row hold what (config/data-config.ts defaults). */
-export interface DatasetFields extends MediaFields {
-  prompt_field?: string;
-  messages_field?: string;
-  /** Default: "answer", falling back to "label". */
-  answer_field?: string;
-}
-
-/** One validated row: a prompt string or chat messages, the answer as a string, and its media (images, audio) when it has some. */
-export interface DatasetRow extends RowMedia {
-  prompt?: string;
-  messages?: ChatMessage[];
-  answer: string;
-  /** Where the row came from, for errors: "examples/data/x.jsonl line 17". */
-  source: string;
-}
-
-const ROLES: readonly ChatRole[] = ['system', 'user', 'assistant'];
 /** How many bad rows one error lists (the count says how many there are). */
 const MAX_LISTED_PROBLEMS = 5;
-
-function describe(value: unknown): string {
-  const json = JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-  if (json === undefined) return String(value);
-  return json.length > 60 ? `${json.slice(0, 57)}...` : json;
-}
-
-const present = (row: Record<string, unknown>, key: string): boolean => row[key] !== undefined && row[key] !== null;
-
-function validateMessages(value: unknown, field: string): ChatMessage[] {
-  if (!Array.isArray(value)) throw new Error(`field "${field}" must be an array of {role, content} messages, got ${describe(value)}`);
-  if (value.length === 0) throw new Error(`field "${field}" is an empty array: give at least one {role: "user", content} message`);
-  const messages = value.map((m: unknown, i): ChatMessage => {
-    if (m === null || typeof m !== 'object' || Array.isArray(m)) throw new Error(`${field}[${i}] must be an object {role, content}, got ${describe(m)}`);
-    const { role, content } = m as { role?: unknown; content?: unknown };
-    if (typeof role !== 'string' || !(ROLES as string[]).includes(role)) {
-      throw new Error(`${field}[${i}].role is ${describe(role)}: roles are "system", "user" or "assistant"`);
-    }
-    if (typeof content !== 'string') throw new Error(`${field}[${i}].content must be a string, got ${describe(content)}`);
-    return { role: role as ChatRole, content };
-  });
-  if (messages[messages.length - 1].role !== 'user') {
-    throw new Error(`field "${field}" ends with a "${messages[messages.length - 1].role}" message: a prompt ends with the user message the model answers (drop the trailing ones)`);
-  }
-  return messages;
-}
-
-/** Validates one parsed row; throws an Error naming the field (the caller adds where the row is). */
-export function validateRow(raw: unknown, fields: DatasetFields, source: string): DatasetRow {
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`a row must be a JSON object, got ${describe(raw)}`);
-  const row = raw as Record<string, unknown>;
-  const promptField = fields.prompt_field ?? 'prompt';
-  const messagesField = fields.messages_field ?? 'messages';
-  const answerFields = fields.answer_field ? [fields.answer_field] : ['answer', 'label'];
-
-  const answerField = answerFields.find((f) => present(row, f));
-  if (answerField === undefined) {
-    const need = answerFields.length === 1 ? `"${answerFields[0]}" (data.answer_field)` : '"answer" or "label"';
-    throw new Error(`field "${answerFields[0]}" is missing (rows need ${need})`);
-  }
-  const a = row[answerField];
-  let answer: string;
-  if (typeof a === 'string') {
-    if (a.trim() === '') throw new Error(`field "${answerField}" is an empty string: give the reference answer`);
-    answer = a;
-  } else if (typeof a === 'number') {
-    if (!Number.isFinite(a)) throw new Error(`field "${answerField}" is ${a}: an answer is a string or a finite number`);
-    answer = String(a);
-  } else if (typeof a === 'bigint') {
-    answer = a.toString();
-  } else {
-    throw new Error(`field "${answerField}" must be a string or a number, got ${describe(a)}`);
-  }
-
-  // Messages win when a row has both; an array in the prompt field is read as messages (TRL's conversational format).
-  if (present(row, messagesField)) return { messages: validateMessages(row[messagesField], messagesField), answer, source };
-  if (present(row, promptField)) {
-    const p = row[promptField];
-    if (Array.isArray(p)) return { messages: validateMessages(p, promptField), answer, source };
-    if (typeof p !== 'string') throw new Error(`field "${promptField}" must be a string (or an array of messages), got ${describe(p)}`);
-    if (p.trim() === '') throw new Error(`field "${promptField}" is an empty string: give the prompt text`);
-    return { prompt: p, answer, source };
-  }
-  throw new Error(`has neither field "${promptField}" nor "${messagesField}" (rows need a prompt string or chat messages; see data.prompt_field, data.messages_field)`);
-}
 
 function rowsError(file: string, problems: string[]): Error {
   if (problems.length === 1) return new Error(problems[0]);
@@ -304,10 +216,10 @@ const copyPrompt = (p: TaskPrompt): TaskPrompt => (p.media ? { ...p, media: [...
 
 /** A row's prompt; with `checkMedia` (the dataset has media) its media in the order of the rendered text's placeholders. */
 function rowPrompt(row: DatasetRow, opts: Pick<DatasetTaskOptions, 'renderChat' | 'promptFormat' | 'systemPrompt'>, checkMedia: boolean): TaskPrompt {
-  const text = renderRow(row, opts);
-  if (!checkMedia) return { text, answer: row.answer };
-  const media = promptMedia(text, row, row.source);
-  return media.length ? { text, answer: row.answer, media } : { text, answer: row.answer };
+  const prompt: TaskPrompt = { text: renderRow(row, opts), answer: row.answer, ...(row.demonstration !== undefined ? { demonstration: row.demonstration } : {}) };
+  if (!checkMedia) return prompt;
+  const media = promptMedia(prompt.text, row, row.source);
+  return media.length ? { ...prompt, media } : prompt;
 }
 
 /**
@@ -367,8 +279,8 @@ export async function loadDatasetTask(config: DataConfig | DataConfigInput, opts
   const data = parseDataConfig(config);
   // Without baseDir a relative path stays as written (fs resolves it against the cwd), so errors show it as the user wrote it.
   const resolve = (p: string) => (opts.baseDir === undefined || path.isAbsolute(p) ? p : path.join(opts.baseDir, p));
-  const { prompt_field, messages_field, answer_field, image_field, audio_field } = data;
-  const fields: DatasetFields = { prompt_field, messages_field, answer_field, image_field, audio_field };
+  const { prompt_field, messages_field, answer_field, demonstration_field, image_field, audio_field } = data;
+  const fields: DatasetFields = { prompt_field, messages_field, answer_field, demonstration_field, image_field, audio_field };
   let train = await readDatasetRows(resolve(data.train), fields);
   let evalRows: DatasetRow[];
   if (data.eval !== undefined) {

@@ -24,6 +24,8 @@ export interface TaskPrompt {
   text: string;
   /** The reference answer the reward compares with, e.g. "42" (task-defined; without eos). */
   answer: string;
+  /** What the supervised warm start trains the policy to write, when not `answer` (a worked solution ending in it). */
+  demonstration?: string;
   /** Images and audio clips, one per `<image>` / `<audio>` placeholder of `text`, in order. */
   media?: PromptMedium[];
 }

@@ -11,8 +11,12 @@
 // Kinds: "arithmetic" asks "what is three plus four?" (a, b in 0..9, plus, or minus with a >= b),
 // "digits" says one number 0..20 ("seventeen"); the answer is the number in digits ("7", "17").
 // A row: {"prompt": "<audio>\nAnswer with the number only.", "audio": "clips/train-00000.wav",
-// "answer": "7", "spoken_text", "text_prompt" (the same prompt with the spoken words in place of
-// the clip, for asking a text-only model the same question), "voice", "speed", "seconds"}; the
+// "answer": "7", "spoken_text", "text_prompt" (the same prompt with the question written in place of
+// the clip, numbers in digits as a transcript writes them: "What is 3 plus 4?", for asking a
+// text-only model the same question; SmolLM2-135M answers none written in words), "demonstration"
+// (what a warm start trains on, data.demonstration_field: the heard calculation and its result,
+// "3 + 4 = 7": each number heard is a target of its own, so a new projector learns to listen in
+// tens of steps where the bare answer taught it nothing in 40), "voice", "speed", "seconds"}; the
 // loader reads prompt, audio and answer and ignores the rest. The prompt is a plain string: with
 // data.prompt_format "chat" (the default) it becomes the user message of the model's chat template.
 //
@@ -69,8 +73,8 @@ const KINDS = {
     instruction: 'Answer with the number only.',
     questions() {
       const out = [];
-      for (let a = 0; a <= 9; a++) for (let b = 0; b <= 9; b++) out.push({ text: `what is ${NUMBER_WORDS[a]} plus ${NUMBER_WORDS[b]}?`, answer: String(a + b) });
-      for (let a = 0; a <= 9; a++) for (let b = 0; b <= a; b++) out.push({ text: `what is ${NUMBER_WORDS[a]} minus ${NUMBER_WORDS[b]}?`, answer: String(a - b) });
+      for (let a = 0; a <= 9; a++) for (let b = 0; b <= 9; b++) out.push({ text: `what is ${NUMBER_WORDS[a]} plus ${NUMBER_WORDS[b]}?`, written: `What is ${a} plus ${b}?`, demonstration: `${a} + ${b} = ${a + b}`, answer: String(a + b) });
+      for (let a = 0; a <= 9; a++) for (let b = 0; b <= a; b++) out.push({ text: `what is ${NUMBER_WORDS[a]} minus ${NUMBER_WORDS[b]}?`, written: `What is ${a} minus ${b}?`, demonstration: `${a} - ${b} = ${a - b}`, answer: String(a - b) });
       return out;
     },
   },
@@ -241,8 +245,9 @@ async function generateSplit({ out, kind, seed, split, count, maxSeconds, concur
     prompt: `<audio>\n${instruction}`,
     audio: rel,
     answer: item.question.answer,
+    demonstration: item.question.demonstration ?? item.question.answer,
     spoken_text: item.question.text,
-    text_prompt: `${item.question.text}\n${instruction}`,
+    text_prompt: `${item.question.written ?? item.question.text}\n${instruction}`,
     voice: item.voice.name,
     speed,
     seconds: Number(seconds.toFixed(4)),

@@ -19,7 +19,7 @@ import { relaxEnvironment } from '../config/environment';
 import { loadTfjsBackend } from '../engines/backends';
 import { embeddingIndex, expandPlaceholders, type MediumKind } from '../engines/encoders';
 import { loadHfModel } from '../engines/hf-checkpoint';
-import { expandMediaTokens, imageInput, mediumEmbeddings, type SequenceMedia } from '../engines/media/model-inputs';
+import { batchMediaInputs, expandMediaTokens, imageInput, mediumEmbeddings, type SequenceMedia } from '../engines/media/model-inputs';
 import { attentionBias, forward, initWeights, parameterPart, parameterSpec, TRAINABLE_PARTS, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { IMPORT_MARKER, MODEL_SHORTCUTS, resolveModelSource } from '../engines/model-sources';
 import { createTfjsOps } from '../engines/model-tfjs';
@@ -187,6 +187,35 @@ test('a train step with media reaches every encoder parameter, and micro-batches
   } finally {
     whole.dispose();
     split.dispose();
+  }
+});
+
+test('a medium shared by several sequences (a group sharing its prompt) is encoded once, with the log-probs and gradients of separate copies', async () => {
+  const weights = randomWeights(CFG, 3, 5);
+  const p = mixedPrompts().find((q) => q.kinds.includes('audio') && q.kinds.includes('image'))!;
+  const one = expanded(p);
+  const shared = [0, 1, 2].map((i) => sftSequence({ tokens: [...one.tokens, 5 + i], media: one.media }));
+  const copies = shared.map((s) => ({ ...s, media: { images: s.media!.images.map((x) => x.slice()), audio: s.media!.audio.map((x) => x.slice()) } }));
+  const batch = batchMediaInputs(CFG, shared, one.tokens.length + 1)!;
+  assert.equal(batch.audio!.dims[0], 1, 'one clip for three sequences');
+  assert.equal(batch.images!.dims[0], one.media!.images.length);
+  assert.equal(batchMediaInputs(CFG, copies, one.tokens.length + 1)!.audio!.dims[0], 3, 'copies are three clips');
+  const optimizer = { lr: 1e6, eps: 1e6, weightDecay: 0 };
+  const a = Trainer.create({ model: CFG, weights, optimizer, maxGradNorm: Infinity });
+  const b = Trainer.create({ model: CFG, weights, optimizer, maxGradNorm: Infinity });
+  try {
+    const flat = (xs: Float32Array[]) => xs.flatMap((x) => [...x]);
+    assert.ok(maxDiff(flat(await a.logprobs(shared)), flat(await b.logprobs(copies))) <= 1e-6);
+    await a.trainStep(shared, sftLoss());
+    await b.trainStep(copies, sftLoss());
+    const [wa, wb] = [await a.exportWeights(), await b.exportWeights()];
+    let worst = 0;
+    for (const spec of parameterSpec(CFG)) worst = Math.max(worst, maxDiff(wa[spec.name], wb[spec.name]));
+    assert.ok(worst <= 1e-4, `shared vs copied media: weights after a step differ by ${worst}`);
+    assert.ok(changed(wa['audio.conv1.weight'], weights['audio.conv1.weight']), 'the shared clip still trains the encoder');
+  } finally {
+    a.dispose();
+    b.dispose();
   }
 });
 

@@ -3,9 +3,10 @@
 // statistics, the failure budget's verdict, reference log-probs, the update; the sample buffer's
 // rules in memory), with the same seeds, so it computes what a sync trainingRun with
 // rollout.parallelism 1 computes. For benchmarks (the baseline the workflow's overhead is measured
-// against), the fast learning tests, and notebook-style use.
+// against), the fast learning tests, and notebook-style use; a pretrained model (model.from) loads
+// as a run's does, `init` then holding what trains (version 0: initialPolicyWeights).
 import type { RunConfig } from '../config/run-config';
-import { initWeights, valueHeadParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { hasFrozenParameters, initWeights, valueHeadParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { RolloutEngine } from '../engines/rollout';
 import { Trainer } from '../engines/trainer';
 import { loadTask } from '../envs/registry';
@@ -14,6 +15,7 @@ import { evaluateGreedy } from '../rollout/evaluate';
 import { mediaPromptsOf } from '../rollout/media-prompts';
 import { rolloutSlice } from '../rollout/producers';
 import { policyModelConfig, referenceTrainerOptions, trainerOptions } from './options';
+import { loadRunPolicy, withBaseWeights } from './policy-model';
 import { InMemorySampleBuffer, type TrainSample } from './sample-buffer';
 import { loadTeacher } from './teacher-model';
 import { attachReferenceLogprobs, computeUpdate, resolveUpdateRule, rolloutStats, rolloutStatsMetrics, stalenessMetrics, stepAdvantages, stepVerdict, withSequenceMedia } from './step';
@@ -61,14 +63,17 @@ function withValueHead(model: ModelConfig, init: PolicyWeights): PolicyWeights {
 export async function runInProcess(config: RunConfig, init: PolicyWeights, hooks: { onStep?: (r: StepReport) => void; evalEvery?: number } = {}): Promise<InProcessResult> {
   if (config.reward.judge) throw new Error('reward.judge: the judge role scores samples in the workflow (relax train), not in the in-process loop; remove reward.judge here');
   const started = performance.now();
-  const task = await loadTask(config.task);
-  const model = withCriticHead(config, policyModelConfig(config.model, task.tokenizer().vocabSize, task));
+  // A pretrained model (model.from): its task, tokenizer and frozen base as a run's (training/policy-model.ts).
+  const policy = config.model.from !== undefined ? await loadRunPolicy(config) : undefined;
+  const task = policy?.task ?? (await loadTask(config.task));
+  const model = policy?.model ?? withCriticHead(config, policyModelConfig(config.model, task.tokenizer().vocabSize, task));
   const initial = withValueHead(model, init);
-  const trainer = Trainer.create(trainerOptions(config, model, initial));
+  const trainer = Trainer.create(trainerOptions(config, model, policy ? await withBaseWeights(policy, initial) : initial));
   // The reference policy for the KL term, or on-policy distillation's teacher in its place (training/teacher-model.ts).
   const teacher = config.algorithm.teacher && (await loadTeacher(undefined, config.algorithm.teacher.from, { model }));
-  const reference = teacher ? Trainer.create(referenceTrainerOptions(teacher.model, teacher.weights, config.train.share_prompts)) : config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, initial, config.train.share_prompts)) : undefined;
+  const reference = teacher ? Trainer.create(referenceTrainerOptions(teacher.model, teacher.weights, config.train.share_prompts)) : config.algorithm.kl_coef > 0 ? Trainer.create(referenceTrainerOptions(model, policy ? await withBaseWeights(policy, initial) : initial, config.train.share_prompts)) : undefined;
   const engine = await RolloutEngine.create(model);
+  if (policy?.baseWeights && hasFrozenParameters(model)) engine.setFrozenWeights(await policy.baseWeights());
   const rule = await resolveUpdateRule(config.algorithm, { maxCompletionTokens: config.rollout.max_new_tokens });
   const buffer = new InMemorySampleBuffer();
   const evalEvery = hooks.evalEvery ?? config.train.eval_every;

@@ -2,6 +2,7 @@
 // held-out greedy accuracy enters a target band. RL from a policy that is sometimes right is what
 // GRPO is for: a policy that is never right gets no learning signal from group-relative rewards.
 import type { SequenceMedia } from '../engines/media/model-inputs';
+import { withBos } from '../engines/tokenizers/tokenizer';
 import type { PolicyWeights } from '../engines/model';
 import type { RolloutEngine } from '../engines/rollout';
 import type { Trainer, TrainSequence } from '../engines/trainer';
@@ -31,7 +32,7 @@ export function sftSequence(task: Task, prompt: TaskPrompt, random: () => number
     return { tokens, lossMask: Float32Array.from(trained.slice(1), (b) => (b ? 1 : 0)) };
   }
   const context = promptTokens(tokenizer, prompt);
-  const answer = [...tokenizer.encode(prompt.answer), tokenizer.eosId];
+  const answer = [...tokenizer.encode(prompt.demonstration ?? prompt.answer), tokenizer.eosId];
   const tokens = [...context, ...answer];
   const lossMask = new Float32Array(tokens.length - 1);
   lossMask.fill(1, context.length - 1);
@@ -50,9 +51,10 @@ export async function sftSequences(task: Task, engine: RolloutEngine, prompts: r
   const demonstrate = task.interaction?.demonstrate;
   const out: TrainSequence[] = [];
   for (const p of prompts) {
-    const segments = demonstrate ? demonstrate(p, random) : [{ text: p.text, policy: false }, { text: p.answer, policy: true, eos: true }];
-    const tokens = [tokenizer.bosId];
-    const trained: boolean[] = [false];
+    const segments = demonstrate ? demonstrate(p, random) : [{ text: p.text, policy: false }, { text: p.demonstration ?? p.answer, policy: true, eos: true }];
+    // As the rollout sees the prompt (withBos): a tokenizer that adds no bos gets none here either.
+    const tokens = withBos(tokenizer, []);
+    const trained: boolean[] = tokens.map(() => false);
     const all: SequenceMedia = { images: [], audio: [] };
     for (const [i, segment] of segments.entries()) {
       const inputs = await media.encode(tokenizer, segment.text, segment.media ?? (i === 0 ? (p.media ?? []) : []));

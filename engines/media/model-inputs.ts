@@ -143,7 +143,9 @@ function stack(parts: Float32Array[], rows: number, width: number): { data: Floa
 /**
  * The media inputs of a batch: row b holds `rows[b].tokens` from position `offset` (its left
  * padding; 0 when right-padded) and is cut at T. Undefined when no row has media. Media positions
- * past T (a sequence's final target) are simply not gathered.
+ * past T (a sequence's final target) are simply not gathered. A medium given as the same array to
+ * several rows (a GRPO group's samples share their prompt's processed media) is encoded once: its
+ * rows' positions all gather its embeddings, and their gradients add up there.
  */
 export function batchMediaInputs(cfg: ModelConfig, rows: ReadonlyArray<{ tokens: ArrayLike<number>; media?: SequenceMedia; offset?: number }>, T: number): BatchMedia | undefined {
   if (!rows.some((r) => r.media && (r.media.images.length > 0 || r.media.audio.length > 0))) return undefined;
@@ -157,9 +159,23 @@ export function batchMediaInputs(cfg: ModelConfig, rows: ReadonlyArray<{ tokens:
     const layout = sequenceMediaLayout(r.tokens, cfg, media);
     return { media: [...new Array<null>(r.offset ?? 0).fill(null), ...layout].slice(0, T), rows: { image: media.images.length * perImage, audio: media.audio.length * perClip } };
   });
+  const uniqueImages = [...new Set(images)];
+  const uniqueAudio = [...new Set(audio)];
+  const index = embeddingIndex(layouts, T);
+  // Media rows past the B x T text rows: every image's, then every clip's, in the order given; remapped to the unique media's.
+  const text = rows.length * T;
+  const audioFrom = text + images.length * perImage;
+  const imageOf = images.map((m) => uniqueImages.indexOf(m));
+  const clipOf = audio.map((m) => uniqueAudio.indexOf(m));
+  for (let i = 0; i < index.length; i++) {
+    const v = index[i];
+    if (v < text) continue;
+    if (v < audioFrom) index[i] = text + imageOf[Math.floor((v - text) / perImage)] * perImage + ((v - text) % perImage);
+    else index[i] = text + uniqueImages.length * perImage + clipOf[Math.floor((v - audioFrom) / perClip)] * perClip + ((v - audioFrom) % perClip);
+  }
   return {
-    ...(images.length && cfg.vision ? { images: stack(images, mediumEmbeddings(cfg, 'image'), cfg.vision.patchSize ** 2 * 3) } : {}),
-    ...(audio.length && cfg.audio ? { audio: stack(audio, cfg.audio.maxFrames, cfg.audio.nMels) } : {}),
-    embeddingIndex: embeddingIndex(layouts, T),
+    ...(images.length && cfg.vision ? { images: stack(uniqueImages, mediumEmbeddings(cfg, 'image'), cfg.vision.patchSize ** 2 * 3) } : {}),
+    ...(audio.length && cfg.audio ? { audio: stack(uniqueAudio, cfg.audio.maxFrames, cfg.audio.nMels) } : {}),
+    embeddingIndex: index,
   };
 }
