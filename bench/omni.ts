@@ -21,6 +21,7 @@ import { RelaxClient } from '../client';
 import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, type RunConfigInput } from '../config/run-config';
 import { loadTfjsBackend } from '../engines/backends';
+import { audioEmbeddingCount } from '../engines/encoders';
 import { startEphemeralStack } from '../workers/local-stack';
 import type { Bench } from './index';
 import { round } from './measure';
@@ -149,7 +150,7 @@ export const omniBench: Bench = async (ctx) => {
     encoder_ms_per_clip: Number(encoderMs.toFixed(1)),
     encoder_ms_per_clip_30s: Number(encoderMs30.toFixed(1)),
     window_s: o.window_s,
-    audio_tokens_per_clip: Math.floor((frames + 2 - 3) / 2 + 1) / o.stack,
+    audio_tokens_per_clip: audioEmbeddingCount(frames) / o.stack,
     warm_start_accuracy: run.warmStart?.accuracy ?? null,
     sft_steps: run.warmStart?.sftSteps ?? null,
     text_accuracy: round(data.textAccuracy),

@@ -94,6 +94,16 @@ export async function readImportMarker(dir: string): Promise<ImportMarker | unde
 
 const inFlight = new Map<string, Promise<string>>();
 
+/** Renames a finished import `tmp` (its marker written) to `target`: a directory there without a marker is a leftover and is replaced; one with a marker won a race and is kept. */
+export async function moveImportIntoPlace(tmp: string, target: string): Promise<void> {
+  if (existsSync(target) && !(await readImportMarker(target))) await rm(target, { recursive: true, force: true });
+  try {
+    await rename(tmp, target);
+  } catch (err) {
+    if (!(await readImportMarker(target))) throw err;
+  }
+}
+
 /** Imports `ggufFile` into `target` unless a completed import is there already. */
 async function importOnce(ggufFile: string, target: string, source: string, log: (line: string) => void, sha256?: string): Promise<string> {
   if (await readImportMarker(target)) return target;
@@ -110,13 +120,7 @@ async function importOnce(ggufFile: string, target: string, source: string, log:
       const seconds = (performance.now() - t0) / 1000;
       const marker: ImportMarker = { source, sha256: digest, sourceTypes: report.sourceTypes, parameterCount: report.parameterCount, bytesWritten: report.bytesWritten, importedAt: new Date().toISOString(), seconds };
       await writeFile(path.join(tmp, IMPORT_MARKER), `${JSON.stringify(marker, null, 2)}\n`);
-      // A directory without a marker is a leftover: replace it. One with a marker won a race: keep it.
-      if (existsSync(target) && !(await readImportMarker(target))) await rm(target, { recursive: true, force: true });
-      try {
-        await rename(tmp, target);
-      } catch (err) {
-        if (!(await readImportMarker(target))) throw err;
-      }
+      await moveImportIntoPlace(tmp, target);
       log(`[model] imported ${report.parameterCount.toLocaleString('en-US')} parameters in ${seconds.toFixed(1)} s`);
       return target;
     } finally {
@@ -211,7 +215,7 @@ function classifySource(from: string): ModelSource {
 }
 
 /** `work()` once per key at a time: a second caller with the same key shares the first one's promise. */
-async function once(key: string, work: () => Promise<string>): Promise<string> {
+export async function once(key: string, work: () => Promise<string>): Promise<string> {
   const running = inFlight.get(key);
   if (running) return running;
   const started = work();

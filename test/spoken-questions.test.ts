@@ -15,6 +15,7 @@ import { after, test } from 'node:test';
 import { processAudio } from '../engines/media/audio';
 import { decodeAudio } from '../engines/media/decode';
 import { CharTokenizer } from '../engines/tokenizers/char';
+import type { SpokenRow } from '../bench/omni-data';
 import { loadDatasetTask, readDatasetRows, type ChatMessage } from '../envs/datasets';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -30,13 +31,7 @@ interface Manifest {
   seconds: Record<'train' | 'test', { min: number; median: number; max: number }>;
   files: Record<string, string>;
 }
-interface Row {
-  prompt: string;
-  audio: string;
-  answer: string;
-  spoken_text: string;
-  text_prompt: string;
-  voice: string;
+interface Row extends SpokenRow {
   speed: number;
   seconds: number;
 }

@@ -24,6 +24,11 @@ export function policyModelConfig(model: RunConfig['model'], vocabSize: number, 
   return { ...config, ...encoderConfigs(model, task) };
 }
 
+/** model.audio's window in log-mel frames (100 a second): window_s, else max_frames, else undefined (the task's default). */
+export function audioWindowFrames(audio: RunConfig['model']['audio']): number | undefined {
+  return audio?.window_s !== undefined ? Math.round(audio.window_s * 100) : audio?.max_frames;
+}
+
 /** A pretrained audio encoder's shape (engines/whisper.ts encoder.json), for model.audio.from. */
 export type PretrainedAudioShape = Pick<AudioConfig, 'nMels' | 'dModel' | 'nLayers' | 'nHeads' | 'dFF' | 'gelu'>;
 
@@ -48,7 +53,7 @@ export function encoderConfigs(model: RunConfig['model'], task?: Pick<Task, 'nam
   if (a || model.audio) {
     const o = model.audio ?? {};
     const base = a ?? { nMels: 80, maxFrames: 200, dModel: 32, nLayers: 1, nHeads: 4, dFF: 64 };
-    const maxFrames = o.window_s !== undefined ? Math.round(o.window_s * 100) : (o.max_frames ?? base.maxFrames);
+    const maxFrames = audioWindowFrames(o) ?? base.maxFrames;
     const shape = pretrainedAudio ?? { nMels: o.n_mels ?? base.nMels, dModel: o.d_model ?? base.dModel, nLayers: o.n_layers ?? base.nLayers, nHeads: o.n_heads ?? base.nHeads, dFF: o.d_ff ?? base.dFF };
     out.audio = {
       ...shape,

@@ -20,7 +20,7 @@ import { HfTokenizer } from '../engines/tokenizers/hf';
 import { loadDatasetTask } from '../envs/datasets';
 import { loadTask } from '../envs/registry';
 import type { Task } from '../envs/task';
-import { encoderConfigs, policyModelConfig, type PretrainedAudioShape } from './options';
+import { audioWindowFrames, encoderConfigs, policyModelConfig, type PretrainedAudioShape } from './options';
 
 export interface RunPolicy {
   model: ModelConfig;
@@ -116,7 +116,7 @@ async function pretrainedAudioEncoder(config: RunConfig, home: string, log?: (li
   try {
     const dir = await resolveAudioEncoder(from, { home, log });
     const info = await readAudioEncoderInfo(dir);
-    const maxFrames = config.model.audio?.window_s !== undefined ? Math.round(config.model.audio.window_s * 100) : config.model.audio?.max_frames;
+    const maxFrames = audioWindowFrames(config.model.audio);
     if (maxFrames !== undefined && maxFrames > info.maxFrames) throw new Error(`the window of ${maxFrames} log-mel frames is over the ${info.maxFrames} (${info.maxFrames / 100} s) the encoder's position table reaches: lower model.audio.window_s`);
     return { dir, shape: { nMels: info.nMels, dModel: info.dModel, nLayers: info.nLayers, nHeads: info.nHeads, dFF: info.dFF, gelu: info.gelu } };
   } catch (err) {
