@@ -92,7 +92,7 @@ function registerExportCommand(program: Command): void {
       const pool = await openStore({ url: databaseUrl, maxConnections: 2 });
       try {
         const out = await exportPolicyVersion(pool, ref, o.out);
-        console.log(`${ref} written to ${out.dir} (${out.parameters.toLocaleString('en-US')} parameters)${out.adapterDir ? `; LoRA adapter (PEFT) in ${out.adapterDir}` : ''}${out.adapterSkipped ? `; no PEFT adapter: ${out.adapterSkipped}` : ''}`);
+        console.log(`${ref} written to ${out.dir} (${out.parameters.toLocaleString('en-US')} parameters)${out.adapterDir ? `; LoRA adapter (PEFT) in ${out.adapterDir}` : ''}${out.adapterSkipped ? `; no PEFT adapter: ${out.adapterSkipped}` : ''}${out.encodersFile ? `; the media encoders and projectors (Relax's names, configs in encoders.json) in ${out.encodersFile}` : ''}`);
       } finally {
         await pool.end();
       }

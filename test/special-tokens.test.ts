@@ -15,6 +15,7 @@ import { relaxEnvironment } from '../config/environment';
 import { parseRunConfig, RunConfigError } from '../config/run-config';
 import { grownVocabularyWeights, meanRow } from '../engines/embedding-growth';
 import { loadHfModel, writeHfModel } from '../engines/hf-checkpoint';
+import { readSafetensorsFile } from '../engines/safetensors';
 import { initWeights, trainableParameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import { planSpecialTokens, withAddedTokens } from '../engines/tokenizers/added-tokens';
 import { HfTokenizer } from '../engines/tokenizers/hf';
@@ -237,6 +238,38 @@ test('a LoRA run that added tokens exports the merged model (grown embedding, fr
   const plain = await load(dir, {}, { lora: { rank: 2, alpha: 4 } });
   const plainOut = fresh();
   assert.equal((await writeExportedPolicy(pretrained(plain), plain.model, await initialPolicyWeights(plain, 0), plainOut)).adapterDir, path.join(plainOut, 'adapter'));
+});
+
+test('an audio model exports its language model for transformers and its encoder and projector beside it (encoders.safetensors, encoders.json)', async () => {
+  const { dir } = await tinyModelDir(true, 5);
+  // full fine-tuning (the encoder trains: a version holds it) and LoRA (a frozen base holds it)
+  for (const extra of [{}, { lora: { rank: 2, alpha: 4 } }]) {
+    const policy = await load(dir, { add_special_tokens: ['<audio>'], audio: { max_frames: 20 } }, extra);
+    const base = await policy.baseWeights!();
+    // a version: what the run trains, moved as training moves it
+    const version = Object.fromEntries(Object.entries(await initialPolicyWeights(policy, 0)).map(([name, w]) => [name, w.map((v, i) => v + ((i % 5) + 1) * 1e-3)]));
+    const out = fresh();
+    const exported = await writeExportedPolicy(pretrained(policy), policy.model, version, out);
+    assert.equal(exported.encodersFile, path.join(out, 'encoders.safetensors'));
+
+    // the language model: a Hugging Face directory without the encoder, the <audio> row in its embedding
+    const loaded = await loadHfModel(out);
+    assert.equal(loaded.config.vocabSize, BASE_VOCAB + 1);
+    assert.equal(loaded.config.audio, undefined);
+    assert.ok(!Object.keys(loaded.weights).some((n) => n.startsWith('audio.')));
+    if (!policy.model.lora) assert.deepEqual(loaded.weights['tok_emb.weight'], version['tok_emb.weight']);
+    // the encoder and projector: every audio tensor, as the version has it where it trains, else the base's
+    const audioNames = Object.keys(base).filter((n) => n.startsWith('audio.')).sort();
+    assert.ok(audioNames.some((n) => n.startsWith('audio.proj')) && audioNames.some((n) => n.startsWith('audio.blocks.')), audioNames.join(', '));
+    assert.equal(audioNames.some((n) => n in version), !policy.model.lora, 'the encoder trains in full fine-tuning, is frozen base with LoRA');
+    const encoders = await readSafetensorsFile(exported.encodersFile!);
+    assert.deepEqual([...encoders.tensors.keys()].sort(), audioNames);
+    for (const name of audioNames) assert.deepEqual(encoders.tensors.get(name)!.data, version[name] ?? base[name], name);
+    const configs = JSON.parse(await readFile(path.join(out, 'encoders.json'), 'utf8'));
+    assert.deepEqual(configs.audio, policy.model.audio);
+    assert.equal(configs.audio.tokenId, BASE_VOCAB);
+    assert.equal(exported.parameters, Object.values(loaded.weights).reduce((n, w) => n + w.length, 0) + audioNames.reduce((n, name) => n + base[name].length, 0));
+  }
 });
 
 /** The policy of a model.from run, as exportPolicyVersion narrows it. */

@@ -3,12 +3,18 @@
 // `transformers`. A LoRA version is written merged into its base weights, and its adapters also in
 // the PEFT layout (adapter_config.json + adapter_model.safetensors) under `adapter/`. Tokens the run
 // added (model.add_special_tokens) are written into the tokenizer files, with the grown embedding.
+// A model with media encoders (model.audio, model.vision) has no transformers architecture here: the
+// language model is exported as above, and the encoders with their projectors (frozen parts
+// included, so the directory is whole) go beside it, in Relax's names: encoders.safetensors and
+// encoders.json (their configs and placeholder tokens).
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Pool } from 'pg';
 import { writeHfModel, writePeftAdapter } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
+import { writeSafetensorsFile } from '../engines/safetensors';
 import { tokenizerChanges } from '../engines/tokenizers/added-tokens';
-import type { ModelConfig, PolicyWeights } from '../engines/model';
+import { hasFrozenParameters, parameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import type { RunPolicy } from './policy-model';
 import { loadPolicyWeights } from './policy-versions';
 import { loadRunContext } from './run-context';
@@ -20,6 +26,8 @@ export interface ExportedPolicy {
   parameters: number;
   /** Why a LoRA version's adapters were not also written in the PEFT layout. */
   adapterSkipped?: string;
+  /** The media encoders' file (encoders.safetensors) of a model with model.audio or model.vision. */
+  encodersFile?: string;
 }
 
 /** Parses "<run_id>@<version>" (version a non-negative integer). */
@@ -55,18 +63,51 @@ const countOf = (weights: PolicyWeights) => Object.values(weights).reduce((n, w)
  */
 export async function writeExportedPolicy(policy: PretrainedPolicy, model: ModelConfig, weights: PolicyWeights, dir: string): Promise<ExportedPolicy> {
   const files = { tokenizerDir: policy.modelDir, addedTokens: policy.addedTokens };
+  const encoders = model.audio || model.vision ? await writeEncoders(policy, model, weights, dir) : undefined;
+  const lm = languageModel(model);
+  const lmWeights = (w: PolicyWeights) => Object.fromEntries(Object.entries(w).filter(([name]) => !isEncoderTensor(name)));
+  const written = (lmParameters: PolicyWeights) => ({ dir, parameters: countOf(lmParameters) + (encoders?.parameters ?? 0), ...(encoders ? { encodersFile: encoders.file } : {}) });
   if (!model.lora) {
-    await writeHfModel(dir, model, weights, files);
-    return { dir, parameters: countOf(weights) };
+    const lmOnly = lmWeights(weights);
+    await writeHfModel(dir, lm, lmOnly, files);
+    return written(lmOnly);
   }
-  const merged = mergeLoraWeights(model, await policy.baseWeights(), weights);
-  await writeHfModel(dir, withoutLora(model), merged, files);
+  const merged = lmWeights(mergeLoraWeights(lm, lmWeights(await policy.baseWeights()), lmWeights(weights)));
+  await writeHfModel(dir, withoutLora(lm), merged, files);
+  const done = written(merged);
   const changed = tokenizerChanges(policy.addedTokens ?? []).map((t) => t.content);
   if (changed.length > 0) {
     const adapterSkipped = `the run added ${JSON.stringify(changed)} to the tokenizer of ${policy.modelDir} (model.add_special_tokens), so its LoRA adapters alone do not fit that base: load the merged model in ${dir} (its tokenizer has the tokens, its embedding their rows)`;
-    return { dir, parameters: countOf(merged), adapterSkipped };
+    return { ...done, adapterSkipped };
   }
   const adapterDir = path.join(dir, 'adapter');
-  await writePeftAdapter(adapterDir, model, weights, { baseModel: policy.modelDir });
-  return { dir, adapterDir, parameters: countOf(merged) };
+  await writePeftAdapter(adapterDir, lm, lmWeights(weights), { baseModel: policy.modelDir });
+  return { ...done, adapterDir };
+}
+
+const ENCODER_PREFIXES = ['audio.', 'vision.'];
+const isEncoderTensor = (name: string) => ENCODER_PREFIXES.some((p) => name.startsWith(p));
+
+/** The language model alone: model.audio and model.vision (the encoders and their projectors) left out. */
+function languageModel(model: ModelConfig): ModelConfig {
+  const { audio: _audio, vision: _vision, ...lm } = model;
+  return lm;
+}
+
+/**
+ * The encoders and projectors of `weights` (a version: what the run trains; a frozen encoder comes
+ * from the base weights) to <dir>/encoders.safetensors, with encoders.json naming each encoder's
+ * config (engines/model.ts AudioConfig, VisionConfig: its placeholder token id among them).
+ */
+async function writeEncoders(policy: PretrainedPolicy, model: ModelConfig, weights: PolicyWeights, dir: string): Promise<{ file: string; parameters: number }> {
+  const all = hasFrozenParameters(model) ? { ...(await policy.baseWeights()), ...weights } : weights;
+  const spec = parameterSpec(withoutLora(model)).filter((p) => isEncoderTensor(p.name));
+  const missing = spec.filter((p) => !all[p.name]).map((p) => p.name);
+  if (missing.length) throw new Error(`the version has no ${missing.slice(0, 3).join(', ')}${missing.length > 3 ? ` (and ${missing.length - 3} more)` : ''}: it is not a version of this run's model`);
+  await mkdir(dir, { recursive: true });
+  const file = path.join(dir, 'encoders.safetensors');
+  await writeSafetensorsFile(file, spec, (name) => all[name], { metadata: { format: 'relax-encoders' } });
+  const configs = { format: 'relax-encoders', ...(model.audio ? { audio: model.audio } : {}), ...(model.vision ? { vision: model.vision } : {}), ...(policy.audioEncoderDir ? { audio_from: policy.audioEncoderDir } : {}) };
+  await writeFile(path.join(dir, 'encoders.json'), `${JSON.stringify(configs, null, 2)}\n`);
+  return { file, parameters: spec.reduce((n, p) => n + all[p.name].length, 0) };
 }
