@@ -30,7 +30,7 @@ export interface SpokenRow {
 
 interface Generator {
   generateSpokenQuestions(o: { out: string; kind: string; seed: number; train: number; test: number; maxSeconds: number; force?: boolean }): Promise<unknown>;
-  checkManifest(dir: string): string[];
+  checkManifest(dir: string, derived?: string[]): string[];
 }
 
 export interface SpokenDataOptions {
@@ -69,7 +69,9 @@ export async function spokenData(o: SpokenDataOptions): Promise<SpokenData> {
   const dir = path.join(o.root, `${o.kind}-s${o.seed}-${o.train}x${o.test}-${o.maxSeconds}s`);
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const generator = require(path.join(PACKAGE_ROOT, 'scripts', 'spoken-questions.js')) as Generator;
-  if (!existsSync(path.join(dir, 'manifest.json')) || generator.checkManifest(dir).length > 0) {
+  // The kept rows are written beside the generated ones (their clip paths are relative to the folder).
+  const keptFiles = { train: 'kept-train.jsonl', test: 'kept-test.jsonl' };
+  if (!existsSync(path.join(dir, 'manifest.json')) || generator.checkManifest(dir, Object.values(keptFiles)).length > 0) {
     o.log(`[omni] speaking ${o.train} + ${o.test} ${o.kind} questions with espeak-ng into ${dir}`);
     mkdirSync(dir, { recursive: true });
     await generator.generateSpokenQuestions({ out: dir, kind: o.kind, seed: o.seed, train: o.train, test: o.test, maxSeconds: o.maxSeconds, force: true });
@@ -94,8 +96,8 @@ export async function spokenData(o: SpokenDataOptions): Promise<SpokenData> {
   }
   const kept = { train: rows.train.filter((r) => right.has(r.text_prompt)), test: rows.test.filter((r) => right.has(r.text_prompt)) };
   if (kept.train.length === 0 || kept.test.length === 0) throw new Error(`the text model ${o.textModel} answered none of the ${questions.length} questions right in text: no spoken question to keep`);
-  const train = path.join(dir, 'kept-train.jsonl');
-  const test = path.join(dir, 'kept-test.jsonl');
+  const train = path.join(dir, keptFiles.train);
+  const test = path.join(dir, keptFiles.test);
   writeFileSync(train, kept.train.map((r) => JSON.stringify(r)).join('\n') + '\n');
   writeFileSync(test, kept.test.map((r) => JSON.stringify(r)).join('\n') + '\n');
   rmSync(textFile, { force: true });

@@ -9,7 +9,7 @@
 // steps, step_s (median wall seconds per GRPO step), encoder_ms_per_clip (the frozen encoder's
 // forward per clip in the run's window; encoder_ms_per_clip_30s in Whisper's own window), and
 // warm_start_accuracy, sft_steps, text_accuracy, kept clips, curve, wall_s. Options (--set):
-// steps, eval_every, prompts, group, lr, sft_lr, sft_max_steps, sft_eval_every, band_low, band_high,
+// steps, eval_every, prompts, group, lr, sft_lr, sft_batch, sft_max_steps, sft_eval_every, band_low, band_high, sft_target,
 // window_s, stack, projector_hidden, rank, train, test, seed, kind (arithmetic | digits).
 import { PLAINTEXT_TEMPORAL } from '../security/temporal-connection';
 import fs from 'node:fs';
@@ -30,16 +30,19 @@ import { stepTimeFigures, stepTimes } from './real-model';
 
 const optionsSchema = z
   .object({
-    steps: z.coerce.number().int().min(1).default(80),
+    steps: z.coerce.number().int().min(1).default(120),
     eval_every: z.coerce.number().int().min(1).default(10),
     prompts: z.coerce.number().int().min(1).default(8),
     group: z.coerce.number().int().min(2).default(8),
     lr: z.coerce.number().positive().default(2e-4),
     sft_lr: z.coerce.number().positive().default(2e-3),
+    sft_batch: z.coerce.number().int().min(1).default(16),
     sft_max_steps: z.coerce.number().int().min(1).default(300),
     sft_eval_every: z.coerce.number().int().min(1).default(5),
     band_low: z.coerce.number().min(0).max(1).default(0.2),
     band_high: z.coerce.number().min(0).max(1).default(0.6),
+    /** init.sft.target: train on until an evaluation reaches it (default band_low). */
+    sft_target: z.coerce.number().min(0).max(1).optional(),
     window_s: z.coerce.number().positive().max(30).default(2.2),
     stack: z.coerce.number().int().min(1).default(5),
     projector_hidden: z.coerce.number().int().min(1).default(1024),
@@ -67,7 +70,7 @@ export function omniRunConfig(o: OmniOptions, data: Pick<SpokenData, 'train' | '
     model: { from: OMNI_TEXT_MODEL, context_length: 128, add_special_tokens: ['<audio>'], audio: { from: 'whisper-base', window_s: o.window_s, stack: o.stack, projector_hidden: o.projector_hidden } },
     lora: { rank: o.rank, alpha: 2 * o.rank, dropout: 0 },
     data: { train: data.train, eval: data.test, demonstration_field: 'demonstration', reward: { kind: 'numeric', extract: 'last_number' } },
-    init: { sft: { lr: o.sft_lr, batch_size: 16, max_steps: o.sft_max_steps, eval_every: o.sft_eval_every, band: [o.band_low, o.band_high], trainable: ['audio_projector'] } },
+    init: { sft: { lr: o.sft_lr, batch_size: o.sft_batch, max_steps: o.sft_max_steps, eval_every: o.sft_eval_every, band: [o.band_low, o.band_high], ...(o.sft_target !== undefined ? { target: o.sft_target } : {}), trainable: ['audio_projector'] } },
     algorithm: { advantage: 'grpo', policy_loss: 'ppo_clip', group_size: o.group, clip_low: 0.2, clip_high: 0.28 },
     rollout: { prompts_per_step: o.prompts, max_new_tokens: 12, temperature: 1 },
     train: { steps: o.steps, lr: o.lr, warmup_steps: 0, lr_decay: 'constant', grad_clip: 1, micro_batch: o.prompts * o.group, micro_batch_tokens: 1024, eval_every: o.eval_every, trainable: ['audio_projector', 'language_model'] },
