@@ -262,13 +262,17 @@ export interface DevStack {
   close(): Promise<void>;
 }
 
-/** Starts `relax dev` with a free Temporal and API port and no reference worker, plus `args` and `env`. */
+/**
+ * Starts `relax dev` with a free Temporal port, the API on any free port (`--api-port 0`: the URL is
+ * read from its output; a port picked here could be taken, by another lane's connection, in the
+ * seconds before relax dev binds it: CI saw EADDRINUSE once) and no reference worker, plus `args` and `env`.
+ */
 export async function startDevStack(args: string[] = [], env: Record<string, string> = {}): Promise<DevStack> {
   const db = await freshDatabase();
   const home = fs.mkdtempSync(path.join(os.tmpdir(), 'relax-dev-stack-'));
-  const [temporalPort, apiPort] = [await freePort(), await freePort()];
+  const temporalPort = await freePort();
   const dev = spawnRelax(
-    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', String(apiPort), '--reference-workers', '0', '--judge-workers', '0', ...(process.env.RELAX_TEST_VERBOSE ? [] : ['--quiet']), ...args],
+    ['dev', '--data-dir', home, '--temporal-port', String(temporalPort), '--ui-port', '0', '--api-port', '0', '--reference-workers', '0', '--judge-workers', '0', ...(process.env.RELAX_TEST_VERBOSE ? [] : ['--quiet']), ...args],
     { RELAX_HOME: home, DATABASE_URL: db.url, TEMPORAL_ADDRESS: '', ...env },
   );
   const api = (await dev.waitForLine(/^\s+API:\s+http/, 120_000)).trim().split(/\s+/)[1];
