@@ -322,8 +322,11 @@ async function generateSpokenQuestions(options) {
   return { manifest, seconds: Number(process.hrtime.bigint() - started) / 1e9 };
 }
 
-/** Rehashes the files manifest.json in `dir` lists: returns one line per missing, changed or unlisted file (none: identical). */
-/** What differs from the manifest in `dir`; `derived` names files written there since (e.g. filtered copies of the rows), not counted as strays. */
+/**
+ * Rehashes the files manifest.json in `dir` lists: returns one line per missing, changed or unlisted
+ * file (none: identical). `derived` names files written there since (e.g. filtered copies of the
+ * rows), not counted as unlisted.
+ */
 function checkManifest(dir, derived = []) {
   const manifest = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8'));
   const problems = [];

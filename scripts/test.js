@@ -24,10 +24,9 @@ const { freePort } = require(path.join(root, 'dist', 'workers', 'ports.js'));
  * server of their own (the task queue names are the same in every stack). Their output is printed
  * when the main lane ends. The split balances the lanes (about 22 minutes each here).
  */
-// omni-run (SmolLM2 + Whisper base: an SFT warm start and GRPO steps, about 5 minutes alone, twice
-// that beside the main lane) trains on both cores; hosts,
-// object-storage and dev-restart (about 75, 70 and 55 s, waiting on SeaweedFS, timeouts and
-// restarts) went back to the main lane to make room for it.
+// omni-run (SmolLM2 + Whisper base: an SFT warm start and GRPO steps, about 5 minutes alone, 8
+// beside the main lane) trains on both cores; hosts, object-storage and dev-restart (about 75, 70
+// and 55 s, waiting on SeaweedFS, timeouts and restarts) went back to the main lane to make room.
 const SIDE_LANE = ['grpo-learning', 'opd-run', 'ppo-critic-run', 'step-replay', 'attempts', 'client-package', 'multimodal-audio-run', 'multimodal-run', 'notifications', 'run-memory', 'autoscaler', 'health-manager', 'rollout-failover', 'supervisor', 'schedule', 'tracing', 'monitoring', 'temporal-tls', 'doctor', 'omni-run'];
 /** The PostgreSQL pass has no learning suites: its side lane also takes the chaos and object-storage suites (about 110 and 60 s), to balance it. */
 const DATABASE_SIDE_LANE = [...SIDE_LANE, 'chaos', 'object-storage'];

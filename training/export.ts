@@ -14,7 +14,7 @@ import { writeHfModel, writePeftAdapter } from '../engines/hf-checkpoint';
 import { mergeLoraWeights, withoutLora } from '../engines/lora';
 import { writeSafetensorsFile } from '../engines/safetensors';
 import { tokenizerChanges } from '../engines/tokenizers/added-tokens';
-import { hasFrozenParameters, parameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
+import { hasFrozenParameters, parameterPart, parameterSpec, type ModelConfig, type PolicyWeights } from '../engines/model';
 import type { RunPolicy } from './policy-model';
 import { loadPolicyWeights } from './policy-versions';
 import { loadRunContext } from './run-context';
@@ -63,16 +63,17 @@ const countOf = (weights: PolicyWeights) => Object.values(weights).reduce((n, w)
  */
 export async function writeExportedPolicy(policy: PretrainedPolicy, model: ModelConfig, weights: PolicyWeights, dir: string): Promise<ExportedPolicy> {
   const files = { tokenizerDir: policy.modelDir, addedTokens: policy.addedTokens };
-  const encoders = model.audio || model.vision ? await writeEncoders(policy, model, weights, dir) : undefined;
+  // The base weights (read from disk once): a LoRA version merges into them, a frozen encoder comes from them.
+  const base = hasFrozenParameters(model) ? await policy.baseWeights() : undefined;
+  const encoders = model.audio || model.vision ? await writeEncoders(policy, model, { ...base, ...weights }, dir) : undefined;
   const lm = languageModel(model);
-  const lmWeights = (w: PolicyWeights) => Object.fromEntries(Object.entries(w).filter(([name]) => !isEncoderTensor(name)));
   const written = (lmParameters: PolicyWeights) => ({ dir, parameters: countOf(lmParameters) + (encoders?.parameters ?? 0), ...(encoders ? { encodersFile: encoders.file } : {}) });
   if (!model.lora) {
-    const lmOnly = lmWeights(weights);
+    const lmOnly = languageModelWeights(weights);
     await writeHfModel(dir, lm, lmOnly, files);
     return written(lmOnly);
   }
-  const merged = lmWeights(mergeLoraWeights(lm, lmWeights(await policy.baseWeights()), lmWeights(weights)));
+  const merged = mergeLoraWeights(lm, base!, weights);
   await writeHfModel(dir, withoutLora(lm), merged, files);
   const done = written(merged);
   const changed = tokenizerChanges(policy.addedTokens ?? []).map((t) => t.content);
@@ -81,12 +82,12 @@ export async function writeExportedPolicy(policy: PretrainedPolicy, model: Model
     return { ...done, adapterSkipped };
   }
   const adapterDir = path.join(dir, 'adapter');
-  await writePeftAdapter(adapterDir, lm, lmWeights(weights), { baseModel: policy.modelDir });
+  await writePeftAdapter(adapterDir, lm, languageModelWeights(weights), { baseModel: policy.modelDir });
   return { ...done, adapterDir };
 }
 
-const ENCODER_PREFIXES = ['audio.', 'vision.'];
-const isEncoderTensor = (name: string) => ENCODER_PREFIXES.some((p) => name.startsWith(p));
+const isEncoderTensor = (name: string) => parameterPart(name) !== 'language_model';
+const languageModelWeights = (weights: PolicyWeights): PolicyWeights => Object.fromEntries(Object.entries(weights).filter(([name]) => !isEncoderTensor(name)));
 
 /** The language model alone: model.audio and model.vision (the encoders and their projectors) left out. */
 function languageModel(model: ModelConfig): ModelConfig {
@@ -95,19 +96,18 @@ function languageModel(model: ModelConfig): ModelConfig {
 }
 
 /**
- * The encoders and projectors of `weights` (a version: what the run trains; a frozen encoder comes
- * from the base weights) to <dir>/encoders.safetensors, with encoders.json naming each encoder's
+ * The encoders and projectors of `weights` (the version completed with the base weights, where a
+ * frozen encoder comes from) to <dir>/encoders.safetensors, with encoders.json naming each encoder's
  * config (engines/model.ts AudioConfig, VisionConfig: its placeholder token id among them).
  */
 async function writeEncoders(policy: PretrainedPolicy, model: ModelConfig, weights: PolicyWeights, dir: string): Promise<{ file: string; parameters: number }> {
-  const all = hasFrozenParameters(model) ? { ...(await policy.baseWeights()), ...weights } : weights;
   const spec = parameterSpec(withoutLora(model)).filter((p) => isEncoderTensor(p.name));
-  const missing = spec.filter((p) => !all[p.name]).map((p) => p.name);
+  const missing = spec.filter((p) => !weights[p.name]).map((p) => p.name);
   if (missing.length) throw new Error(`the version has no ${missing.slice(0, 3).join(', ')}${missing.length > 3 ? ` (and ${missing.length - 3} more)` : ''}: it is not a version of this run's model`);
   await mkdir(dir, { recursive: true });
   const file = path.join(dir, 'encoders.safetensors');
-  await writeSafetensorsFile(file, spec, (name) => all[name], { metadata: { format: 'relax-encoders' } });
+  await writeSafetensorsFile(file, spec, (name) => weights[name], { metadata: { format: 'relax-encoders' } });
   const configs = { format: 'relax-encoders', ...(model.audio ? { audio: model.audio } : {}), ...(model.vision ? { vision: model.vision } : {}), ...(policy.audioEncoderDir ? { audio_from: policy.audioEncoderDir } : {}) };
   await writeFile(path.join(dir, 'encoders.json'), `${JSON.stringify(configs, null, 2)}\n`);
-  return { file, parameters: spec.reduce((n, p) => n + all[p.name].length, 0) };
+  return { file, parameters: spec.reduce((n, p) => n + weights[p.name].length, 0) };
 }
